@@ -1,0 +1,307 @@
+"""The canonical event table and the `Profile` that carries it.
+
+Every reader turns its format into the same pandas DataFrame, so analyses never
+know where an event came from. One row per timed event (instant, flow and
+metadata records are not rows).
+
+Columns (all present in every table, in this order):
+
+=============  ==========  ======  ==========================================================
+column         dtype       unit    meaning
+=============  ==========  ======  ==========================================================
+ts_ns          int64       ns      start, on the profile's one clock (epoch ns where known)
+dur_ns         int64       ns      duration, >= 0
+kind           category            one of `KINDS` (what the event means for the analyses)
+device         category            accelerator id ("GPU:0", "TPU:1", "<host-or-rank>/GPU:0"
+                                   when a run has several inputs); NaN for host events
+stream         int64               stream / device line id; -1 for host events
+host           category            host name of the input, NaN if unknown
+rank           int64               distributed rank of the input, -1 if unknown
+thread         int64               OS thread / host line id; -1 for device events
+name           category            event name as the profiler wrote it (never altered)
+correlation    int64               host launch <-> device activity id; -1 if none
+external_id    int64               Kineto op <-> runtime link ("External id"); -1 if none
+bytes          int64   bytes       bytes moved by a memcpy/memset; -1 if unknown
+copy_kind      category            "h2d" | "d2h" | "d2d" | "p2p" | "other" for memcpy, else NaN
+src_memory     category            "pageable" | "pinned" | "device" | "unknown" for memcpy
+step_id        int64               step number of a `step` event; -1 otherwise
+blocks_per_sm  float64             kernel blocks per SM where the trace says, else NaN
+occupancy_pct  float64  %          kernel (estimated or theoretical) occupancy, else NaN
+input_id       int16               index into `Profile.inputs`
+=============  ==========  ======  ==========================================================
+
+Kinds: ``kernel``, ``memcpy``, ``memset`` are device work (the only kinds that make a
+device busy); ``sync`` is a synchronisation (host API or device wait: never work);
+``runtime`` a CUDA/HIP runtime or driver call on the host; ``cpu_op`` a framework op on
+the host; ``annotation`` a user range (host or device copy); ``step`` a training-step
+marker; ``input_wait`` the training loop waiting for data (tf.data GetNext, DataLoader
+``__next__``); ``python`` a Python function; ``other`` anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KINDS = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "runtime",
+    "cpu_op",
+    "annotation",
+    "step",
+    "input_wait",
+    "python",
+    "other",
+)
+DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
+COPY_KINDS = ("h2d", "d2h", "d2d", "p2p", "other")
+MEMORY_KINDS = ("pageable", "pinned", "device", "unknown")
+FORMATS = ("xspace", "kineto", "chrome")
+FRAMEWORKS = ("tensorflow", "jax", "pytorch", "unknown")
+
+_INT_COLUMNS: dict[str, int] = {
+    "stream": -1,
+    "rank": -1,
+    "thread": -1,
+    "correlation": -1,
+    "external_id": -1,
+    "bytes": -1,
+    "step_id": -1,
+}
+_FLOAT_COLUMNS = ("blocks_per_sm", "occupancy_pct")
+_CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {
+    "kind": KINDS,
+    "device": None,
+    "host": None,
+    "name": None,
+    "copy_kind": COPY_KINDS,
+    "src_memory": MEMORY_KINDS,
+}
+COLUMNS = (
+    "ts_ns",
+    "dur_ns",
+    "kind",
+    "device",
+    "stream",
+    "host",
+    "rank",
+    "thread",
+    "name",
+    "correlation",
+    "external_id",
+    "bytes",
+    "copy_kind",
+    "src_memory",
+    "step_id",
+    "blocks_per_sm",
+    "occupancy_pct",
+    "input_id",
+)
+
+# Host events that mean "the training loop is waiting for its next batch".
+# tf.data consumer side (XProf's input-op rule) and PyTorch DataLoader / DataPipe
+# (the PyTorch TensorBoard plugin's DataLoader rule).
+INPUT_WAIT_PATTERN = re.compile(
+    r"^(?:Iterator(?:GetNext|GetNextAsOptional|GetNextSync)Op::DoCompute"
+    r"|enumerate\(DataLoader\)#.*__next__"
+    r"|enumerate\(DataPipe\)#.*)$"
+)
+# PyTorch's step marker; the number is the step id.
+PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_HOST_KINDS_TO_PROMOTE = ("cpu_op", "annotation", "python", "other")
+
+
+class TraceError(Exception):
+    """A problem with an input file: the CLI prints ``path: reason`` and exits 2."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.DataFrame:
+    """Build a canonical event table from whichever columns a reader has.
+
+    Missing columns get their "unknown" value, dtypes are enforced, and host
+    events whose names are step or input-wait markers get those kinds, so every
+    reader classifies markers the same way.
+    """
+    if n is None:
+        n = len(next(iter(columns.values()))) if columns else 0
+    data: dict[str, Any] = {}
+    for col in ("ts_ns", "dur_ns"):
+        data[col] = np.asarray(columns.get(col, np.zeros(n)), dtype=np.int64)
+    for col, cats in _CATEGORY_COLUMNS.items():
+        values = columns.get(col)
+        if values is None:
+            data[col] = pd.Categorical(np.full(n, np.nan, dtype=object), categories=cats or [])
+        elif isinstance(values, pd.Categorical):
+            data[col] = values if cats is None else values.set_categories(cats)
+        else:
+            data[col] = pd.Categorical(values, categories=cats)
+    for col, missing in _INT_COLUMNS.items():
+        values = columns.get(col)
+        data[col] = np.full(n, missing, np.int64) if values is None else np.asarray(values, np.int64)
+    for col in _FLOAT_COLUMNS:
+        values = columns.get(col)
+        data[col] = np.full(n, np.nan) if values is None else np.asarray(values, np.float64)
+    input_id = columns.get("input_id")
+    data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
+    table = pd.DataFrame({col: data[col] for col in COLUMNS})
+    _promote_markers(table)
+    return table
+
+
+def _promote_markers(table: pd.DataFrame) -> None:
+    """Give host step and input-wait markers their kinds, in place."""
+    if table.empty:
+        return
+    names = table["name"].cat.categories.to_series(index=range(len(table["name"].cat.categories)))
+    codes = table["name"].cat.codes.to_numpy()
+    host = table["device"].isna().to_numpy() & table["kind"].isin(_HOST_KINDS_TO_PROMOTE).to_numpy()
+    is_wait_name = names.str.match(INPUT_WAIT_PATTERN).fillna(False).to_numpy(bool)
+    step_match = names.str.extract(PROFILER_STEP_PATTERN, expand=False)
+    is_step_name = step_match.notna().to_numpy()
+    valid = codes >= 0
+    wait_rows = host & valid & is_wait_name[np.where(valid, codes, 0)]
+    step_rows = host & valid & is_step_name[np.where(valid, codes, 0)]
+    if wait_rows.any():
+        table.loc[wait_rows, "kind"] = "input_wait"
+    if step_rows.any():
+        step_numbers = step_match.fillna(-1).astype(np.int64).to_numpy()
+        table.loc[step_rows, "kind"] = "step"
+        table.loc[step_rows, "step_id"] = step_numbers[codes[step_rows]]
+
+
+@dataclass
+class DeviceInfo:
+    """What the trace says about one accelerator (fields the trace lacks are None)."""
+
+    id: str
+    name: str | None = None
+    vendor: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    clock_khz: int | None = None
+    memory_bandwidth_bps: float | None = None
+
+
+@dataclass
+class InputInfo:
+    """One trace file that went into a profile."""
+
+    path: str
+    format: str
+    host: str | None = None
+    rank: int | None = None
+    events: int = 0
+
+
+@dataclass
+class TraceRead:
+    """What a reader returns for one file, before inputs are merged into a `Profile`."""
+
+    events: pd.DataFrame
+    input: InputInfo
+    framework: str = "unknown"
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Profile:
+    """One run: every input's events on one clock, plus what the inputs say about it."""
+
+    events: pd.DataFrame
+    inputs: list[InputInfo]
+    framework: str = "unknown"
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: Counter[str] = field(default_factory=Counter)
+    name: str = ""
+
+    def device_events(self) -> pd.DataFrame:
+        """Rows that keep a device busy (kernels, copies, memsets)."""
+        ev = self.events
+        return ev[ev["kind"].isin(DEVICE_WORK_KINDS).to_numpy() & ev["device"].notna().to_numpy()]
+
+
+def _input_label(info: InputInfo, index: int) -> str:
+    if info.rank is not None:
+        return f"rank{info.rank}"
+    if info.host:
+        return info.host
+    return f"input{index}"
+
+
+def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
+    """Merge per-file reads of one run into a `Profile`.
+
+    With several inputs, device ids get the input's rank or host as prefix so
+    two files' GPU:0 stay two devices. Clocks are already absolute per reader.
+    """
+    if not reads:
+        raise ValueError("merge_reads needs at least one read")
+    several = len(reads) > 1
+    labels = [_input_label(r.input, i) for i, r in enumerate(reads)]
+    if several and len(set(labels)) < len(labels):
+        labels = [f"{label}#{i}" for i, label in enumerate(labels)]
+    tables = []
+    devices: dict[str, DeviceInfo] = {}
+    warnings: Counter[str] = Counter()
+    metadata: dict[str, Any] = {}
+    for i, read in enumerate(reads):
+        table = read.events
+        table["input_id"] = np.int16(i)
+        if several:
+            table["device"] = table["device"].cat.rename_categories(
+                [f"{labels[i]}/{d}" for d in table["device"].cat.categories]
+            )
+        for dev_id, info in read.devices.items():
+            key = f"{labels[i]}/{dev_id}" if several else dev_id
+            devices[key] = DeviceInfo(**{**info.__dict__, "id": key})
+        warnings.update(read.warnings)
+        metadata[read.input.path] = read.metadata
+        tables.append(table)
+    events = tables[0] if len(tables) == 1 else _concat_tables(tables)
+    frameworks = {r.framework for r in reads} - {"unknown"}
+    framework = frameworks.pop() if len(frameworks) == 1 else "unknown"
+    return Profile(
+        events=events,
+        inputs=[r.input for r in reads],
+        framework=framework,
+        devices=devices,
+        metadata=metadata,
+        warnings=warnings,
+        name=name,
+    )
+
+
+def _concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate event tables keeping categorical columns categorical."""
+    merged: dict[str, Any] = {}
+    for col in COLUMNS:
+        if col in _CATEGORY_COLUMNS:
+            cats = _CATEGORY_COLUMNS[col]
+            if cats is None:
+                union = pd.api.types.union_categoricals([t[col].array for t in tables], ignore_order=True)
+                merged[col] = union
+            else:
+                merged[col] = pd.Categorical(
+                    np.concatenate([t[col].astype(object).to_numpy() for t in tables]), categories=cats
+                )
+        else:
+            merged[col] = np.concatenate([t[col].to_numpy() for t in tables])
+    return pd.DataFrame(merged)
