@@ -1,0 +1,96 @@
+"""Memory copies and memsets per device: how much, how fast, from what memory, how exposed.
+
+Exposed time is copy time not overlapped by any kernel on the same device: the
+part of a copy the GPU actually waited for. Pageable host memory forces the
+driver to stage copies and makes async copies synchronous (Nsight's
+cuda_memcpy_async rule), so pageable copies are counted separately.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.intervals import Intervals, exposed, union
+
+REPORTED_COPY_KINDS = ("h2d", "d2h", "d2d", "p2p")
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    count: int
+    total_ns: int
+    bytes: int | None
+    unknown_bytes_count: int
+    pageable_count: int
+    pageable_ns: int
+    exposed_ns: int
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        """Achieved bandwidth in GB/s (1e9 bytes), over copies whose size is known."""
+        if self.bytes is None or self.total_ns <= 0:
+            return None
+        return self.bytes / self.total_ns
+
+
+@dataclass(frozen=True)
+class DeviceCopies:
+    device: str
+    copies: dict[str, CopyStats]
+    memset_count: int
+    memset_ns: int
+
+
+def copy_stats(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceCopies]:
+    """Copy and memset figures for each device in `usages`."""
+    work = device_work(events)
+    results = []
+    for usage in usages:
+        rows = work[(work["device"] == usage.id).to_numpy()]
+        kind = rows["kind"].to_numpy()
+        ts = rows["ts_ns"].to_numpy()
+        end = ts + rows["dur_ns"].to_numpy()
+        kernels = union(ts[kind == "kernel"], end[kind == "kernel"])
+        copy_kind = rows["copy_kind"].to_numpy()
+        copies = {}
+        for ck in REPORTED_COPY_KINDS:
+            mask = (kind == "memcpy") & (copy_kind == ck)
+            copies[ck] = _copy_stats(rows[mask], union(ts[mask], end[mask]), kernels)
+        memset = kind == "memset"
+        results.append(DeviceCopies(usage.id, copies, int(memset.sum()), int(rows["dur_ns"].to_numpy()[memset].sum())))
+    return results
+
+
+def _copy_stats(rows: pd.DataFrame, copy_union: Intervals, kernels: Intervals) -> CopyStats:
+    dur = rows["dur_ns"].to_numpy()
+    size = rows["bytes"].to_numpy()
+    known = size >= 0
+    pageable = (rows["src_memory"] == "pageable").to_numpy()
+    return CopyStats(
+        count=len(rows),
+        total_ns=int(dur.sum()),
+        bytes=int(size[known].sum()) if known.any() else None,
+        unknown_bytes_count=int((~known).sum()),
+        pageable_count=int(pageable.sum()),
+        pageable_ns=int(dur[pageable].sum()),
+        exposed_ns=exposed(copy_union, kernels),
+    )
+
+
+def copy_totals(results: list[DeviceCopies], kind: str) -> CopyStats:
+    """One copy kind summed over devices."""
+    parts = [r.copies[kind] for r in results]
+    known = [p.bytes for p in parts if p.bytes is not None]
+    return CopyStats(
+        count=sum(p.count for p in parts),
+        total_ns=sum(p.total_ns for p in parts),
+        bytes=int(np.sum(known)) if known else None,
+        unknown_bytes_count=sum(p.unknown_bytes_count for p in parts),
+        pageable_count=sum(p.pageable_count for p in parts),
+        pageable_ns=sum(p.pageable_ns for p in parts),
+        exposed_ns=sum(p.exposed_ns for p in parts),
+    )

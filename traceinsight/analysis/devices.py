@@ -1,0 +1,73 @@
+"""Per-device busy and idle time: the figure every other analysis leans on.
+
+Busy is the length of the union of kernel, memcpy and memset intervals over all
+streams of a device (HTA's and XProf's definition); sync events and host work are
+not device work. Idle is the rest of the device's span (first to last activity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.intervals import Intervals, union
+from traceinsight.model import DEVICE_WORK_KINDS
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    id: str
+    input_id: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int
+    busy: Intervals
+
+    @property
+    def span_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def idle_ns(self) -> int:
+        return self.span_ns - self.busy_ns
+
+    @property
+    def idle_fraction(self) -> float:
+        return self.idle_ns / self.span_ns if self.span_ns > 0 else 0.0
+
+
+def device_work(events: pd.DataFrame) -> pd.DataFrame:
+    """Rows that make a device busy, sorted by start."""
+    mask = events["kind"].isin(DEVICE_WORK_KINDS).to_numpy() & events["device"].notna().to_numpy()
+    return events.loc[mask].sort_values("ts_ns", kind="stable")
+
+
+def device_usage(events: pd.DataFrame) -> list[DeviceUsage]:
+    """Busy/idle per device that has any activity, in device-id order."""
+    work = device_work(events)
+    usages = []
+    for device, rows in work.groupby("device", observed=True, sort=True):
+        starts = rows["ts_ns"].to_numpy()
+        ends = starts + rows["dur_ns"].to_numpy()
+        busy = union(starts, ends)
+        usages.append(
+            DeviceUsage(
+                id=str(device),
+                input_id=int(rows["input_id"].iloc[0]),
+                start_ns=int(starts.min()),
+                end_ns=int(ends.max()),
+                busy_ns=busy.total,
+                busy=busy,
+            )
+        )
+    return usages
+
+
+def span_weighted_idle(usages: list[DeviceUsage]) -> float | None:
+    """Idle fraction over all devices, each weighted by its span (None without devices)."""
+    span = sum(u.span_ns for u in usages)
+    if span <= 0:
+        return None
+    return float(np.sum([u.idle_ns for u in usages]) / span)

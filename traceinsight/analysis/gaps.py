@@ -1,0 +1,173 @@
+"""Idle gaps on each device and why they happened.
+
+A gap is a hole between busy intervals of a device. Its time is split by what the
+host of that device's input was doing during it, in this priority:
+
+``input_wait``  the host was inside a data wait (tf.data GetNext, DataLoader ``__next__``);
+``sync``        the host was blocked in a synchronisation (``cuda*Synchronize``, ``cuCtxSynchronize``,
+                ``aten::item`` / ``aten::_local_scalar_dense``, a blocking ``cudaMemcpy``) or the device
+                itself recorded a sync wait;
+``host_launch`` the rest of the gap, when the launch call of the op that ends the gap started
+                after the gap began (HTA's host-wait rule: the host could not keep up);
+``other``       the rest otherwise (the op was launched in time but started late, or no launch data).
+
+Each gap's label is the cause that covers most of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.intervals import Intervals, union, union_of
+
+CAUSES = ("input_wait", "sync", "host_launch", "other")
+# Host calls that block until the device is done, beyond the `sync` kind.
+BLOCKING_HOST_OPS = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "hipMemcpy"}
+)
+HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
+HISTOGRAM_LABELS = ("< 10 us", "10-100 us", "0.1-1 ms", "1-10 ms", "10-100 ms", ">= 100 ms")
+LONGEST_GAPS = 10
+# Host kinds worth naming when saying what the host did during a gap.
+_ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
+
+
+@dataclass(frozen=True)
+class Gap:
+    device: str
+    start_ns: int
+    dur_ns: int
+    cause: str
+    host_activity: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeviceGaps:
+    device: str
+    count: int
+    total_ns: int
+    p50_ns: int | None
+    p90_ns: int | None
+    max_ns: int | None
+    by_cause: dict[str, int]
+    histogram: list[tuple[str, int, int]]
+    longest: list[Gap]
+    durations_ns: np.ndarray
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """What the host of one input was doing, as unions, plus launch times by correlation."""
+
+    input_wait: Intervals
+    sync: Intervals
+    launch_start: pd.Series  # correlation -> launch call start (ns)
+    activity: pd.DataFrame  # host rows worth naming
+
+
+def host_context(events: pd.DataFrame, input_id: int, device: str) -> HostContext:
+    """Collect the host-side facts gap causes are judged by, for one input and device."""
+    mine = events[events["input_id"].to_numpy() == input_id]
+    host = mine[mine["device"].isna().to_numpy()]
+    kind = host["kind"]
+    starts = host["ts_ns"].to_numpy()
+    ends = starts + host["dur_ns"].to_numpy()
+    wait_mask = (kind == "input_wait").to_numpy()
+    sync_mask = ((kind == "sync") | host["name"].isin(BLOCKING_HOST_OPS)).to_numpy()
+    device_sync = mine[((mine["kind"] == "sync") & (mine["device"] == device)).to_numpy()]
+    ds = device_sync["ts_ns"].to_numpy()
+    sync = union_of(
+        union(starts[sync_mask], ends[sync_mask]),
+        union(ds, ds + device_sync["dur_ns"].to_numpy()),
+    )
+    launches = host[(kind.isin(("runtime", "sync")).to_numpy()) & (host["correlation"].to_numpy() >= 0)]
+    launch_start = launches.drop_duplicates("correlation").set_index("correlation")["ts_ns"]
+    activity = host[kind.isin(_ACTIVITY_KINDS).to_numpy()]
+    return HostContext(union(starts[wait_mask], ends[wait_mask]), sync, launch_start, activity)
+
+
+def _split_by_cause(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> dict[str, np.ndarray]:
+    """Per gap, the ns of each cause (they sum to the gap length)."""
+    length = gaps.ends - gaps.starts
+    wait = context.input_wait.covered_between(gaps.starts, gaps.ends)
+    waited_or_synced = union_of(context.input_wait, context.sync).covered_between(gaps.starts, gaps.ends)
+    sync = waited_or_synced - wait
+    rest = length - waited_or_synced
+    launch = context.launch_start.reindex(next_correlation).to_numpy(dtype=float, na_value=np.nan)
+    launched_late = np.nan_to_num(launch, nan=-np.inf) > gaps.starts
+    return {
+        "input_wait": wait,
+        "sync": sync,
+        "host_launch": np.where(launched_late, rest, 0),
+        "other": np.where(launched_late, 0, rest),
+    }
+
+
+def _host_activity(context: HostContext, start: int, end: int, top: int = 3) -> list[str]:
+    """The host events that overlapped a gap most (innermost first on ties), as 'name (x ms)'."""
+    act = context.activity
+    s = act["ts_ns"].to_numpy()
+    e = s + act["dur_ns"].to_numpy()
+    overlap = np.minimum(e, end) - np.maximum(s, start)
+    hit = overlap > 0
+    if not hit.any():
+        return []
+    rows = pd.DataFrame({"name": act["name"].to_numpy()[hit], "overlap": overlap[hit], "dur": (e - s)[hit]})
+    best = rows.sort_values(["overlap", "dur"], ascending=[False, True]).drop_duplicates("name").head(top)
+    return [f"{name} ({ov / 1e6:.2f} ms)" for name, ov in zip(best["name"], best["overlap"], strict=True)]
+
+
+def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGaps]:
+    """Gaps, their causes and their distribution, per device."""
+    work = device_work(events)
+    results = []
+    for usage in usages:
+        rows = work[(work["device"] == usage.id).to_numpy()]
+        gaps = usage.busy.gaps()
+        context = host_context(events, usage.input_id, usage.id)
+        ts = rows["ts_ns"].to_numpy()
+        first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
+        next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)
+        split = _split_by_cause(gaps, next_corr, context) if len(gaps) else {c: np.zeros(0) for c in CAUSES}
+        durations = gaps.ends - gaps.starts
+        results.append(_summarise(usage.id, gaps, durations, split, context))
+    return results
+
+
+def _summarise(
+    device: str, gaps: Intervals, durations: np.ndarray, split: dict[str, np.ndarray], context: HostContext
+) -> DeviceGaps:
+    by_cause = {cause: int(split[cause].sum()) for cause in CAUSES}
+    bins = np.digitize(durations, HISTOGRAM_EDGES_NS[1:])
+    histogram = [
+        (label, int((bins == i).sum()), int(durations[bins == i].sum())) for i, label in enumerate(HISTOGRAM_LABELS)
+    ]
+    labels = np.array(CAUSES)[np.argmax(np.vstack([split[c] for c in CAUSES]), axis=0)] if len(gaps) else []
+    order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
+    longest = [
+        Gap(
+            device=device,
+            start_ns=int(gaps.starts[i]),
+            dur_ns=int(durations[i]),
+            cause=str(labels[i]),
+            host_activity=_host_activity(context, int(gaps.starts[i]), int(gaps.ends[i])),
+        )
+        for i in order
+    ]
+    has = len(durations) > 0
+    return DeviceGaps(
+        device=device,
+        count=len(durations),
+        total_ns=int(durations.sum()),
+        p50_ns=int(np.percentile(durations, 50)) if has else None,
+        p90_ns=int(np.percentile(durations, 90)) if has else None,
+        max_ns=int(durations.max()) if has else None,
+        by_cause=by_cause,
+        histogram=histogram,
+        longest=longest,
+        durations_ns=durations,
+    )

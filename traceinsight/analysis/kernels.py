@@ -1,0 +1,175 @@
+"""Kernel statistics per device: counts, small kernels, launch cost, Tensor Cores, occupancy.
+
+Small kernels are those shorter than a threshold (default 10 us): at that size
+launch overhead, not the GPU, sets the pace. Kernels are joined to their host
+launch call on the correlation id to get the launch delay (launch end -> kernel
+start) and HTA's "shorter than its own launch" count. Tensor Core use is judged
+from kernel names (XProf's and the PyTorch plugin's list, plus Hopper/Blackwell
+and AMD MFMA names), as no trace records it directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.intervals import exposed, union
+
+DEFAULT_SMALL_KERNEL_NS = 10_000
+TOP_KERNELS = 15
+# XProf / torch-tb-profiler allowlist, plus newer NVIDIA (xmma/wgmma/nvjet/cutlass tensorop) and AMD MFMA names.
+TENSOR_CORE_PATTERN = re.compile(
+    r"h884|s884|h1688|s1688|hmma|i8816|16816|c1688|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv1x1"
+    r"|conv2d_c1_k1|direct_group|xmma|tensorop|wgmma|gmma|nvjet|flash_fwd|flash_bwd|fmha|mfma|_MI\d+x\d+x\d+",
+    re.IGNORECASE,
+)
+# Matmul / convolution work that Tensor Cores could run (mixed precision makes it eligible).
+TENSOR_CORE_ELIGIBLE_PATTERN = re.compile(
+    r"gemm|conv|cudnn|cutlass|Cijk|matmul|bmm|wgrad|dgrad|implicit_gemm|xmma|nvjet|fmha|flash", re.IGNORECASE
+)
+COMMUNICATION_PATTERN = re.compile(
+    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
+)
+KERNEL_HISTOGRAM_EDGES_NS = (0, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000)
+KERNEL_HISTOGRAM_LABELS = ("< 2 us", "2-5 us", "5-10 us", "10-50 us", "50-100 us", "0.1-1 ms", "1-10 ms", ">= 10 ms")
+
+
+@dataclass(frozen=True)
+class TopKernel:
+    name: str
+    count: int
+    total_ns: int
+    mean_ns: int
+    tensor_core: bool
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    device: str
+    count: int
+    total_ns: int
+    small_count: int
+    small_threshold_ns: int
+    small_total_ns: int
+    median_ns: int | None
+    shorter_than_launch_count: int | None
+    launched_count: int
+    launch_delay_p50_ns: int | None
+    launch_delay_p90_ns: int | None
+    launch_delay_max_ns: int | None
+    tensor_core_ns: int
+    tensor_core_eligible_ns: int
+    communication_ns: int
+    communication_exposed_ns: int
+    occupancy_mean_pct: float | None
+    low_blocks_ns: int
+    low_blocks_waste_ns: int
+    top: list[TopKernel]
+    histogram: list[tuple[str, int, int]]
+    durations_ns: np.ndarray
+
+
+def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
+    """Regex match per row, evaluated once per distinct name (names are categorical)."""
+    cats = pd.Series(names.cat.categories)
+    flags = cats.str.contains(pattern).to_numpy(bool)
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, flags[np.clip(codes, 0, None)] if len(flags) else False, False)
+
+
+def _launch_join(kernels: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Each kernel with its launch call's start and duration (NaN where unmatched)."""
+    runtime = events[(events["kind"] == "runtime").to_numpy() & (events["correlation"].to_numpy() >= 0)]
+    launches = runtime[["input_id", "correlation", "ts_ns", "dur_ns"]].drop_duplicates(["input_id", "correlation"])
+    launches = launches.rename(columns={"ts_ns": "launch_ts", "dur_ns": "launch_dur"})
+    return kernels[["input_id", "correlation", "ts_ns", "dur_ns"]].merge(
+        launches, on=["input_id", "correlation"], how="left"
+    )
+
+
+def kernel_stats(
+    events: pd.DataFrame, usages: list[DeviceUsage], small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS
+) -> list[KernelStats]:
+    """Kernel statistics for each device in `usages`."""
+    work = device_work(events)
+    kernels_all = work[(work["kind"] == "kernel").to_numpy()]
+    return [
+        _device_kernel_stats(
+            usage.id, kernels_all[(kernels_all["device"] == usage.id).to_numpy()], events, small_threshold_ns
+        )
+        for usage in usages
+    ]
+
+
+def _device_kernel_stats(
+    device: str, kernels: pd.DataFrame, events: pd.DataFrame, small_threshold_ns: int
+) -> KernelStats:
+    dur = kernels["dur_ns"].to_numpy()
+    small = dur < small_threshold_ns
+    joined = _launch_join(kernels, events)
+    matched = joined["launch_ts"].notna().to_numpy()
+    delay = (joined["ts_ns"] - (joined["launch_ts"] + joined["launch_dur"])).to_numpy(dtype=float)[matched]
+    delay = np.clip(delay, 0, None)
+    shorter = int((joined["dur_ns"].to_numpy()[matched] < joined["launch_dur"].to_numpy()[matched]).sum())
+    tc = _name_flags(kernels["name"], TENSOR_CORE_PATTERN)
+    eligible = _name_flags(kernels["name"], TENSOR_CORE_ELIGIBLE_PATTERN) | tc
+    comm = _name_flags(kernels["name"], COMMUNICATION_PATTERN)
+    occ = kernels["occupancy_pct"].to_numpy()
+    has_occ = ~np.isnan(occ)
+    bps = kernels["blocks_per_sm"].to_numpy()
+    low_blocks = ~np.isnan(bps) & (bps < 1.0)
+    bins = np.digitize(dur, KERNEL_HISTOGRAM_EDGES_NS[1:])
+    return KernelStats(
+        device=device,
+        count=len(dur),
+        total_ns=int(dur.sum()),
+        small_count=int(small.sum()),
+        small_threshold_ns=small_threshold_ns,
+        small_total_ns=int(dur[small].sum()),
+        median_ns=int(np.median(dur)) if len(dur) else None,
+        shorter_than_launch_count=shorter if matched.any() else None,
+        launched_count=int(matched.sum()),
+        launch_delay_p50_ns=int(np.percentile(delay, 50)) if len(delay) else None,
+        launch_delay_p90_ns=int(np.percentile(delay, 90)) if len(delay) else None,
+        launch_delay_max_ns=int(delay.max()) if len(delay) else None,
+        tensor_core_ns=int(dur[tc].sum()),
+        tensor_core_eligible_ns=int(dur[eligible].sum()),
+        communication_ns=int(dur[comm].sum()),
+        communication_exposed_ns=_exposed_communication(kernels, comm),
+        occupancy_mean_pct=float(np.average(occ[has_occ], weights=np.maximum(dur[has_occ], 1)))
+        if has_occ.any()
+        else None,
+        low_blocks_ns=int(dur[low_blocks].sum()),
+        low_blocks_waste_ns=int((dur[low_blocks] * (1.0 - bps[low_blocks])).sum()),
+        top=_top_kernels(kernels, tc),
+        histogram=[
+            (label, int((bins == i).sum()), int(dur[bins == i].sum()))
+            for i, label in enumerate(KERNEL_HISTOGRAM_LABELS)
+        ],
+        durations_ns=dur,
+    )
+
+
+def _exposed_communication(kernels: pd.DataFrame, comm: np.ndarray) -> int:
+    """Collective kernel time not overlapped by any compute kernel."""
+    starts = kernels["ts_ns"].to_numpy()
+    ends = starts + kernels["dur_ns"].to_numpy()
+    return exposed(union(starts[comm], ends[comm]), union(starts[~comm], ends[~comm]))
+
+
+def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray) -> list[TopKernel]:
+    if kernels.empty:
+        return []
+    frame = pd.DataFrame({"name": kernels["name"].to_numpy(), "dur": kernels["dur_ns"].to_numpy(), "tc": tc})
+    grouped = frame.groupby("name", observed=True, sort=False).agg(
+        count=("dur", "size"), total=("dur", "sum"), tc=("tc", "any")
+    )
+    grouped = grouped.sort_values("total", ascending=False).head(TOP_KERNELS)
+    return [
+        TopKernel(str(name), int(row["count"]), int(row["total"]), int(row["total"] // row["count"]), bool(row["tc"]))
+        for name, row in grouped.iterrows()
+    ]

@@ -1,0 +1,183 @@
+"""Training steps and where each step's time went.
+
+Steps come from markers when the trace has them (PyTorch ``ProfilerStep#N``,
+TensorFlow ``train``/``Profiled batch`` with ``step_num``, an XSpace ``Steps``
+line). Without markers ("No step marker observed" leaves XProf's pages empty) they
+are inferred: first from a host event that repeats back to back and covers most
+of the trace (``multi_step_on_iterator``, a training-loop range), then from bursts
+of device activity separated by long idle gaps, and at worst the whole window is
+one step. The result always says which source was used.
+
+Each step's time is split by priority, so the parts sum to the step time: an
+instant counts once, for the highest category active at it (as XProf and the
+PyTorch plugin do):
+device_compute > device_copy > host_runtime > input_wait > host_compute > idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of
+
+BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
+# A repeating host event must cover this share of the window to be taken as the step.
+MIN_REPEATING_COVERAGE = 0.3
+MIN_REPEATS = 3
+# A device idle gap at least this long, and at least half the longest gap, separates inferred steps.
+MIN_STEP_GAP_NS = 1_000_000
+_REPEATING_KINDS = ("cpu_op", "annotation", "python", "other")
+
+
+@dataclass(frozen=True)
+class Step:
+    id: int
+    start_ns: int
+    dur_ns: int
+    breakdown: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Steps:
+    source: str  # "marker" | "inferred" | "none"
+    marker: str  # what exactly the steps were taken from, for people
+    input_id: int
+    items: list[Step]
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    @property
+    def total_ns(self) -> int:
+        return sum(s.dur_ns for s in self.items)
+
+    @property
+    def mean_ns(self) -> int | None:
+        return int(np.mean([s.dur_ns for s in self.items])) if self.items else None
+
+    @property
+    def median_ns(self) -> int | None:
+        return int(np.median([s.dur_ns for s in self.items])) if self.items else None
+
+    def breakdown_total(self) -> dict[str, int]:
+        return {cat: sum(s.breakdown[cat] for s in self.items) for cat in BREAKDOWN}
+
+
+def _bounds(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = rows.sort_values("ts_ns", kind="stable")
+    starts = rows["ts_ns"].to_numpy()
+    return starts, starts + rows["dur_ns"].to_numpy(), rows["step_id"].to_numpy()
+
+
+def _marker_steps(events: pd.DataFrame) -> tuple[int, str, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Host step markers (first input that has them), else a device Steps line."""
+    steps = events[(events["kind"] == "step").to_numpy()]
+    host = steps[steps["device"].isna().to_numpy()]
+    if not host.empty:
+        input_id = int(host["input_id"].min())
+        mine = host[host["input_id"].to_numpy() == input_id].drop_duplicates("step_id")
+        names = mine["name"].astype(str)
+        label = "ProfilerStep#N" if names.str.startswith("ProfilerStep").all() else f"step marker '{names.iloc[0]}'"
+        return (input_id, label, *_bounds(mine))
+    device = steps[steps["device"].notna().to_numpy()]
+    if not device.empty:
+        first = device["device"].astype(str).min()
+        mine = device[(device["device"] == first).to_numpy()].drop_duplicates("step_id")
+        return (int(mine["input_id"].iloc[0]), f"Steps line of {first}", *_bounds(mine))
+    return None
+
+
+def _repeating_host_event(host: pd.DataFrame, window_ns: int) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """A host event name repeating back to back that covers much of the window."""
+    cand = host[host["kind"].isin(_REPEATING_KINDS).to_numpy()]
+    if cand.empty or window_ns <= 0:
+        return None
+    agg = cand.groupby("name", observed=True)["dur_ns"].agg(["size", "sum"])
+    agg = agg[(agg["size"] >= MIN_REPEATS) & (agg["sum"] >= MIN_REPEATING_COVERAGE * window_ns)]
+    for name in agg.sort_values("sum", ascending=False).index[:5]:
+        rows = cand[(cand["name"] == name).to_numpy()].sort_values("ts_ns")
+        starts = rows["ts_ns"].to_numpy()
+        ends = starts + rows["dur_ns"].to_numpy()
+        if (starts[1:] >= ends[:-1]).all():
+            return str(name), starts, ends
+    return None
+
+
+def _activity_bursts(device_busy: Intervals) -> tuple[np.ndarray, np.ndarray] | None:
+    """Bursts of device activity separated by long idle gaps."""
+    gaps = device_busy.gaps()
+    if len(gaps) == 0:
+        return None
+    length = gaps.ends - gaps.starts
+    big = length >= max(MIN_STEP_GAP_NS, int(0.5 * length.max()))
+    if not big.any():
+        return None
+    bounds = np.concatenate(([device_busy.starts[0]], gaps.ends[big], [device_busy.ends[-1]]))
+    return bounds[:-1], bounds[1:]
+
+
+def _category_unions(events: pd.DataFrame) -> list[Intervals]:
+    """Unions of each breakdown category (all but idle) for one input's events."""
+    kind = events["kind"].to_numpy()
+    host = events["device"].isna().to_numpy()
+    starts = events["ts_ns"].to_numpy()
+    ends = starts + events["dur_ns"].to_numpy()
+    masks = [
+        (kind == "kernel") & ~host,
+        ((kind == "memcpy") | (kind == "memset")) & ~host,
+        ((kind == "runtime") | (kind == "sync")) & host,
+        (kind == "input_wait") & host,
+        (kind == "cpu_op") & host,
+    ]
+    return [union(starts[m], ends[m]) for m in masks]
+
+
+def breakdown(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> list[dict[str, int]]:
+    """Per window, ns of each category by priority; the parts sum to the window length."""
+    covered_so_far = np.zeros(len(starts), np.int64)
+    cumulative = EMPTY
+    parts: dict[str, np.ndarray] = {}
+    for cat, cat_union in zip(BREAKDOWN[:-1], _category_unions(events), strict=True):
+        cumulative = union_of(cumulative, cat_union)
+        covered = cumulative.covered_between(starts, ends)
+        parts[cat] = covered - covered_so_far
+        covered_so_far = covered
+    parts["idle"] = (ends - starts) - covered_so_far
+    return [{cat: int(parts[cat][i]) for cat in BREAKDOWN} for i in range(len(starts))]
+
+
+def find_steps(events: pd.DataFrame) -> Steps:
+    """Steps of the run with their breakdowns; never empty when there are events."""
+    if events.empty:
+        return Steps("none", "no events", 0, [])
+    marked = _marker_steps(events)
+    if marked is not None:
+        input_id, label, starts, ends, ids = marked
+        source = "marker"
+    else:
+        input_id = int(events["input_id"].min())
+        mine = events[events["input_id"].to_numpy() == input_id]
+        window_start = int(mine["ts_ns"].min())
+        window_end = int((mine["ts_ns"] + mine["dur_ns"]).max())
+        source = "inferred"
+        work = mine[mine["kind"].isin(("kernel", "memcpy", "memset")).to_numpy() & mine["device"].notna().to_numpy()]
+        repeating = _repeating_host_event(mine[mine["device"].isna().to_numpy()], window_end - window_start)
+        bursts = None if repeating else _activity_bursts(union(work["ts_ns"], work["ts_ns"] + work["dur_ns"]))
+        if repeating:
+            name, starts, ends = repeating
+            label = f"repeating host event '{name}'"
+        elif bursts:
+            starts, ends = bursts
+            label = "device activity bursts"
+        else:
+            starts, ends = np.array([window_start]), np.array([window_end])
+            label = "whole window (no markers, no repeating pattern)"
+        ids = np.arange(len(starts))
+    mine = events[events["input_id"].to_numpy() == input_id]
+    parts = breakdown(mine, starts, ends)
+    items = [Step(int(ids[i]), int(starts[i]), int(ends[i] - starts[i]), parts[i]) for i in range(len(starts))]
+    return Steps(source, label, input_id, items)

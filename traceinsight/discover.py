@@ -1,0 +1,100 @@
+"""Find the traces of one run under whatever path the user gave.
+
+Accepted: a trace file; a profile run folder (``plugins/profile/<run>/``, holding
+one ``<host>.xplane.pb`` per host); a TensorBoard logdir (any depth above such
+folders); a folder of ``tensorboard_trace_handler`` output (``*.pt.trace.json[.gz]``,
+one file per rank). Files in one folder form one run (several hosts or ranks);
+several runs -> the newest, or the one `--run` names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceinsight.model import TraceError
+
+XSPACE_SUFFIX = ".xplane.pb"
+JSON_SUFFIXES = (".json", ".json.gz")
+# JSON files a profiler writes beside traces that are not traces.
+_NOT_TRACES = ("run_info.json", "ground_truth.json", "overview_page.json", "input_pipeline_analyzer.json")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One profiling run: its name, the folder it lives in and its trace files."""
+
+    name: str
+    root: Path
+    files: tuple[Path, ...]
+
+
+def is_trace_file(path: Path) -> bool:
+    name = path.name
+    if name.endswith(XSPACE_SUFFIX):
+        return True
+    if name in _NOT_TRACES or name.startswith("."):
+        return False
+    return name.endswith(JSON_SUFFIXES)
+
+
+def _is_kineto_or_xspace(path: Path) -> bool:
+    """Files that are traces by name alone (no peeking needed)."""
+    return path.name.endswith((XSPACE_SUFFIX, ".pt.trace.json", ".pt.trace.json.gz", ".trace.json.gz"))
+
+
+def _candidate_files(root: Path) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if is_trace_file(path):
+                found.append(path)
+    return found
+
+
+def _run_name(folder: Path, base: Path) -> str:
+    if folder == base:
+        return folder.name or str(folder)
+    return str(folder.relative_to(base))
+
+
+def _sort_key(run: Run) -> tuple[float, str]:
+    """Newest first: latest modification time of the run's files, then name (XProf's run
+    folders are timestamps, which sort by time)."""
+    return (max(f.stat().st_mtime for f in run.files), run.name)
+
+
+def find_runs(path: Path) -> list[Run]:
+    """Every run under `path`, newest last."""
+    if not path.exists():
+        raise TraceError(path, "no such file or directory")
+    if path.is_file():
+        return [Run(path.name, path.parent, (path,))]
+    files = _candidate_files(path)
+    # Prefer files that are traces by name; other .json files count only when nothing else is there.
+    named = [f for f in files if _is_kineto_or_xspace(f)]
+    files = named or files
+    if not files:
+        raise TraceError(
+            path, "no trace files found (looked for *.xplane.pb, *.pt.trace.json[.gz], *.trace.json[.gz], *.json)"
+        )
+    by_folder: dict[Path, list[Path]] = {}
+    for f in files:
+        by_folder.setdefault(f.parent, []).append(f)
+    runs = [Run(_run_name(folder, path), folder, tuple(fs)) for folder, fs in by_folder.items()]
+    return sorted(runs, key=_sort_key)
+
+
+def discover(path: Path, run: str | None = None) -> Run:
+    """The run to report on: the one named `run` (folder name or path under `path`), else the newest."""
+    runs = find_runs(path)
+    if run is None:
+        return runs[-1]
+    matches = [r for r in runs if run in (r.name, r.root.name)]
+    if not matches:
+        names = ", ".join(r.name for r in runs)
+        raise TraceError(path, f"no run named {run!r} (runs found: {names})")
+    return matches[-1]

@@ -1,0 +1,123 @@
+"""Name rules shared by the readers, so a copy or a sync means the same in every format.
+
+Kineto names copies ``Memcpy HtoD (Pageable -> Device)``; XSpace and XProf's JSON
+export name them ``MemcpyH2D`` and put the memory kinds in ``memcpy_details``. The
+rules are applied once per distinct name (`per_category`), never per event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+
+T = TypeVar("T")
+
+# Host API calls that block until the device catches up: time spent in them is a
+# sync, not launch overhead. CUDA runtime and driver spellings, and HIP's.
+SYNC_API_PATTERN = re.compile(
+    r"^(?:cuda(?:Device|Stream|Event)Synchronize|cu(?:Ctx|Stream|Event)Synchronize|hip\w*Synchronize)"
+    r"(?:_v\d+)?$"
+)
+
+_COPY_KIND_PATTERNS = (
+    ("h2d", re.compile(r"HtoD|H2D|HostToDevice")),
+    ("d2h", re.compile(r"DtoH|D2H|DeviceToHost")),
+    ("d2d", re.compile(r"DtoD|D2D|DeviceToDevice")),
+    ("p2p", re.compile(r"PtoP|P2P|Peer")),
+)
+# Kineto: "Memcpy HtoD (Pageable -> Device)"; ROCm writes "(Host -> Device)".
+_KINETO_MEMORY = re.compile(r"\(\s*([A-Za-z][A-Za-z ]*?)\s*->\s*([A-Za-z][A-Za-z ]*?)\s*\)")
+# XSpace / XProf: "kind_src:pageable kind_dst:device size:4096 dest:0 async:1".
+_DETAILS_SRC = re.compile(r"(?:^|\s)kind_src:(\w+)")
+_DETAILS_DST = re.compile(r"(?:^|\s)kind_dst:(\w+)")
+_DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
+_MEMORY_WORDS = {
+    "pageable": "pageable",
+    "pinned": "pinned",
+    "device": "device",
+    "device static": "device",
+    "device_static": "device",
+}
+# CUPTI activity types XProf puts on "Stream #" lines that are not device work.
+_NON_KERNEL_ACTIVITY = frozenset(
+    {
+        "MemoryAlloc",
+        "MemoryFree",
+        "MemoryResidency",
+        "UnifiedMemory",
+        "HostRegister",
+        "HostUnregister",
+        "Overhead",
+        "Generic",
+    }
+)
+
+
+def per_category(values: pd.Categorical, rule: Callable[[str], T], missing: T) -> np.ndarray:
+    """Apply `rule` once per distinct value and spread the results over the rows.
+
+    Rows whose value is missing (code -1) get `missing`: the extra last element.
+    """
+    results = np.array([rule(str(c)) for c in values.categories] + [missing], dtype=object)
+    return results[np.asarray(values.codes)]
+
+
+def is_sync_api(name: str) -> bool:
+    """True for host API calls that wait for the device (cudaDeviceSynchronize, ...)."""
+    return SYNC_API_PATTERN.match(name) is not None
+
+
+def copy_kind(name: str) -> str:
+    """Direction of a copy from its event name: h2d, d2h, d2d, p2p, or other."""
+    for kind, pattern in _COPY_KIND_PATTERNS:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
+def _memory_word(word: str | None) -> str:
+    return _MEMORY_WORDS.get(word.strip().lower(), "unknown") if word else "unknown"
+
+
+def _host_side(kind: str, src: str | None, dst: str | None) -> str:
+    """The memory that decides copy speed: the host side of h2d/d2h, else the source."""
+    return _memory_word(dst if kind == "d2h" else src)
+
+
+def kineto_copy_memory(name: str) -> str:
+    """Memory kind of a Kineto copy from ``(<src> -> <dst>)`` in its name.
+
+    For h2d this is the source and for d2h the destination, i.e. the host side
+    either way, so "pageable" always means an unpinned host buffer. ROCm's
+    ``(Host -> Device)`` does not say which host memory: "unknown".
+    """
+    match = _KINETO_MEMORY.search(name)
+    if match is None:
+        return "unknown"
+    return _host_side(copy_kind(name), match.group(1), match.group(2))
+
+
+def details_copy_memory(name: str, details: str) -> str:
+    """Memory kind of an XSpace-style copy from ``kind_src:``/``kind_dst:`` (same rule as Kineto)."""
+    src = _DETAILS_SRC.search(details)
+    dst = _DETAILS_DST.search(details)
+    return _host_side(copy_kind(name), src and src.group(1), dst and dst.group(1))
+
+
+def details_bytes(details: str) -> int:
+    """Bytes from ``memcpy_details``/``Memset_details`` (``size:N`` or ``num_bytes:N``), -1 if absent."""
+    match = _DETAILS_BYTES.search(details)
+    return int(match.group(1)) if match else -1
+
+
+def device_activity_kind(name: str) -> str:
+    """Kind of an event on an XProf ``Stream #`` line: copies, memsets, kernels, or other."""
+    if name.startswith("Memcpy"):
+        return "memcpy"
+    if name.startswith("Memset"):
+        return "memset"
+    return "other" if name in _NON_KERNEL_ACTIVITY else "kernel"

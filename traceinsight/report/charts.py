@@ -1,0 +1,131 @@
+"""Charts for the HTML report, drawn with matplotlib as inline SVG.
+
+SVG keeps the report one self-contained file with no network requests, stays
+sharp when printed, and keeps text as text. Labels that come from a trace (kernel
+names) are escaped by matplotlib's SVG writer, and the SVG is inlined only from
+here.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from traceinsight.analysis import Analysis  # noqa: E402
+from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
+
+TIMELINE_BINS = 200
+_BREAKDOWN_COLOURS = {
+    "device_compute": "#2e7d32",
+    "device_copy": "#1565c0",
+    "host_runtime": "#8e24aa",
+    "input_wait": "#d84315",
+    "host_compute": "#f9a825",
+    "idle": "#bdbdbd",
+}
+_STYLE = {
+    "svg.fonttype": "none",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.hashsalt": "traceinsight",
+}
+
+
+def _svg(fig: Any) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def utilisation_timeline(analysis: Analysis) -> str | None:
+    """Busy share over time per device, with step starts marked."""
+    if not analysis.devices or analysis.window_start_ns is None:
+        return None
+    start, end = analysis.window_start_ns, analysis.window_end_ns or analysis.window_start_ns + 1
+    edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
+    centres_ms = (edges[:-1] + np.diff(edges) / 2 - start) / 1e6
+    with plt.rc_context(_STYLE):
+        rows = len(analysis.devices)
+        fig, axes = plt.subplots(rows, 1, figsize=(9, 0.9 + 0.7 * rows), sharex=True, squeeze=False)
+        for ax, usage in zip(axes[:, 0], analysis.devices, strict=True):
+            busy = np.diff(usage.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1)
+            ax.fill_between(centres_ms, busy * 100, step="mid", color="#2e7d32", alpha=0.8, linewidth=0)
+            ax.set_ylim(0, 100)
+            ax.set_ylabel(usage.id, rotation=0, ha="right", va="center")
+            ax.set_yticks([0, 100])
+            for step in analysis.steps.items:
+                ax.axvline((step.start_ns - start) / 1e6, color="#555", linewidth=0.6, linestyle=":")
+        axes[-1, 0].set_xlabel("time since start of trace (ms); dotted lines: step starts; green: % busy")
+        return _svg(fig)
+
+
+def gap_histogram(report: dict[str, Any]) -> str | None:
+    """Idle time per gap-length bin, summed over devices."""
+    devices = report["devices"]
+    if not devices or not any(d["gaps"]["count"] for d in devices):
+        return None
+    labels = [b["bin"] for b in devices[0]["gaps"]["histogram"]]
+    totals = np.sum([[b["total_ns"] for b in d["gaps"]["histogram"]] for d in devices], axis=0) / 1e6
+    counts = np.sum([[b["count"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(7, 2.6))
+        bars = ax.bar(labels, totals, color="#d84315")
+        ax.bar_label(bars, labels=[f"{c:,} gaps" for c in counts], fontsize=7)
+        ax.set_ylabel("idle time (ms)")
+        ax.set_xlabel("gap length")
+        return _svg(fig)
+
+
+def step_breakdown(report: dict[str, Any]) -> str | None:
+    """Stacked bars: where each step's time went."""
+    items = report["steps"]["items"]
+    if not items:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(9, 2.8))
+        x = np.arange(len(items))
+        bottom = np.zeros(len(items))
+        for cat in BREAKDOWN:
+            values = np.array([s["breakdown"][cat] for s in items]) / 1e6
+            ax.bar(x, values, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=cat.replace("_", " "), width=0.8)
+            bottom += values
+        ax.set_xticks(x, [str(s["id"]) for s in items], fontsize=7)
+        ax.set_xlabel("step")
+        ax.set_ylabel("time (ms)")
+        ax.legend(ncols=3, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.25))
+        return _svg(fig)
+
+
+def kernel_histogram(report: dict[str, Any]) -> str | None:
+    """Kernel counts per duration bin, with the small-kernel threshold marked."""
+    devices = [d for d in report["devices"] if d["kernels"]["count"]]
+    if not devices:
+        return None
+    labels = [b["bin"] for b in devices[0]["kernels"]["histogram"]]
+    counts = np.sum([[b["count"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
+    threshold_us = devices[0]["kernels"]["small_threshold_ns"] / 1000
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(7, 2.6))
+        ax.bar(labels, counts, color="#1565c0")
+        ax.set_ylabel("kernels")
+        ax.set_xlabel(f"kernel duration (small-kernel threshold: {threshold_us:g} us)")
+        ax.tick_params(axis="x", labelsize=7)
+        return _svg(fig)
+
+
+def all_charts(report: dict[str, Any], analysis: Analysis) -> dict[str, str | None]:
+    return {
+        "timeline": utilisation_timeline(analysis),
+        "gaps": gap_histogram(report),
+        "steps": step_breakdown(report),
+        "kernels": kernel_histogram(report),
+    }

@@ -1,0 +1,33 @@
+"""Number formatting shared by every renderer (and the HTML templates' filters)."""
+
+from __future__ import annotations
+
+_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
+_BYTE_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration for people: 1.23 ms, 45.6 us, 812 ns; '-' when unknown."""
+    if ns is None:
+        return "-"
+    for scale, unit in _TIME_UNITS:
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:,.0f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_pct(fraction: float | None, digits: int = 1) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.{digits}f} %"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for scale, unit in _BYTE_UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"

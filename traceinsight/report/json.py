@@ -1,0 +1,170 @@
+"""The `--json` report (schema ``traceinsight.report/1``, ../shared/notes/report-json.md).
+
+CI jobs, `traceinsight diff` and `--fail-on` read this object, so its names are a
+contract: add fields freely, never rename or drop one without bumping `schema`.
+Unknown values are null, never a made-up 0. Every other renderer starts from the
+same dictionary, so the HTML, Markdown and terminal figures equal the JSON ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from traceinsight import __version__
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.copies import REPORTED_COPY_KINDS, copy_totals
+from traceinsight.analysis.devices import span_weighted_idle
+from traceinsight.analysis.gaps import DeviceGaps
+from traceinsight.analysis.kernels import KernelStats
+from traceinsight.findings import Bottleneck
+
+SCHEMA = "traceinsight.report/1"
+
+
+def _gaps(g: DeviceGaps) -> dict[str, Any]:
+    return {
+        "count": g.count,
+        "total_ns": g.total_ns,
+        "p50_ns": g.p50_ns,
+        "p90_ns": g.p90_ns,
+        "max_ns": g.max_ns,
+        "by_cause": g.by_cause,
+        "histogram": [{"bin": label, "count": n, "total_ns": t} for label, n, t in g.histogram],
+        "longest": [
+            {"start_ns": x.start_ns, "dur_ns": x.dur_ns, "cause": x.cause, "host_activity": x.host_activity}
+            for x in g.longest
+        ],
+    }
+
+
+def _kernels(k: KernelStats) -> dict[str, Any]:
+    return {
+        "count": k.count,
+        "total_ns": k.total_ns,
+        "median_ns": k.median_ns,
+        "small_count": k.small_count,
+        "small_threshold_ns": k.small_threshold_ns,
+        "small_total_ns": k.small_total_ns,
+        "shorter_than_launch_count": k.shorter_than_launch_count,
+        "launched_count": k.launched_count,
+        "launch_delay": {
+            "p50_ns": k.launch_delay_p50_ns,
+            "p90_ns": k.launch_delay_p90_ns,
+            "max_ns": k.launch_delay_max_ns,
+        },
+        "tensor_core_ns": k.tensor_core_ns,
+        "tensor_core_eligible_ns": k.tensor_core_eligible_ns,
+        "communication_ns": k.communication_ns,
+        "communication_exposed_ns": k.communication_exposed_ns,
+        "occupancy_mean_pct": k.occupancy_mean_pct,
+        "histogram": [{"bin": label, "count": n, "total_ns": t} for label, n, t in k.histogram],
+        "top": [asdict(t) for t in k.top],
+    }
+
+
+def _copy(stats: Any) -> dict[str, Any]:
+    return {
+        "count": stats.count,
+        "total_ns": stats.total_ns,
+        "bytes": stats.bytes,
+        "pageable_count": stats.pageable_count,
+        "exposed_ns": stats.exposed_ns,
+        "bandwidth_gbps": round(stats.bandwidth_gbps, 4) if stats.bandwidth_gbps is not None else None,
+    }
+
+
+def _devices(a: Analysis) -> list[dict[str, Any]]:
+    out = []
+    for usage, gaps, kernels, copies in zip(a.devices, a.gaps, a.kernels, a.copies, strict=True):
+        info = a.profile.devices.get(usage.id)
+        out.append(
+            {
+                "id": usage.id,
+                "name": info.name if info else None,
+                "span_ns": usage.span_ns,
+                "busy_ns": usage.busy_ns,
+                "idle_ns": usage.idle_ns,
+                "idle_fraction": usage.idle_fraction,
+                "gaps": _gaps(gaps),
+                "kernels": _kernels(kernels),
+                "copies": {ck: _copy(copies.copies[ck]) for ck in REPORTED_COPY_KINDS},
+                "memset": {"count": copies.memset_count, "total_ns": copies.memset_ns},
+            }
+        )
+    return out
+
+
+def _totals(a: Analysis) -> dict[str, Any]:
+    h2d = copy_totals(a.copies, "h2d")
+    d2h = copy_totals(a.copies, "d2h")
+    return {
+        "device_count": len(a.devices),
+        "idle_fraction": span_weighted_idle(a.devices),
+        "kernel_count": sum(k.count for k in a.kernels),
+        "small_kernel_count": sum(k.small_count for k in a.kernels),
+        "h2d_count": h2d.count,
+        "h2d_ns": h2d.total_ns,
+        "h2d_bytes": h2d.bytes,
+        "h2d_exposed_ns": h2d.exposed_ns,
+        "h2d_pageable_count": h2d.pageable_count,
+        "d2h_count": d2h.count,
+        "d2h_ns": d2h.total_ns,
+        "d2h_bytes": d2h.bytes,
+    }
+
+
+def _steps(a: Analysis) -> dict[str, Any]:
+    s = a.steps
+    return {
+        "source": s.source,
+        "marker": s.marker,
+        "count": s.count,
+        "mean_ns": s.mean_ns,
+        "median_ns": s.median_ns,
+        "total_ns": s.total_ns,
+        "breakdown_total": s.breakdown_total(),
+        "items": [{"id": x.id, "start_ns": x.start_ns, "dur_ns": x.dur_ns, "breakdown": x.breakdown} for x in s.items],
+    }
+
+
+def _input_pipeline(a: Analysis) -> dict[str, Any]:
+    ip = a.input_pipeline
+    return {
+        "wait_ns": ip.wait_ns,
+        "fraction": ip.fraction,
+        "verdict": ip.verdict,
+        "idle_fraction": ip.idle_fraction,
+        "source": ip.source,
+        "wait_count": ip.wait_count,
+        "stages": [asdict(st) for st in ip.stages],
+    }
+
+
+def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
+    """The report object of the JSON contract."""
+    p = a.profile
+    return {
+        "schema": SCHEMA,
+        "version": __version__,
+        "run": p.name,
+        "inputs": [
+            {"path": i.path, "format": i.format, "host": i.host, "rank": i.rank, "events": i.events} for i in p.inputs
+        ],
+        "framework": p.framework,
+        "window": {"start_ns": a.window_start_ns, "end_ns": a.window_end_ns},
+        "device_info": [asdict(d) for d in p.devices.values()],
+        "steps": _steps(a),
+        "devices": _devices(a),
+        "totals": _totals(a),
+        "input_pipeline": _input_pipeline(a),
+        "bottlenecks": [asdict(b) for b in bottlenecks],
+        "warnings": dict(p.warnings),
+    }
+
+
+def dumps(report: dict[str, Any]) -> str:
+    """Stable, diff-friendly JSON text (sorted keys, two-space indent)."""
+    return orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()

@@ -1,0 +1,47 @@
+"""A short Markdown summary for CI step summaries (GitHub Actions `$GITHUB_STEP_SUMMARY`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.terminal import verdict_sentence
+
+
+def _cell(text: str) -> str:
+    """Table-cell safe text: pipes and newlines would break the table."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    totals = report["totals"]
+    steps = report["steps"]
+    ip = report["input_pipeline"]
+    lines = [
+        f"## traceinsight: {_cell(report['run'])}",
+        "",
+        f"**{_cell(verdict_sentence(report))}**",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| framework | {report['framework']} |",
+        f"| devices | {totals['device_count']} |",
+        f"| idle fraction | {fmt_pct(totals['idle_fraction'])} |",
+        f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])} |",
+        f"| input wait | {fmt_pct(ip['fraction'])} ({ip['verdict']}) |",
+        f"| kernels (small) | {fmt_count(totals['kernel_count'])} ({fmt_count(totals['small_kernel_count'])}) |",
+        f"| H2D copies | {fmt_count(totals['h2d_count'])}, {fmt_ns(totals['h2d_ns'])}, "
+        f"{fmt_bytes(totals['h2d_bytes'])} |",
+        "",
+    ]
+    if report["bottlenecks"]:
+        lines += ["| # | bottleneck | severity | time | share | first fix |", "|---|---|---|---|---|---|"]
+        for b in report["bottlenecks"]:
+            fix = b["recommendations"][0] if b["recommendations"] else ""
+            lines.append(
+                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_ns(b['time_ns'])} | {fmt_pct(b['fraction'])} "
+                f"| {_cell(fix)} |"
+            )
+    else:
+        lines.append("No bottleneck worth fixing found.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,61 @@
+"""The compact summary printed on stdout (colours only on a terminal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+
+_SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
+_BOLD, _RESET = "\033[1m", "\033[0m"
+
+
+def verdict_sentence(report: dict[str, Any]) -> str:
+    """One sentence: the top bottleneck and its cost, or that nothing stands out."""
+    top = report["bottlenecks"][:1]
+    idle = report["totals"]["idle_fraction"]
+    if not report["devices"]:
+        lead = "No accelerator activity in this trace"
+    else:
+        lead = f"Devices idle {fmt_pct(idle)} of their span"
+    if not top:
+        return f"{lead}; no bottleneck worth fixing found."
+    b = top[0]
+    cost = f"{fmt_ns(b['time_ns'])} ({fmt_pct(b['fraction'])})"
+    return f"{lead}; the main bottleneck is {b['id']} ({b['title'].lower()}), costing {cost}."
+
+
+def render_terminal(report: dict[str, Any], color: bool = False) -> str:
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if color else text
+
+    inputs = report["inputs"]
+    steps = report["steps"]
+    lines = [
+        paint(f"traceinsight: {report['run']}", _BOLD),
+        f"  framework {report['framework']}, {len(inputs)} input(s), {report['totals']['device_count']} device(s), "
+        f"{steps['count']} step(s) ({steps['source']}: {steps['marker']}), mean step {fmt_ns(steps['mean_ns'])}",
+        "  " + verdict_sentence(report),
+        "",
+        f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}",
+    ]
+    for d in report["devices"]:
+        h2d = d["copies"]["h2d"]
+        lines.append(
+            f"  {d['id']:<22}{fmt_pct(d['idle_fraction']):>9}{fmt_count(d['kernels']['count']):>10}"
+            f"{fmt_count(d['kernels']['small_count']):>9}{fmt_ns(h2d['total_ns']):>11}{fmt_bytes(h2d['bytes']):>12}"
+        )
+    ip = report["input_pipeline"]
+    lines += ["", f"  input pipeline: {ip['verdict']} ({fmt_pct(ip['fraction'])} of step time waiting for input)", ""]
+    if report["bottlenecks"]:
+        lines.append(paint("  Bottlenecks (most costly first)", _BOLD))
+    for b in report["bottlenecks"]:
+        sev = paint(f"{b['severity']:<6}", _SEVERITY_COLOUR[b["severity"]])
+        lines.append(
+            f"  {b['rank']}. {sev} {b['id']:<14} {fmt_ns(b['time_ns']):>10} {fmt_pct(b['fraction']):>8}  {b['title']}"
+        )
+        if b["recommendations"]:
+            lines.append(f"       -> {b['recommendations'][0]}")
+    if report["warnings"]:
+        lines += ["", "  warnings: " + ", ".join(f"{k} x{v}" for k, v in report["warnings"].items())]
+    return "\n".join(lines)
