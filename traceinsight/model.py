@@ -178,7 +178,7 @@ def _promote_markers(table: pd.DataFrame) -> None:
     if wait_rows.any():
         table.loc[wait_rows, "kind"] = "input_wait"
     if step_rows.any():
-        step_numbers = step_match.fillna(-1).astype(np.int64).to_numpy()
+        step_numbers = pd.to_numeric(step_match, errors="coerce").fillna(-1).astype(np.int64).to_numpy()
         table.loc[step_rows, "kind"] = "step"
         table.loc[step_rows, "step_id"] = step_numbers[codes[step_rows]]
 

@@ -1,0 +1,53 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceinsight.analysis.intervals import exposed, union
+
+
+def _mask(starts, ends, size):
+    m = np.zeros(size, bool)
+    for s, e in zip(starts, ends, strict=True):
+        m[s:e] = True
+    return m
+
+
+def test_union_merges_overlapping_and_touching():
+    u = union(np.array([0, 5, 10, 30]), np.array([6, 10, 20, 40]))
+    assert u.starts.tolist() == [0, 30]
+    assert u.ends.tolist() == [20, 40]
+    assert u.total == 30
+    assert u.gaps().starts.tolist() == [20] and u.gaps().ends.tolist() == [30]
+
+
+def test_covered_between_windows():
+    u = union(np.array([10, 50]), np.array([20, 60]))
+    assert u.covered_between(np.array([0, 15, 25, 55]), np.array([100, 18, 45, 70])).tolist() == [20, 3, 0, 5]
+
+
+def test_exposed_is_copy_time_outside_kernels():
+    copies = union(np.array([0, 100]), np.array([50, 150]))
+    kernels = union(np.array([40]), np.array([120]))
+    assert exposed(copies, kernels) == 40 + 30
+
+
+intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 60)), min_size=0, max_size=25)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, intervals, st.integers(0, 400), st.integers(0, 400))
+def test_union_and_coverage_match_a_boolean_timeline(a, b, w0, w1):
+    sa = np.array([s for s, _ in a], np.int64)
+    ea = sa + np.array([d for _, d in a], np.int64)
+    sb = np.array([s for s, _ in b], np.int64)
+    eb = sb + np.array([d for _, d in b], np.int64)
+    ma, mb = _mask(sa, ea, 400), _mask(sb, eb, 400)
+    ua, ub = union(sa, ea), union(sb, eb)
+    assert ua.total == ma.sum()
+    lo, hi = min(w0, w1), max(w0, w1)
+    assert ua.covered_between(np.array([lo]), np.array([hi]))[0] == ma[lo:hi].sum()
+    assert exposed(ua, ub) == (ma & ~mb).sum()
+    gaps = ua.gaps()
+    assert (gaps.ends - gaps.starts).sum() == (
+        (~ma)[ua.starts[0] : ua.ends[-1]].sum() if len(ua) else 0
+    )

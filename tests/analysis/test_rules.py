@@ -1,0 +1,122 @@
+"""Each rule and fallback on small hand-built traces (times in us)."""
+
+import pytest
+
+from tests.analysis.builders import US, host, kernel, launch, profile, table
+from traceinsight.analysis import analyze
+from traceinsight.analysis.input_pipeline import input_pipeline, verdict_for
+from traceinsight.analysis.steps import find_steps
+from traceinsight.findings import find_bottlenecks
+from traceinsight.model import DeviceInfo
+
+
+def test_sync_and_annotations_on_the_device_are_not_work():
+    a = analyze(
+        profile(
+            [
+                kernel(0, 10),
+                {"kind": "sync", "ts": 10, "dur": 80, "device": "GPU:0", "stream": 7, "name": "Stream Wait Event"},
+                {"kind": "annotation", "ts": 0, "dur": 100, "device": "GPU:0", "stream": 7, "name": "fwd"},
+                kernel(90, 10),
+            ]
+        )
+    )
+    (usage,) = a.devices
+    assert (usage.busy_ns, usage.idle_ns) == (20 * US, 80 * US)
+    assert a.gaps[0].by_cause["sync"] == 80 * US  # the device recorded the wait
+
+
+def test_launch_bound_when_most_kernels_are_small():
+    rows = []
+    for i in range(100):  # 3 us kernels, each launched 2 us after the previous ended
+        t = i * 10
+        rows += [launch(t + 5, 4, i), kernel(t + 10, 3, i)]
+    found = find_bottlenecks(analyze(profile(rows)))
+    assert found[0].id == "launch_bound"
+    assert found[0].evidence["small_kernel_count"] == 100
+    assert any("torch.compile" in r for r in found[0].recommendations)
+
+
+def test_healthy_trace_has_no_high_severity():
+    rows = [kernel(i * 100, 99, i) for i in range(100)]  # 1 us gaps, launches long before
+    rows += [launch(i * 100 - 50, 5, i) for i in range(100)]
+    a = analyze(profile(rows))
+    assert a.devices[0].idle_fraction == pytest.approx(99 / 9999)
+    assert all(b.severity != "high" for b in find_bottlenecks(a))
+
+
+def test_fp32_rule_respects_compute_capability():
+    rows = [kernel(0, 1000, 1, name="volta_sgemm_128x64_nn"), kernel(1000, 1000, 2, name="elementwise")]
+    p = profile(rows)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", compute_capability="7.0")}
+    assert [b.id for b in find_bottlenecks(analyze(p))] == ["fp32_compute"]
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", compute_capability="6.1")}
+    assert find_bottlenecks(analyze(p)) == []
+    rows[0] = kernel(0, 1000, 1, name="sm80_xmma_gemm_f16f16_f16f32")
+    assert find_bottlenecks(analyze(profile(rows))) == []
+
+
+def test_steps_inferred_from_repeating_host_event():
+    rows = [host("cpu_op", i * 100, 90, "multi_step_on_iterator") for i in range(5)]
+    rows += [host("cpu_op", i * 100 + 10, 20, "MatMul") for i in range(5)]
+    steps = find_steps(table(rows))
+    assert steps.source == "inferred"
+    assert "multi_step_on_iterator" in steps.marker
+    assert [s.start_ns // US for s in steps.items] == [0, 100, 200, 300, 400]
+    assert steps.items[0].breakdown["host_compute"] == 90 * US
+
+
+def test_steps_inferred_from_device_bursts():
+    rows = []
+    for step in range(4):  # bursts of 5 kernels, 5 ms apart
+        base = step * 6000
+        rows += [kernel(base + i * 20, 15) for i in range(5)]
+    steps = find_steps(table(rows))
+    assert (steps.source, steps.marker) == ("inferred", "device activity bursts")
+    assert [s.start_ns // US for s in steps.items] == [0, 6000, 12000, 18000]
+    assert steps.items[0].dur_ns == 6000 * US
+    assert steps.items[-1].dur_ns == 95 * US
+
+
+def test_steps_whole_window_without_pattern():
+    steps = find_steps(table([kernel(0, 10), kernel(12, 10)]))
+    assert steps.source == "inferred" and steps.count == 1
+    assert steps.items[0].dur_ns == 22 * US
+
+
+def test_tf_step_markers_and_tf_data_stages():
+    rows = []
+    for i in range(3):
+        t = i * 1000
+        rows.append({"kind": "step", "ts": t, "dur": 1000, "name": "train", "step_id": 10 + i})
+        rows.append(host("cpu_op", t, 400, "IteratorGetNextOp::DoCompute"))
+        rows.append(host("other", t + 1, 390, "Iterator::Root"))
+        rows.append(host("other", t + 2, 380, "Iterator::Root::MapAndBatch"))
+        rows.append(host("other", t + 3, 50, "Iterator::Root::MapAndBatch::Range"))
+        rows.append(host("cpu_op", t + 500, 100, "MatMul:_MklMatMul"))
+    events = table(rows)
+    steps = find_steps(events)
+    assert [s.id for s in steps.items] == [10, 11, 12]
+    ip = input_pipeline(events, steps)
+    assert ip.wait_ns == 1200 * US
+    assert ip.fraction == pytest.approx(0.4)
+    assert ip.verdict == "high"
+    assert ip.source == "tf.data"
+    assert (ip.stages[0].name, ip.stages[0].self_ns) == ("Iterator::Root::MapAndBatch", 3 * (380 - 50) * US)
+    self_times = {s.name: s.self_ns for s in ip.stages}
+    assert self_times["Iterator::Root"] == 3 * (390 - 380) * US
+
+
+@pytest.mark.parametrize(
+    ("fraction", "idle", "verdict"),
+    [(0.2, 0.0, "high"), (0.1999, 0.0, "moderate"), (0.05, 0.0, "moderate"), (0.049, 0.03, "potential"),
+     (0.049, 0.029, "none"), (None, None, "unknown")],
+)
+def test_xprof_verdict_thresholds(fraction, idle, verdict):
+    assert verdict_for(fraction, idle) == verdict
+
+
+def test_cpu_only_trace_has_no_devices_and_no_crash():
+    a = analyze(profile([host("cpu_op", 0, 10, "aten::add"), host("cpu_op", 20, 10, "aten::mul")]))
+    assert a.devices == [] and a.gaps == [] and a.kernels == []
+    assert find_bottlenecks(a) == []
