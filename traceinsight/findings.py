@@ -8,7 +8,9 @@ side by side, so that is what the job loses in wall time.
 
 Severity is the cost as a share of the run: >= 20 % high, >= 5 % medium,
 >= 1 % low (XProf's input-bound thresholds, applied to every cause); smaller
-costs are not reported.
+costs are not reported. Rules about how efficiently busy time is used
+(`fp32_compute`, `low_occupancy`) rest on estimates, not measured idle time, so
+they are never rated above medium: a busy GPU is never "severely" idle.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 
+SEVERITIES = ("low", "medium", "high")
 HIGH_SEVERITY = 0.20
 MEDIUM_SEVERITY = 0.05
 LOW_SEVERITY = 0.01
@@ -57,6 +60,7 @@ class Rule:
     basis: str
     cost: Callable[[Analysis], Cost]
     advice: dict[str, tuple[str, ...]]
+    max_severity: str = "high"
 
 
 def _mean_gap_cause(analysis: Analysis, cause: str) -> int:
@@ -315,6 +319,7 @@ RULES: tuple[Rule, ...] = (
                 "Fuse small ops (torch.compile, XLA `jit_compile=True`) so fewer, larger kernels run.",
             ),
         },
+        max_severity="medium",
     ),
     Rule(
         "fp32_compute",
@@ -323,8 +328,9 @@ RULES: tuple[Rule, ...] = (
         _fp32_compute,
         {
             "pytorch": (
-                'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.bfloat16):` around the forward '
-                "pass (float16 needs `torch.amp.GradScaler`).",
+                'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.float16):` around the forward '
+                "pass with `scaler = torch.amp.GradScaler()` for the loss (Volta/Turing); on Ampere and newer use "
+                "`dtype=torch.bfloat16`, which needs no scaler.",
                 "Allow TF32 on Ampere and newer: `torch.backends.cuda.matmul.allow_tf32 = True` and "
                 "`torch.backends.cudnn.allow_tf32 = True`.",
             ),
@@ -334,6 +340,7 @@ RULES: tuple[Rule, ...] = (
             ),
             "jax": ("Compute in bfloat16: cast parameters and inputs to `jnp.bfloat16` (keep an fp32 master copy).",),
         },
+        max_severity="medium",
     ),
     Rule(
         "communication",
@@ -410,6 +417,8 @@ def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
         severity = severity_for(fraction)
         if severity is None:
             continue
+        if SEVERITIES.index(severity) > SEVERITIES.index(rule.max_severity):
+            severity = rule.max_severity
         found.append((time_ns, fraction, severity, rule, evidence))
     found.sort(key=lambda f: -f[0])
     return [

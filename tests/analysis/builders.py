@@ -41,7 +41,16 @@ def profile(rows: list[dict[str, Any]], framework: str = "pytorch") -> Profile:
 
 
 def kernel(ts: float, dur: float, corr: int = -1, name: str = "k", device: str = "GPU:0", **kw: Any) -> dict[str, Any]:
-    return {"kind": "kernel", "ts": ts, "dur": dur, "device": device, "stream": 7, "correlation": corr, "name": name, **kw}
+    return {
+        "kind": "kernel",
+        "ts": ts,
+        "dur": dur,
+        "device": device,
+        "stream": 7,
+        "correlation": corr,
+        "name": name,
+        **kw,
+    }
 
 
 def launch(ts: float, dur: float, corr: int, name: str = "cudaLaunchKernel") -> dict[str, Any]:

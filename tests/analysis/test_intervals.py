@@ -48,6 +48,4 @@ def test_union_and_coverage_match_a_boolean_timeline(a, b, w0, w1):
     assert ua.covered_between(np.array([lo]), np.array([hi]))[0] == ma[lo:hi].sum()
     assert exposed(ua, ub) == (ma & ~mb).sum()
     gaps = ua.gaps()
-    assert (gaps.ends - gaps.starts).sum() == (
-        (~ma)[ua.starts[0] : ua.ends[-1]].sum() if len(ua) else 0
-    )
+    assert (gaps.ends - gaps.starts).sum() == ((~ma)[ua.starts[0] : ua.ends[-1]].sum() if len(ua) else 0)

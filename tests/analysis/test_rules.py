@@ -109,8 +109,14 @@ def test_tf_step_markers_and_tf_data_stages():
 
 @pytest.mark.parametrize(
     ("fraction", "idle", "verdict"),
-    [(0.2, 0.0, "high"), (0.1999, 0.0, "moderate"), (0.05, 0.0, "moderate"), (0.049, 0.03, "potential"),
-     (0.049, 0.029, "none"), (None, None, "unknown")],
+    [
+        (0.2, 0.0, "high"),
+        (0.1999, 0.0, "moderate"),
+        (0.05, 0.0, "moderate"),
+        (0.049, 0.03, "potential"),
+        (0.049, 0.029, "none"),
+        (None, None, "unknown"),
+    ],
 )
 def test_xprof_verdict_thresholds(fraction, idle, verdict):
     assert verdict_for(fraction, idle) == verdict

@@ -1,17 +1,21 @@
 """Idle gaps on each device and why they happened.
 
-A gap is a hole between busy intervals of a device. Its time is split by what the
-host of that device's input was doing during it, in this priority:
+A gap is a hole between busy intervals of a device. The whole gap gets one cause:
+whatever drained the device's queue also costs the time the host then needs to
+refill it. "The launch" is the host call that launched the op ending the gap; the
+first rule that holds wins:
 
-``input_wait``  the host was inside a data wait (tf.data GetNext, DataLoader ``__next__``);
-``sync``        the host was blocked in a synchronisation (``cuda*Synchronize``, ``cuCtxSynchronize``,
-                ``aten::item`` / ``aten::_local_scalar_dense``, a blocking ``cudaMemcpy``) or the device
-                itself recorded a sync wait;
-``host_launch`` the rest of the gap, when the launch call of the op that ends the gap started
-                after the gap began (HTA's host-wait rule: the host could not keep up);
-``other``       the rest otherwise (the op was launched in time but started late, or no launch data).
-
-Each gap's label is the cause that covers most of it.
+``other``       the launch had ended before the gap began: the work was queued and the device
+                waited on something else (a dependency, another stream, its own latency);
+``input_wait``  the host was inside a data wait during the gap (tf.data GetNext, DataLoader
+                ``__next__``);
+``sync``        the host was blocked in a synchronisation during the gap (``cuda*Synchronize``,
+                ``cuCtxSynchronize``, ``aten::item`` / ``aten::_local_scalar_dense``, a blocking
+                ``cudaMemcpy``), or the device itself recorded a sync wait;
+``host_launch`` the launch ended after the gap began: the host could not keep up. (HTA's
+                host-wait rule compares the launch *start*; a launch call that started just
+                before the device drained but was still running is the same problem.)
+``other``       no launch is known for the op and nothing above applies.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class HostContext:
 
     input_wait: Intervals
     sync: Intervals
-    launch_start: pd.Series  # correlation -> launch call start (ns)
+    launch_end: pd.Series  # correlation -> end of the launch call (ns)
     activity: pd.DataFrame  # host rows worth naming
 
 
@@ -85,26 +89,25 @@ def host_context(events: pd.DataFrame, input_id: int, device: str) -> HostContex
         union(ds, ds + device_sync["dur_ns"].to_numpy()),
     )
     launches = host[(kind.isin(("runtime", "sync")).to_numpy()) & (host["correlation"].to_numpy() >= 0)]
-    launch_start = launches.drop_duplicates("correlation").set_index("correlation")["ts_ns"]
+    launches = launches.drop_duplicates("correlation").set_index("correlation")
     activity = host[kind.isin(_ACTIVITY_KINDS).to_numpy()]
-    return HostContext(union(starts[wait_mask], ends[wait_mask]), sync, launch_start, activity)
+    return HostContext(
+        union(starts[wait_mask], ends[wait_mask]), sync, launches["ts_ns"] + launches["dur_ns"], activity
+    )
 
 
-def _split_by_cause(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> dict[str, np.ndarray]:
-    """Per gap, the ns of each cause (they sum to the gap length)."""
-    length = gaps.ends - gaps.starts
-    wait = context.input_wait.covered_between(gaps.starts, gaps.ends)
-    waited_or_synced = union_of(context.input_wait, context.sync).covered_between(gaps.starts, gaps.ends)
-    sync = waited_or_synced - wait
-    rest = length - waited_or_synced
-    launch = context.launch_start.reindex(next_correlation).to_numpy(dtype=float, na_value=np.nan)
-    launched_late = np.nan_to_num(launch, nan=-np.inf) > gaps.starts
-    return {
-        "input_wait": wait,
-        "sync": sync,
-        "host_launch": np.where(launched_late, rest, 0),
-        "other": np.where(launched_late, 0, rest),
-    }
+def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> np.ndarray:
+    """The cause of each gap (see the module docstring for the rules)."""
+    launch_end = context.launch_end.reindex(next_correlation).to_numpy(dtype=float, na_value=np.nan)
+    known = ~np.isnan(launch_end)
+    queued_in_time = known & (launch_end <= gaps.starts)
+    waited = context.input_wait.covered_between(gaps.starts, gaps.ends) > 0
+    synced = context.sync.covered_between(gaps.starts, gaps.ends) > 0
+    return np.select(
+        [queued_in_time, waited, synced, known],
+        ["other", "input_wait", "sync", "host_launch"],
+        default="other",
+    )
 
 
 def _host_activity(context: HostContext, start: int, end: int, top: int = 3) -> list[str]:
@@ -132,28 +135,25 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGap
         ts = rows["ts_ns"].to_numpy()
         first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
         next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)
-        split = _split_by_cause(gaps, next_corr, context) if len(gaps) else {c: np.zeros(0) for c in CAUSES}
-        durations = gaps.ends - gaps.starts
-        results.append(_summarise(usage.id, gaps, durations, split, context))
+        causes = gap_causes(gaps, next_corr, context)
+        results.append(_summarise(usage.id, gaps, causes, context))
     return results
 
 
-def _summarise(
-    device: str, gaps: Intervals, durations: np.ndarray, split: dict[str, np.ndarray], context: HostContext
-) -> DeviceGaps:
-    by_cause = {cause: int(split[cause].sum()) for cause in CAUSES}
+def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostContext) -> DeviceGaps:
+    durations = gaps.ends - gaps.starts
+    by_cause = {cause: int(durations[causes == cause].sum()) for cause in CAUSES}
     bins = np.digitize(durations, HISTOGRAM_EDGES_NS[1:])
     histogram = [
         (label, int((bins == i).sum()), int(durations[bins == i].sum())) for i, label in enumerate(HISTOGRAM_LABELS)
     ]
-    labels = np.array(CAUSES)[np.argmax(np.vstack([split[c] for c in CAUSES]), axis=0)] if len(gaps) else []
     order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
     longest = [
         Gap(
             device=device,
             start_ns=int(gaps.starts[i]),
             dur_ns=int(durations[i]),
-            cause=str(labels[i]),
+            cause=str(causes[i]),
             host_activity=_host_activity(context, int(gaps.starts[i]), int(gaps.ends[i])),
         )
         for i in order

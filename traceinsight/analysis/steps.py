@@ -29,7 +29,8 @@ MIN_REPEATING_COVERAGE = 0.3
 MIN_REPEATS = 3
 # A device idle gap at least this long, and at least half the longest gap, separates inferred steps.
 MIN_STEP_GAP_NS = 1_000_000
-_REPEATING_KINDS = ("cpu_op", "annotation", "python", "other")
+# Python functions repeat per layer, not per step (with_stack traces), so they are not candidates.
+_REPEATING_KINDS = ("cpu_op", "annotation", "other")
 
 
 @dataclass(frozen=True)
