@@ -7,8 +7,8 @@ input-pipeline page read ours the same way: >= 20 % "high", >= 5 % "moderate",
 else "potential" when unexplained idle time is >= 3 %, else "none".
 
 For tf.data, each ``Iterator::<path>`` stage gets its self time (its time minus
-that of its direct child stages), which points at the stage to parallelise,
-cache or prefetch.
+that of its direct child stages, at least 0), which points at the stage to
+parallelise, cache or prefetch.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ def _tf_data_stages(events: pd.DataFrame) -> list[Stage]:
     agg.index = agg.index.astype(str)
     parent = pd.Series(agg.index.str.rsplit("::", n=1).str[0], index=agg.index)
     child_time = agg["sum"].groupby(parent).sum()
-    agg["self"] = agg["sum"] - child_time.reindex(agg.index).fillna(0).astype("int64")
+    # Asynchronous stages (Prefetch, parallel map) run their children on other threads, so children can
+    # add up to more than the parent: self time is then 0, not negative.
+    agg["self"] = (agg["sum"] - child_time.reindex(agg.index).fillna(0).astype("int64")).clip(lower=0)
     agg = agg.sort_values("self", ascending=False).head(TOP_STAGES)
     return [Stage(name, int(r["size"]), int(r["sum"]), int(r["self"])) for name, r in agg.iterrows()]
 
