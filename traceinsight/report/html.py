@@ -8,12 +8,13 @@ matplotlib SVG is marked safe.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from traceinsight.analysis import Analysis
 from traceinsight.report.charts import all_charts
@@ -21,6 +22,12 @@ from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.terminal import verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_BACKTICKS = re.compile(r"`([^`]+)`")
+
+
+def inline_code(text: str) -> Markup:
+    """Escape `text`, then show `backticked` spans (our advice's code) as <code>."""
+    return Markup(_BACKTICKS.sub(r"<code>\1</code>", str(escape(text))))
 
 
 def templates_dir() -> Path:
@@ -40,7 +47,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, count=fmt_count)
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, count=fmt_count, code=inline_code)
     return env
 
 
