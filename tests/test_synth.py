@@ -44,8 +44,9 @@ def _overlap(a: list[list[int]], b: list[list[int]]) -> int:
     return sum(max(0, min(x[1], y[1]) - max(x[0], y[0])) for x in a for y in b)
 
 
-def summarize(ops: list[dict], launches: dict[int, tuple[int, int]], waits: list[tuple[int, int]],
-              syncs: list[tuple[int, int]]) -> dict:
+def summarize(
+    ops: list[dict], launches: dict[int, tuple[int, int]], waits: list[tuple[int, int]], syncs: list[tuple[int, int]]
+) -> dict:
     """Device facts from raw ops: {kind, copy, pageable, start, end, bytes, corr}."""
     busy = _union([(o["start"], o["end"]) for o in ops])
     start, end = busy[0][0], busy[-1][1]
@@ -118,20 +119,41 @@ def kineto_facts(trace: dict, profile_start_epoch_ns: int) -> dict:
     for e in x:
         if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"):
             copy = {"Memcpy HtoD": "h2d", "Memcpy DtoH": "d2h", "Memcpy DtoD": "d2d"}.get(e["name"][:11], "")
-            ops.append({"kind": {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}[e["cat"]],
-                        "copy": copy, "pageable": "Pageable" in e["name"], "bytes": e["args"].get("bytes", 0),
-                        "start": ns(e["ts"]), "end": ns(e["ts"]) + round(e["dur"] * 1000),
-                        "corr": e["args"]["correlation"]})
+            ops.append(
+                {
+                    "kind": {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}[e["cat"]],
+                    "copy": copy,
+                    "pageable": "Pageable" in e["name"],
+                    "bytes": e["args"].get("bytes", 0),
+                    "start": ns(e["ts"]),
+                    "end": ns(e["ts"]) + round(e["dur"] * 1000),
+                    "corr": e["args"]["correlation"],
+                }
+            )
     runtime = [e for e in x if e["cat"] == "cuda_runtime"]
-    launches = {e["args"]["correlation"]: (ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000))
-                for e in runtime if not e["name"].endswith("Synchronize")}
+    launches = {
+        e["args"]["correlation"]: (ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000))
+        for e in runtime
+        if not e["name"].endswith("Synchronize")
+    }
     syncs = [(ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000)) for e in runtime if e["name"].endswith("Synchronize")]
-    waits = [(ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000)) for e in x
-             if e["cat"] == "user_annotation" and e["name"].startswith("enumerate(DataLoader)#")]
-    steps = [(int(e["name"].split("#")[1]), ns(e["ts"]), round(e["dur"] * 1000)) for e in x
-             if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")]
-    return {"device": summarize(ops, launches, waits, syncs), "steps": sorted(steps, key=lambda s: s[1]),
-            "waits": waits, "syncs": syncs, "launches": len(launches)}
+    waits = [
+        (ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000))
+        for e in x
+        if e["cat"] == "user_annotation" and e["name"].startswith("enumerate(DataLoader)#")
+    ]
+    steps = [
+        (int(e["name"].split("#")[1]), ns(e["ts"]), round(e["dur"] * 1000))
+        for e in x
+        if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
+    return {
+        "device": summarize(ops, launches, waits, syncs),
+        "steps": sorted(steps, key=lambda s: s[1]),
+        "waits": waits,
+        "syncs": syncs,
+        "launches": len(launches),
+    }
 
 
 def _stats(plane, holder) -> dict:
@@ -159,12 +181,19 @@ def xspace_facts(data: bytes) -> dict:
             st = _stats(gpu, ev)
             details = st.get("memcpy_details") or st.get("Memset_details") or ""
             size = re.search(r"(?:size|num_bytes):(\d+)", details)
-            ops.append({"kind": "kernel" if "kernel_details" in st else ("memcpy" if name.startswith("Memcpy")
-                                                                         else "memset"),
-                        "copy": {"MemcpyH2D": "h2d", "MemcpyD2H": "d2h", "MemcpyD2D": "d2d"}.get(name, ""),
-                        "pageable": "kind_src:pageable" in details or "kind_dst:pageable" in details,
-                        "bytes": int(size.group(1)) if size else 0, "start": start, "end": end,
-                        "corr": st["correlation_id"]})
+            ops.append(
+                {
+                    "kind": "kernel"
+                    if "kernel_details" in st
+                    else ("memcpy" if name.startswith("Memcpy") else "memset"),
+                    "copy": {"MemcpyH2D": "h2d", "MemcpyD2H": "d2h", "MemcpyD2D": "d2d"}.get(name, ""),
+                    "pageable": "kind_src:pageable" in details or "kind_dst:pageable" in details,
+                    "bytes": int(size.group(1)) if size else 0,
+                    "start": start,
+                    "end": end,
+                    "corr": st["correlation_id"],
+                }
+            )
     cpu = planes["/host:CPU"]
     for line in cpu.lines:
         for ev in line.events:
@@ -181,9 +210,16 @@ def xspace_facts(data: bytes) -> dict:
             elif "correlation_id" in st:
                 launches[st["correlation_id"]] = (start, end)
     env = _stats(planes["Task Environment"], planes["Task Environment"])
-    return {"device": summarize(ops, launches, waits, syncs), "steps": sorted(steps, key=lambda s: s[1]),
-            "waits": waits, "syncs": syncs, "launches": len(launches), "profile_start": env["profile_start_time"],
-            "gpu_stats": _stats(gpu, gpu), "hostnames": list(space.hostnames)}
+    return {
+        "device": summarize(ops, launches, waits, syncs),
+        "steps": sorted(steps, key=lambda s: s[1]),
+        "waits": waits,
+        "syncs": syncs,
+        "launches": len(launches),
+        "profile_start": env["profile_start_time"],
+        "gpu_stats": _stats(gpu, gpu),
+        "hostnames": list(space.hostnames),
+    }
 
 
 def _check(facts: dict, truth: dict) -> None:
@@ -226,20 +262,24 @@ def test_kineto_is_well_formed(timelines: dict[str, GpuTimeline], name: str) -> 
     assert starts == ends == {e["args"]["correlation"] for e in device}
     assert {e["name"] for e in events if e["ph"] == "M"} >= {"process_name", "thread_name", "process_labels"}
     gpu_steps = [e for e in events if e.get("cat") == "gpu_user_annotation"]
-    assert [e["name"] for e in gpu_steps] == [e["name"] for e in events
-                                              if e.get("cat") == "user_annotation" and "ProfilerStep" in e["name"]]
+    assert [e["name"] for e in gpu_steps] == [
+        e["name"] for e in events if e.get("cat") == "user_annotation" and "ProfilerStep" in e["name"]
+    ]
     assert trace["deviceProperties"][0]["numSms"] == 132
 
 
 def test_scenarios_show_their_story(timelines: dict[str, GpuTimeline]) -> None:
-    facts = {name: kineto_facts(json.loads(json.dumps(tl.to_kineto())), synth.PROFILE_START_EPOCH_NS)["device"]
-             for name, tl in timelines.items()}
+    facts = {
+        name: kineto_facts(json.loads(json.dumps(tl.to_kineto())), synth.PROFILE_START_EPOCH_NS)["device"]
+        for name, tl in timelines.items()
+    }
 
     def idle(name: str) -> float:
         return facts[name]["idle_ns"] / facts[name]["span_ns"]
 
-    assert idle("input_bound") > 0.6 and facts["input_bound"]["by_cause"]["input_wait"] == facts["input_bound"][
-        "idle_ns"]
+    assert (
+        idle("input_bound") > 0.6 and facts["input_bound"]["by_cause"]["input_wait"] == facts["input_bound"]["idle_ns"]
+    )
     lb = facts["launch_bound"]
     assert lb["kernel_count"] >= 1000 and lb["small_count"] == lb["kernel_count"]
     assert idle("launch_bound") > 0.5 and lb["by_cause"]["host_launch"] > 0.95 * lb["idle_ns"]
@@ -262,22 +302,40 @@ def test_hand_built_timeline() -> None:
         DeviceOp("kernel", 13000 * US, 1000 * US, 6, name="e"),
         DeviceOp("kernel", 15000 * US, 100 * US, 7, name="f"),
     ]
-    launch_at = {1: (0, 900), 2: (100, 1900), 3: (6000, 7000), 4: (9000, 9500), 5: (100, 200), 6: (300, 400),
-                 7: (13800, 14900)}  # 7 starts before its gap (14000) but ends inside it: host_launch
+    launch_at = {
+        1: (0, 900),
+        2: (100, 1900),
+        3: (6000, 7000),
+        4: (9000, 9500),
+        5: (100, 200),
+        6: (300, 400),
+        7: (13800, 14900),
+    }  # 7 starts before its gap (14000) but ends inside it: host_launch
     host = [HostEvent("launch", s * US, (e - s) * US, correlation=c) for c, (s, e) in launch_at.items()]
-    host += [HostEvent("input_wait", 5500 * US, 500 * US), HostEvent("sync", 8000 * US, 100 * US, correlation=99,
-                                                                     name="cudaStreamSynchronize"),
-             HostEvent("step", 0, 16000 * US, step_id=3)]
+    host += [
+        HostEvent("input_wait", 5500 * US, 500 * US),
+        HostEvent("sync", 8000 * US, 100 * US, correlation=99, name="cudaStreamSynchronize"),
+        HostEvent("step", 0, 16000 * US, step_id=3),
+    ]
     truth = GpuTimeline("hand", "", ops, host, 17000 * US).ground_truth()
     dev = truth["devices"]["GPU:0"]
     assert (dev["span_ns"], dev["busy_ns"], dev["idle_ns"]) == (14100 * US, 7105 * US, 6995 * US)
-    assert dev["gaps"]["by_cause"] == {"input_wait": 3000 * US, "sync": 1995 * US, "host_launch": 1000 * US,
-                                       "other": 1000 * US}
+    assert dev["gaps"]["by_cause"] == {
+        "input_wait": 3000 * US,
+        "sync": 1995 * US,
+        "host_launch": 1000 * US,
+        "other": 1000 * US,
+    }
     assert dev["gaps"]["count"] == 4 and dev["gaps"]["max_ns"] == 3000 * US
     assert (dev["kernels"]["count"], dev["kernels"]["small_count"], dev["kernels"]["small_total_ns"]) == (6, 1, 5 * US)
     assert dev["kernels"]["shorter_than_launch_count"] == 2  # c (5 < 1000 us) and f (100 < 1100 us)
-    assert dev["copies"]["h2d"] == {"count": 1, "total_ns": 2000 * US, "bytes": 100, "pageable_count": 1,
-                                    "exposed_ns": 1500 * US}
+    assert dev["copies"]["h2d"] == {
+        "count": 1,
+        "total_ns": 2000 * US,
+        "bytes": 100,
+        "pageable_count": 1,
+        "exposed_ns": 1500 * US,
+    }
     assert truth["steps"]["items"] == [{"id": 3, "start_ns": 0, "dur_ns": 16000 * US}]
     assert truth["sync"] == {"count": 1, "total_ns": 100 * US}
 

@@ -42,8 +42,9 @@ def test_profiler_writes_xspace_with_step_markers(xplane: Path) -> None:
     # Input-bound: the GetNext waits inside the steps fill most of the step time.
     inside = sum(d for s, d in waits if any(t <= s < t + dur for t, dur in steps.values()))
     assert inside > 0.8 * sum(dur for _, dur in steps.values())
-    assert "profile_start_time" in {planes["Task Environment"].stat_metadata[s.metadata_id].name
-                                    for s in planes["Task Environment"].stats}
+    assert "profile_start_time" in {
+        planes["Task Environment"].stat_metadata[s.metadata_id].name for s in planes["Task Environment"].stats
+    }
 
 
 @pytest.mark.slow

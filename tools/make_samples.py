@@ -1,7 +1,7 @@
 """Regenerate everything under sample_traces/ (synthetic GPU traces, real TF and PyTorch profiles).
 
-    python -m tools.make_samples                  # all
-    python -m tools.make_samples synthetic        # only the synthetic GPU traces (fast, byte-reproducible)
+python -m tools.make_samples                  # all
+python -m tools.make_samples synthetic        # only the synthetic GPU traces (fast, byte-reproducible)
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def make_synthetic() -> None:
     for name, build in SCENARIOS.items():
         timeline = build()
         truth = json.dumps(timeline.ground_truth(), indent=1) + "\n"
-        for path in (write_kineto(timeline, SAMPLES / "synthetic_gpu" / name / KINETO_FILE),
-                     write_xspace(timeline, SAMPLES / "synthetic_gpu_xspace" / name)):
+        for path in (
+            write_kineto(timeline, SAMPLES / "synthetic_gpu" / name / KINETO_FILE),
+            write_xspace(timeline, SAMPLES / "synthetic_gpu_xspace" / name),
+        ):
             root = SAMPLES / path.relative_to(SAMPLES).parts[0] / name
             (root / "ground_truth.json").write_text(truth)
             print(f"{path.relative_to(REPO)}: {path.stat().st_size:,} bytes")
@@ -35,9 +37,11 @@ def make_synthetic() -> None:
 
 def main(argv: list[str]) -> None:
     # TensorFlow and torch are imported only when their part runs (seconds each).
-    parts = {"synthetic": make_synthetic,
-             "tf": lambda: importlib.import_module("tools.make_tf_samples").main(),
-             "torch": lambda: importlib.import_module("tools.make_torch_sample").main()}
+    parts = {
+        "synthetic": make_synthetic,
+        "tf": lambda: importlib.import_module("tools.make_tf_samples").main(),
+        "torch": lambda: importlib.import_module("tools.make_torch_sample").main(),
+    }
     for name in argv or list(parts):
         parts[name]()
 

@@ -67,8 +67,14 @@ def profile_tf_input_pipeline(logdir: Path, tuned: bool, steps: int = 10) -> Pat
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(128, activation="relu"),
-                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
+    model = keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.Adam(1e-3)
 
@@ -77,8 +83,9 @@ def profile_tf_input_pipeline(logdir: Path, tuned: bool, steps: int = 10) -> Pat
         x, y = next(iterator)
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables,
-                                      strict=True))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True)
+        )
         return loss
 
     iterator = iter(_dataset(tuned))
@@ -100,8 +107,11 @@ def profile_tf_input_pipeline(logdir: Path, tuned: bool, steps: int = 10) -> Pat
         raise RuntimeError(f"expected one .xplane.pb under {logdir}, found {written}")
     xplane = written[0].rename(written[0].with_name(f"{HOST}.xplane.pb"))
     run_info = {
-        "pipeline": ("range->map(py_function, AUTOTUNE)->cache->repeat->batch(32)->prefetch(AUTOTUNE)" if tuned
-                     else "range->map(py_function, sequential)->repeat->batch(32)"),
+        "pipeline": (
+            "range->map(py_function, AUTOTUNE)->cache->repeat->batch(32)->prefetch(AUTOTUNE)"
+            if tuned
+            else "range->map(py_function, sequential)->repeat->batch(32)"
+        ),
         "per_element_sleep_s": SLEEP_S,
         "batch_size": BATCH,
         "model": "MLP 64-128-128-10, Adam, custom tf.function train step (GetNext inside)",

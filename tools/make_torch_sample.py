@@ -41,15 +41,21 @@ class SlowDataset(Dataset[tuple[torch.Tensor, int]]):
 def profile_dataloader(out: Path) -> Path:
     """Profile WAIT+WARMUP+ACTIVE steps into `out`; return the trace file (also writes run_info.json)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(SlowDataset(), batch_size=BATCH, num_workers=0)
     out.mkdir(parents=True, exist_ok=True)
     wall_ms = []
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
-                 on_trace_ready=tensorboard_trace_handler(str(out), worker_name="sample", use_gzip=True),
-                 record_shapes=False, with_stack=False, profile_memory=False) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
+        on_trace_ready=tensorboard_trace_handler(str(out), worker_name="sample", use_gzip=True),
+        record_shapes=False,
+        with_stack=False,
+        profile_memory=False,
+    ) as prof:
         t0 = time.perf_counter()
         for step, (x, y) in enumerate(loader):
             if step == WAIT + WARMUP + ACTIVE:
@@ -68,7 +74,7 @@ def profile_dataloader(out: Path) -> Path:
         "model": "MLP 64-256-256-10, SGD",
         "schedule": {"wait": WAIT, "warmup": WARMUP, "active": ACTIVE},
         "profiled_steps": list(range(WAIT + WARMUP, WAIT + WARMUP + ACTIVE)),
-        "profiled_step_wall_ms": wall_ms[WAIT + WARMUP:],
+        "profiled_step_wall_ms": wall_ms[WAIT + WARMUP :],
         "trace_file": trace.name,
         "trace_bytes": trace.stat().st_size,
     }

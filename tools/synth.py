@@ -228,8 +228,9 @@ class GpuTimeline:
                 "count": len(gaps),
                 "total_ns": sum(g1 - g0 for g0, g1 in gaps),
                 "max_ns": max((g1 - g0 for g0, g1 in gaps), default=0),
-                "by_cause": {c: sum(g1 - g0 for (g0, g1), k in zip(gaps, causes, strict=True) if k == c)
-                             for c in CAUSES},
+                "by_cause": {
+                    c: sum(g1 - g0 for (g0, g1), k in zip(gaps, causes, strict=True) if k == c) for c in CAUSES
+                },
                 "count_by_cause": {c: causes.count(c) for c in CAUSES},
             },
             "kernels": {
@@ -256,8 +257,16 @@ class GpuTimeline:
             return (offset + ns) / 1000
 
         def x(cat: str, name: str, pid: int, tid: int, start: int, dur: int, args: dict[str, Any]) -> dict:
-            return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": us(start), "dur": dur / 1000,
-                    "args": args}
+            return {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": us(start),
+                "dur": dur / 1000,
+                "args": args,
+            }
 
         def ext(h: HostEvent) -> dict[str, int]:
             return {"External id": h.external_id} if h.external_id >= 0 else {}
@@ -267,50 +276,109 @@ class GpuTimeline:
         events: list[dict[str, Any]] = []
         for h in sorted(self.host_events, key=lambda h: (h.start_ns, -h.dur_ns)):
             if h.kind == "step":
-                events.append(x("user_annotation", f"ProfilerStep#{h.step_id}", PID, h.thread, h.start_ns, h.dur_ns,
-                                ext(h)))
+                events.append(
+                    x("user_annotation", f"ProfilerStep#{h.step_id}", PID, h.thread, h.start_ns, h.dur_ns, ext(h))
+                )
             elif h.kind == "input_wait":
                 events.append(x("user_annotation", DATALOADER_NEXT, PID, h.thread, h.start_ns, h.dur_ns, ext(h)))
             elif h.kind == "cpu_op":
                 events.append(x("cpu_op", h.name, PID, h.thread, h.start_ns, h.dur_ns, ext(h)))
             elif h.kind == "sync":
-                events.append(x("cuda_runtime", h.name, PID, h.thread, h.start_ns, h.dur_ns,
-                                {"cbid": _KINETO_SYNC_CBID[h.name], "correlation": h.correlation}))
+                events.append(
+                    x(
+                        "cuda_runtime",
+                        h.name,
+                        PID,
+                        h.thread,
+                        h.start_ns,
+                        h.dur_ns,
+                        {"cbid": _KINETO_SYNC_CBID[h.name], "correlation": h.correlation},
+                    )
+                )
             else:
                 name, cbid = _KINETO_LAUNCH[op_of[h.correlation].kind]
-                events.append(x("cuda_runtime", name, PID, h.thread, h.start_ns, h.dur_ns,
-                                {**ext(h), "cbid": cbid, "correlation": h.correlation}))
-                events.append({"ph": "s", "id": h.correlation, "pid": PID, "tid": h.thread, "ts": us(h.start_ns),
-                               "cat": "ac2g", "name": "ac2g"})
+                events.append(
+                    x(
+                        "cuda_runtime",
+                        name,
+                        PID,
+                        h.thread,
+                        h.start_ns,
+                        h.dur_ns,
+                        {**ext(h), "cbid": cbid, "correlation": h.correlation},
+                    )
+                )
+                events.append(
+                    {
+                        "ph": "s",
+                        "id": h.correlation,
+                        "pid": PID,
+                        "tid": h.thread,
+                        "ts": us(h.start_ns),
+                        "cat": "ac2g",
+                        "name": "ac2g",
+                    }
+                )
         for op in sorted(self.device_ops, key=lambda o: (o.start_ns, o.correlation)):
             launch = launch_of.get(op.correlation)
-            args: dict[str, Any] = {**(ext(launch) if launch else {}), "device": op.device, "context": 1,
-                                    "stream": op.stream, "correlation": op.correlation}
+            args: dict[str, Any] = {
+                **(ext(launch) if launch else {}),
+                "device": op.device,
+                "context": 1,
+                "stream": op.stream,
+                "correlation": op.correlation,
+            }
             if op.kind == "kernel":
                 blocks_per_sm = op.grid / self.gpu.sm_count
-                args |= {"queued": 0, "registers per thread": 32, "shared memory": 0,
-                         "blocks per SM": round(blocks_per_sm, 6), "warps per SM": round(blocks_per_sm * 8, 6),
-                         "grid": [op.grid, 1, 1], "block": [256, 1, 1],
-                         "est. achieved occupancy %": min(100, round(blocks_per_sm * 256 / 2048 * 100))}
+                args |= {
+                    "queued": 0,
+                    "registers per thread": 32,
+                    "shared memory": 0,
+                    "blocks per SM": round(blocks_per_sm, 6),
+                    "warps per SM": round(blocks_per_sm * 8, 6),
+                    "grid": [op.grid, 1, 1],
+                    "block": [256, 1, 1],
+                    "est. achieved occupancy %": min(100, round(blocks_per_sm * 256 / 2048 * 100)),
+                }
                 events.append(x("kernel", op.name, op.device, op.stream, op.start_ns, op.dur_ns, args))
             else:
                 args |= {"bytes": op.nbytes, "memory bandwidth (GB/s)": op.nbytes / op.dur_ns}
                 cat = "gpu_memcpy" if op.kind == "memcpy" else "gpu_memset"
                 events.append(x(cat, _kineto_copy_name(op), op.device, op.stream, op.start_ns, op.dur_ns, args))
-            events.append({"ph": "f", "id": op.correlation, "pid": op.device, "tid": op.stream,
-                           "ts": us(op.start_ns), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            events.append(
+                {
+                    "ph": "f",
+                    "id": op.correlation,
+                    "pid": op.device,
+                    "tid": op.stream,
+                    "ts": us(op.start_ns),
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "bp": "e",
+                }
+            )
         events += self._kineto_gpu_steps(launch_of, x)
         events += self._kineto_metadata(us)
         return {
             "schemaVersion": 1,
-            "deviceProperties": [{
-                "id": 0, "name": self.gpu.name, "totalGlobalMem": self.gpu.memory_bytes,
-                "computeMajor": self.gpu.compute_major, "computeMinor": self.gpu.compute_minor,
-                "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
-                "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": self.gpu.sm_count,
-                "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448,
-                "sharedMemPerMultiprocessor": 233472,
-            }],
+            "deviceProperties": [
+                {
+                    "id": 0,
+                    "name": self.gpu.name,
+                    "totalGlobalMem": self.gpu.memory_bytes,
+                    "computeMajor": self.gpu.compute_major,
+                    "computeMinor": self.gpu.compute_minor,
+                    "maxThreadsPerBlock": 1024,
+                    "maxThreadsPerMultiprocessor": 2048,
+                    "regsPerBlock": 65536,
+                    "warpSize": 32,
+                    "sharedMemPerBlock": 49152,
+                    "numSms": self.gpu.sm_count,
+                    "regsPerMultiprocessor": 65536,
+                    "sharedMemPerBlockOptin": 232448,
+                    "sharedMemPerMultiprocessor": 233472,
+                }
+            ],
             "cupti_version": 22,
             "cuda_runtime_version": 12040,
             "cuda_driver_version": 12090,
@@ -328,13 +396,25 @@ class GpuTimeline:
         """`gpu_user_annotation` copies of each step: the device work launched inside it."""
         out = []
         for step in self._of_kind("step"):
-            ops = [op for op in self.device_ops if op.correlation in launch_of
-                   and step.start_ns <= launch_of[op.correlation].start_ns < step.end_ns]
+            ops = [
+                op
+                for op in self.device_ops
+                if op.correlation in launch_of and step.start_ns <= launch_of[op.correlation].start_ns < step.end_ns
+            ]
             if ops:
                 start = min(op.start_ns for op in ops)
                 end = max(op.end_ns for op in ops)
-                out.append(x("gpu_user_annotation", f"ProfilerStep#{step.step_id}", ops[0].device, 7, start,
-                             end - start, {"External id": step.external_id}))
+                out.append(
+                    x(
+                        "gpu_user_annotation",
+                        f"ProfilerStep#{step.step_id}",
+                        ops[0].device,
+                        7,
+                        start,
+                        end - start,
+                        {"External id": step.external_id},
+                    )
+                )
         return out
 
     def _kineto_metadata(self, us: Callable[[int], float]) -> list[dict]:
@@ -344,20 +424,39 @@ class GpuTimeline:
         def m(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict:
             return {"name": name, "ph": "M", "ts": ts, "pid": pid, "tid": tid, "args": args}
 
-        out = [m("process_name", PID, 0, {"name": "python3"}), m("process_labels", PID, 0, {"labels": "CPU"}),
-               m("process_sort_index", PID, 0, {"sort_index": PID})]
+        out = [
+            m("process_name", PID, 0, {"name": "python3"}),
+            m("process_labels", PID, 0, {"labels": "CPU"}),
+            m("process_sort_index", PID, 0, {"sort_index": PID}),
+        ]
         for device in sorted({op.device for op in self.device_ops}):
-            out += [m("process_name", device, 0, {"name": "python3"}),
-                    m("process_labels", device, 0, {"labels": f"GPU {device}"}),
-                    m("process_sort_index", device, 0, {"sort_index": 5000000 + device})]
+            out += [
+                m("process_name", device, 0, {"name": "python3"}),
+                m("process_labels", device, 0, {"labels": f"GPU {device}"}),
+                m("process_sort_index", device, 0, {"sort_index": 5000000 + device}),
+            ]
             for stream in sorted({op.stream for op in self.device_ops if op.device == device}):
-                out += [m("thread_name", device, stream, {"name": f"stream {stream} "}),
-                        m("thread_sort_index", device, stream, {"sort_index": stream})]
+                out += [
+                    m("thread_name", device, stream, {"name": f"stream {stream} "}),
+                    m("thread_sort_index", device, stream, {"sort_index": stream}),
+                ]
         for tid in sorted({h.thread for h in self.host_events}):
-            out += [m("thread_name", PID, tid, {"name": f"thread {tid} (python3)"}),
-                    m("thread_sort_index", PID, tid, {"sort_index": tid})]
-        out.append({"ph": "X", "cat": "Trace", "ts": ts, "dur": self.end_ns / 1000, "pid": "Spans",
-                    "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})
+            out += [
+                m("thread_name", PID, tid, {"name": f"thread {tid} (python3)"}),
+                m("thread_sort_index", PID, tid, {"sort_index": tid}),
+            ]
+        out.append(
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "ts": ts,
+                "dur": self.end_ns / 1000,
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "name": "PyTorch Profiler (0)",
+                "args": {"Op count": 0},
+            }
+        )
         out.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": us(self.end_ns)})
         return out
 
@@ -386,30 +485,46 @@ class GpuTimeline:
         for device in sorted({op.device for op in self.device_ops}):
             gpu = _PlaneWriter(space.planes.add(id=device, name=f"/device:GPU:{device}"))
             writers.append(gpu)
-            gpu.plane_stats({
-                "device_vendor": "Nvidia", "gpu_device_name": self.gpu.name, "clock_rate": self.gpu.clock_khz,
-                "core_count": self.gpu.sm_count, "memory_bandwidth": _U64(self.gpu.memory_bandwidth_bps),
-                "memory_size": _U64(self.gpu.memory_bytes), "compute_cap_major": self.gpu.compute_major,
-                "compute_cap_minor": self.gpu.compute_minor,
-            })
+            gpu.plane_stats(
+                {
+                    "device_vendor": "Nvidia",
+                    "gpu_device_name": self.gpu.name,
+                    "clock_rate": self.gpu.clock_khz,
+                    "core_count": self.gpu.sm_count,
+                    "memory_bandwidth": _U64(self.gpu.memory_bandwidth_bps),
+                    "memory_size": _U64(self.gpu.memory_bytes),
+                    "compute_cap_major": self.gpu.compute_major,
+                    "compute_cap_minor": self.gpu.compute_minor,
+                }
+            )
             ops = [op for op in self.device_ops if op.device == device]
             for op in ops:
                 types = sorted({_XSPACE_LINE_TYPE[o.kind] or _xspace_op_name(o) for o in ops if o.stream == op.stream})
                 stats = {"correlation_id": _U64(op.correlation), "context_id": "$$1"} | _xspace_details(op)
                 gpu.event(op.stream, f"Stream #{op.stream}({','.join(types)})", _xspace_op_name(op), op, stats)
         env = _PlaneWriter(space.planes.add(id=0, name="Task Environment"))
-        env.plane_stats({"profile_start_time": _U64(PROFILE_START_EPOCH_NS),
-                         "profile_stop_time": _U64(PROFILE_START_EPOCH_NS + self.end_ns)})
+        env.plane_stats(
+            {
+                "profile_start_time": _U64(PROFILE_START_EPOCH_NS),
+                "profile_stop_time": _U64(PROFILE_START_EPOCH_NS + self.end_ns),
+            }
+        )
         for writer in writers:
             writer.flush()
         return space.SerializeToString(deterministic=True)
 
 
-_KINETO_LAUNCH = {"kernel": ("cudaLaunchKernel", 211), "memcpy": ("cudaMemcpyAsync", 41),
-                  "memset": ("cudaMemsetAsync", 51)}
+_KINETO_LAUNCH = {
+    "kernel": ("cudaLaunchKernel", 211),
+    "memcpy": ("cudaMemcpyAsync", 41),
+    "memset": ("cudaMemsetAsync", 51),
+}
 _KINETO_SYNC_CBID = {"cudaStreamSynchronize": 131, "cudaEventSynchronize": 126}
-_KINETO_COPY = {"h2d": ("HtoD", "{mem} -> Device"), "d2h": ("DtoH", "Device -> {mem}"),
-                "d2d": ("DtoD", "Device -> Device")}
+_KINETO_COPY = {
+    "h2d": ("HtoD", "{mem} -> Device"),
+    "d2h": ("DtoH", "Device -> {mem}"),
+    "d2d": ("DtoD", "Device -> Device"),
+}
 _XSPACE_COPY = {"h2d": "MemcpyH2D", "d2h": "MemcpyD2H", "d2d": "MemcpyD2D"}
 _XSPACE_LINE_TYPE = {"kernel": "Compute", "memset": "Memset", "memcpy": ""}
 
@@ -433,18 +548,21 @@ def _xspace_details(op: DeviceOp, host_side: bool = False) -> dict[str, Any]:
     if op.kind == "kernel":
         if host_side:
             return {}
-        return {"kernel_details": _Ref(f"regs:32 static_shared:0 dynamic_shared:0 grid:{op.grid},1,1 "
-                                       f"block:256,1,1 occ_pct:100"),
-                "theoretical_occupancy_pct": 100.0}
+        return {
+            "kernel_details": _Ref(
+                f"regs:32 static_shared:0 dynamic_shared:0 grid:{op.grid},1,1 block:256,1,1 occ_pct:100"
+            ),
+            "theoretical_occupancy_pct": 100.0,
+        }
     if op.kind == "memset":
         return {"Memset_details": _Ref(f"kind:{'unknown' if host_side else 'device'} num_bytes:{op.nbytes} async:1")}
-    src, dst = {"h2d": (op.host_memory, "device"), "d2h": ("device", op.host_memory),
-                "d2d": ("device", "device")}[op.copy_kind]
+    src, dst = {"h2d": (op.host_memory, "device"), "d2h": ("device", op.host_memory), "d2d": ("device", "device")}[
+        op.copy_kind
+    ]
     if host_side:
         src = dst = "unknown"
     is_async = int(op.host_memory != "pageable")
-    return {"memcpy_details": _Ref(f"kind_src:{src} kind_dst:{dst} size:{op.nbytes} dest:{op.device} "
-                                   f"async:{is_async}")}
+    return {"memcpy_details": _Ref(f"kind_src:{src} kind_dst:{dst} size:{op.nbytes} dest:{op.device} async:{is_async}")}
 
 
 class _Ref(str):
@@ -504,11 +622,13 @@ class _PlaneWriter:
             line_name, events = self._lines[line_id]
             events.sort(key=lambda e: (e[0], -e[1]))
             line_ts = events[0][0]
-            line = self.plane.lines.add(id=line_id, display_id=line_id, name=line_name, display_name=line_name,
-                                        timestamp_ns=line_ts)
+            line = self.plane.lines.add(
+                id=line_id, display_id=line_id, name=line_name, display_name=line_name, timestamp_ns=line_ts
+            )
             for start, dur, name, stats in events:
-                xev = line.events.add(metadata_id=self.event_id(name), offset_ps=(start - line_ts) * 1000,
-                                      duration_ps=dur * 1000)
+                xev = line.events.add(
+                    metadata_id=self.event_id(name), offset_ps=(start - line_ts) * 1000, duration_ps=dur * 1000
+                )
                 self._add_stats(xev, stats)
             line.duration_ps = (max(s + d for s, d, _, _ in events) - line_ts) * 1000
 
@@ -522,8 +642,15 @@ class TimelineBuilder:
     they finish, as `cudaMemcpyAsync` from pageable memory does.
     """
 
-    def __init__(self, seed: int = 0, *, launch_ns: int = 5_000, latency_ns: int = 1_000, queue_gap_ns: int = 0,
-                 start_ns: int = 100_000) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        launch_ns: int = 5_000,
+        latency_ns: int = 1_000,
+        queue_gap_ns: int = 0,
+        start_ns: int = 100_000,
+    ) -> None:
         self.rng = np.random.default_rng(seed)
         self.now = start_ns
         self.launch_ns = launch_ns
@@ -558,8 +685,9 @@ class TimelineBuilder:
             name, done_at = "cudaStreamSynchronize", max((op.end_ns for op in self._device_ops), default=self.now)
         else:
             name, done_at = "cudaEventSynchronize", until.end_ns
-        event = HostEvent("sync", self.now, max(self.now, done_at) + return_ns - self.now, name=name,
-                          correlation=next(self._ids))
+        event = HostEvent(
+            "sync", self.now, max(self.now, done_at) + return_ns - self.now, name=name, correlation=next(self._ids)
+        )
         self._host_events.append(event)
         self.now = event.end_ns
         return event
@@ -571,17 +699,42 @@ class TimelineBuilder:
         yield
         self._host_events.append(HostEvent("step", start, self.now - start, step_id=step_id, external_id=ext))
 
-    def launch_kernel(self, name: str, dur_ns: int, *, stream: int = 7, grid: int = 128, op: str = "",
-                      after: DeviceOp | None = None, launch_ns: int | None = None) -> DeviceOp:
+    def launch_kernel(
+        self,
+        name: str,
+        dur_ns: int,
+        *,
+        stream: int = 7,
+        grid: int = 128,
+        op: str = "",
+        after: DeviceOp | None = None,
+        launch_ns: int | None = None,
+    ) -> DeviceOp:
         """Launch a kernel, inside a `cpu_op` named `op` when given."""
-        return self._launch(DeviceOp("kernel", 0, dur_ns, 0, name=name, stream=stream, grid=grid), op, after,
-                            launch_ns)
+        return self._launch(DeviceOp("kernel", 0, dur_ns, 0, name=name, stream=stream, grid=grid), op, after, launch_ns)
 
-    def launch_copy(self, copy_kind: str, nbytes: int, dur_ns: int, *, host_memory: str = "pinned",
-                    stream: int = 8, op: str = "", after: DeviceOp | None = None) -> DeviceOp:
+    def launch_copy(
+        self,
+        copy_kind: str,
+        nbytes: int,
+        dur_ns: int,
+        *,
+        host_memory: str = "pinned",
+        stream: int = 8,
+        op: str = "",
+        after: DeviceOp | None = None,
+    ) -> DeviceOp:
         """Launch a memcpy; one from/to pageable host memory blocks the host until it is done."""
-        spec = DeviceOp("memcpy", 0, dur_ns, 0, stream=stream, copy_kind=copy_kind,
-                        host_memory="" if copy_kind == "d2d" else host_memory, nbytes=nbytes)
+        spec = DeviceOp(
+            "memcpy",
+            0,
+            dur_ns,
+            0,
+            stream=stream,
+            copy_kind=copy_kind,
+            host_memory="" if copy_kind == "d2d" else host_memory,
+            nbytes=nbytes,
+        )
         return self._launch(spec, op, after, None)
 
     def launch_memset(self, nbytes: int, dur_ns: int, *, stream: int = 7, op: str = "") -> DeviceOp:
@@ -605,8 +758,9 @@ class TimelineBuilder:
         self._stream_free[dev.stream] = dev.end_ns
         if spec.host_memory == "pageable":
             launch_end = max(launch_end, dev.end_ns + 2_000)
-        self._host_events.append(HostEvent("launch", launch_start, launch_end - launch_start, correlation=corr,
-                                           external_id=ext))
+        self._host_events.append(
+            HostEvent("launch", launch_start, launch_end - launch_start, correlation=corr, external_id=ext)
+        )
         self.now = launch_end
         if op:
             self.now += 1_000
@@ -622,48 +776,73 @@ class TimelineBuilder:
 # ---------------------------------------------------------------------------- scenarios
 # (aten op, kernel symbol) pairs, as PyTorch on an H100 names them.
 _KERNELS = (
-    ("aten::addmm",
-     "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_o"
-     "ff_kernel__5x_cublas"),
-    ("aten::relu",
-     "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clam"
-     "p_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{l"
-     "ambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<"
-     "char*, 2ul> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase"
-     "&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const:"
-     ":{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)"),
-    ("aten::add_",
-     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array"
-     "<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"),
-    ("aten::mul",
-     "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float,"
-     " at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::Bin"
-     "aryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<cha"
-     "r*, 3ul>)"),
-    ("aten::sum",
-     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<fl"
-     "oat, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(floa"
-     "t, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<"
-     "float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(fl"
-     "oat, float)#1}>, unsigned int, float, 4>)"),
-    ("aten::_softmax",
-     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::"
-     "(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"),
+    (
+        "aten::addmm",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_o"
+        "ff_kernel__5x_cublas",
+    ),
+    (
+        "aten::relu",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clam"
+        "p_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{l"
+        "ambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<"
+        "char*, 2ul> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase"
+        "&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const:"
+        ":{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)",
+    ),
+    (
+        "aten::add_",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array"
+        "<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+    ),
+    (
+        "aten::mul",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float,"
+        " at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::Bin"
+        "aryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<cha"
+        "r*, 3ul>)",
+    ),
+    (
+        "aten::sum",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<fl"
+        "oat, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(floa"
+        "t, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<"
+        "float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(fl"
+        "oat, float)#1}>, unsigned int, float, 4>)",
+    ),
+    (
+        "aten::_softmax",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::"
+        "(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+    ),
 )
 _BATCH_BYTES = 8 * 3 * 224 * 224 * 4  # a batch of 8 fp32 224x224 RGB images
 
 
-def _kernels(b: TimelineBuilder, count: int, low_ns: int, high_ns: int, *, python_ns: tuple[int, int],
-             first_after: DeviceOp | None = None, grid: int = 128,
-             launch_ns: tuple[int, int] | None = None) -> DeviceOp:
+def _kernels(
+    b: TimelineBuilder,
+    count: int,
+    low_ns: int,
+    high_ns: int,
+    *,
+    python_ns: tuple[int, int],
+    first_after: DeviceOp | None = None,
+    grid: int = 128,
+    launch_ns: tuple[int, int] | None = None,
+) -> DeviceOp:
     """`count` kernels, each after some Python time, cycling through `_KERNELS`; returns the last."""
     last = first_after
     for i in range(count):
         b.cpu(b.uniform_ns(*python_ns))
         op, name = _KERNELS[i % len(_KERNELS)]
-        last = b.launch_kernel(name, b.uniform_ns(low_ns, high_ns), op=op, grid=grid,
-                               after=first_after if i == 0 else None,
-                               launch_ns=None if launch_ns is None else b.uniform_ns(*launch_ns))
+        last = b.launch_kernel(
+            name,
+            b.uniform_ns(low_ns, high_ns),
+            op=op,
+            grid=grid,
+            after=first_after if i == 0 else None,
+            launch_ns=None if launch_ns is None else b.uniform_ns(*launch_ns),
+        )
     assert last is not None
     return last
 
@@ -677,8 +856,11 @@ def input_bound(steps: int = 6) -> GpuTimeline:
             copy = b.launch_copy("h2d", _BATCH_BYTES, b.uniform_ns(230_000, 260_000), op="aten::copy_")
             b.launch_memset(4_096, 2_000, op="aten::zero_")
             _kernels(b, 40, 60_000, 250_000, python_ns=(10_000, 30_000), first_after=copy)
-    return b.build("input_bound", "Input-bound training: the GPU idles while the host waits in DataLoader.__next__ "
-                                  "each step (~70 % idle, almost all of it input_wait).")
+    return b.build(
+        "input_bound",
+        "Input-bound training: the GPU idles while the host waits in DataLoader.__next__ "
+        "each step (~70 % idle, almost all of it input_wait).",
+    )
 
 
 def launch_bound(steps: int = 3, kernels_per_step: int = 500) -> GpuTimeline:
@@ -687,10 +869,12 @@ def launch_bound(steps: int = 3, kernels_per_step: int = 500) -> GpuTimeline:
     for step_id in range(1, 1 + steps):
         with b.step(step_id):
             b.input_wait(b.uniform_ns(30_000, 50_000))
-            _kernels(b, kernels_per_step, 3_000, 5_000, python_ns=(4_000, 9_000), grid=4,
-                     launch_ns=(5_000, 7_000))
-    return b.build("launch_bound", "Launch-bound: thousands of 3-5 us kernels, each shorter than its launch call; "
-                                   "host launch gaps dominate (~70 % idle, host_launch).")
+            _kernels(b, kernels_per_step, 3_000, 5_000, python_ns=(4_000, 9_000), grid=4, launch_ns=(5_000, 7_000))
+    return b.build(
+        "launch_bound",
+        "Launch-bound: thousands of 3-5 us kernels, each shorter than its launch call; "
+        "host launch gaps dominate (~70 % idle, host_launch).",
+    )
 
 
 def healthy(steps: int = 4) -> GpuTimeline:
@@ -706,8 +890,11 @@ def healthy(steps: int = 4) -> GpuTimeline:
             if previous_last is not None:  # stay at most one step ahead of the GPU
                 b.synchronize(until=previous_last)
             previous_last = last
-    return b.build("healthy", "Healthy: the host runs a step ahead, prefetched pinned copies overlap compute; "
-                              "~1 % idle, all of it 'other' (inter-kernel gaps).")
+    return b.build(
+        "healthy",
+        "Healthy: the host runs a step ahead, prefetched pinned copies overlap compute; "
+        "~1 % idle, all of it 'other' (inter-kernel gaps).",
+    )
 
 
 def h2d_pageable(steps: int = 4) -> GpuTimeline:
@@ -719,12 +906,16 @@ def h2d_pageable(steps: int = 4) -> GpuTimeline:
             last = None
             for _ in range(4):
                 b.cpu(b.uniform_ns(8_000, 15_000))
-                last = b.launch_copy("h2d", 8 << 20, b.uniform_ns(1_450_000, 1_600_000), host_memory="pageable",
-                                     op="aten::copy_")
+                last = b.launch_copy(
+                    "h2d", 8 << 20, b.uniform_ns(1_450_000, 1_600_000), host_memory="pageable", op="aten::copy_"
+                )
             b.launch_memset(4_096, 2_000, op="aten::zero_")
             _kernels(b, 25, 60_000, 120_000, python_ns=(8_000, 15_000), first_after=last)
-    return b.build("h2d_pageable", "H2D-heavy: 16 pageable host-to-device copies of 8 MiB (~6 ms per step) "
-                                   "dominate device time; copies block the host.")
+    return b.build(
+        "h2d_pageable",
+        "H2D-heavy: 16 pageable host-to-device copies of 8 MiB (~6 ms per step) "
+        "dominate device time; copies block the host.",
+    )
 
 
 def sync_heavy(steps: int = 4) -> GpuTimeline:
@@ -740,8 +931,11 @@ def sync_heavy(steps: int = 4) -> GpuTimeline:
                 b.synchronize()
                 b.cpu(b.uniform_ns(500_000, 1_200_000), name="metrics")
             _kernels(b, 10, 80_000, 150_000, python_ns=(8_000, 15_000))
-    return b.build("sync_heavy", "Sync-heavy: three .item() per step (D2H + cudaStreamSynchronize) drain "
-                                 "the GPU, which then idles while Python runs; sync dominates the idle time.")
+    return b.build(
+        "sync_heavy",
+        "Sync-heavy: three .item() per step (D2H + cudaStreamSynchronize) drain "
+        "the GPU, which then idles while Python runs; sync dominates the idle time.",
+    )
 
 
 SCENARIOS: dict[str, Callable[[], GpuTimeline]] = {

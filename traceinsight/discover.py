@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceinsight.model import TraceError
+from traceinsight.readers import is_trace_file
 
-XSPACE_SUFFIX = ".xplane.pb"
-JSON_SUFFIXES = (".json", ".json.gz")
-# JSON files a profiler writes beside traces that are not traces.
+# JSON files that sit beside traces (our sample metadata, XProf tool output) and are not traces.
 _NOT_TRACES = ("run_info.json", "ground_truth.json", "overview_page.json", "input_pipeline_analyzer.json")
+# Names only traces have; other .json files count only where no such file is found.
+_TRACE_NAMES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz", ".trace.json.gz")
 
 
 @dataclass(frozen=True)
@@ -30,18 +31,9 @@ class Run:
     files: tuple[Path, ...]
 
 
-def is_trace_file(path: Path) -> bool:
+def _is_candidate(path: Path) -> bool:
     name = path.name
-    if name.endswith(XSPACE_SUFFIX):
-        return True
-    if name in _NOT_TRACES or name.startswith("."):
-        return False
-    return name.endswith(JSON_SUFFIXES)
-
-
-def _is_kineto_or_xspace(path: Path) -> bool:
-    """Files that are traces by name alone (no peeking needed)."""
-    return path.name.endswith((XSPACE_SUFFIX, ".pt.trace.json", ".pt.trace.json.gz", ".trace.json.gz"))
+    return is_trace_file(path) and not name.startswith(".") and name not in _NOT_TRACES
 
 
 def _candidate_files(root: Path) -> list[Path]:
@@ -50,7 +42,7 @@ def _candidate_files(root: Path) -> list[Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if is_trace_file(path):
+            if _is_candidate(path):
                 found.append(path)
     return found
 
@@ -75,7 +67,7 @@ def find_runs(path: Path) -> list[Run]:
         return [Run(path.name, path.parent, (path,))]
     files = _candidate_files(path)
     # Prefer files that are traces by name; other .json files count only when nothing else is there.
-    named = [f for f in files if _is_kineto_or_xspace(f)]
+    named = [f for f in files if f.name.lower().endswith(_TRACE_NAMES)]
     files = named or files
     if not files:
         raise TraceError(

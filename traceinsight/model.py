@@ -164,7 +164,7 @@ def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.Dat
 
 def _promote_markers(table: pd.DataFrame) -> None:
     """Give host step and input-wait markers their kinds, in place."""
-    if table.empty:
+    if table.empty or not len(table["name"].cat.categories):
         return
     names = table["name"].cat.categories.to_series(index=range(len(table["name"].cat.categories)))
     codes = table["name"].cat.codes.to_numpy()

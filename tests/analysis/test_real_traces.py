@@ -88,7 +88,9 @@ def _plain_xspace(path: Path):
         if iv:
             span = max(e for _, e in iv) - min(s for s, _ in iv)
             out[plane.name.removeprefix("/device:")] = (
-                1 - _union_length(iv) / span, len(durs), sum(1 for d in durs if d < 10_000_000)
+                1 - _union_length(iv) / span,
+                len(durs),
+                sum(1 for d in durs if d < 10_000_000),
             )
     return out
 
@@ -103,8 +105,7 @@ def test_idle_fraction_and_small_kernels_match_plain_arithmetic(relative):
     want = _plain_xspace(path) if relative.endswith(".pb") else _plain_kineto(path)
     analysis = _analyse(path)
     got = {
-        u.id: (u.idle_fraction, k.count, k.small_count)
-        for u, k in zip(analysis.devices, analysis.kernels, strict=True)
+        u.id: (u.idle_fraction, k.count, k.small_count) for u, k in zip(analysis.devices, analysis.kernels, strict=True)
     }
     assert sorted(got) == sorted(want)
     for dev, (idle, count, small) in want.items():

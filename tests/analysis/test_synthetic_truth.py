@@ -47,7 +47,10 @@ def test_analysis_matches_ground_truth(scenario, fmt, tmp_path):
         for kind in ("h2d", "d2h", "d2d"):
             got, exp = copies.copies[kind], want["copies"][kind]
             assert (got.count, got.total_ns, got.pageable_count, got.exposed_ns) == (
-                exp["count"], exp["total_ns"], exp["pageable_count"], exp["exposed_ns"]
+                exp["count"],
+                exp["total_ns"],
+                exp["pageable_count"],
+                exp["exposed_ns"],
             )
             assert (got.bytes or 0) == exp["bytes"]
     steps = analysis.steps

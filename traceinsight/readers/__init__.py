@@ -1,0 +1,42 @@
+"""Readers: one per trace format, all returning a `TraceRead` with the canonical event table.
+
+`read_trace` picks the reader from the file name and, for JSON, from the content:
+Kineto (PyTorch profiler) writes its own top-level keys and event cats; anything
+else in Chrome-trace JSON is read as XProf's trace_viewer export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceinsight.model import TraceError, TraceRead
+from traceinsight.readers.chrome import read_chrome
+from traceinsight.readers.jsonload import load_trace_json
+from traceinsight.readers.kineto import looks_like_kineto, read_kineto
+
+XSPACE_SUFFIX = ".xplane.pb"
+JSON_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
+
+
+def is_trace_file(path: Path | str) -> bool:
+    """Whether the file name has a trace suffix (case-insensitive); the content is not opened.
+
+    Any ``.json`` qualifies, so discovery must expect `read_trace` to refuse some
+    (e.g. a run_info.json) with a `TraceError`.
+    """
+    return Path(path).name.lower().endswith(TRACE_SUFFIXES)
+
+
+def read_trace(path: Path | str) -> TraceRead:
+    """Read one trace file with the reader its name and content call for."""
+    path = Path(path)
+    name = path.name.lower()
+    if name.endswith(XSPACE_SUFFIX):
+        from traceinsight.readers.xspace import read_xspace  # protobuf is only needed here
+
+        return read_xspace(path)
+    if name.endswith(JSON_SUFFIXES):
+        doc = load_trace_json(path)
+        return read_kineto(path, doc) if looks_like_kineto(doc) else read_chrome(path, doc)
+    raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")

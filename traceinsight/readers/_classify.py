@@ -1,15 +1,18 @@
-"""Name rules shared by the readers, so a copy or a sync means the same in every format.
+"""Name rules shared by the JSON readers, so a copy or a sync means the same in every format.
 
 Kineto names copies ``Memcpy HtoD (Pageable -> Device)``; XSpace and XProf's JSON
 export name them ``MemcpyH2D`` and put the memory kinds in ``memcpy_details``. The
-rules are applied once per distinct name (`per_category`), never per event.
+XProf rules (stream activity, host events, framework) follow xspace.py's, so the
+Chrome export of a profile reads like its XSpace. Rules run once per distinct name
+(`per_category`) or are cached per distinct stat string, never per event.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -35,6 +38,11 @@ _KINETO_MEMORY = re.compile(r"\(\s*([A-Za-z][A-Za-z ]*?)\s*->\s*([A-Za-z][A-Za-z
 _DETAILS_SRC = re.compile(r"(?:^|\s)kind_src:(\w+)")
 _DETAILS_DST = re.compile(r"(?:^|\s)kind_dst:(\w+)")
 _DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
+_DETAILS_OCCUPANCY = re.compile(r"(?:^|\s)occ_pct:([0-9.eE+-]+)")
+# XProf's host-side rules (as in xspace.py): explicit step markers with a step_num
+# stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
+STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
+TF_OP_PATTERN = re.compile(r"^[A-Za-z0-9_.][\w.\-/>]*:[A-Za-z_]\w*$")
 _MEMORY_WORDS = {
     "pageable": "pageable",
     "pinned": "pinned",
@@ -52,17 +60,16 @@ _NON_KERNEL_ACTIVITY = frozenset(
         "HostRegister",
         "HostUnregister",
         "Overhead",
-        "Generic",
     }
 )
 
 
-def per_category(values: pd.Categorical, rule: Callable[[str], T], missing: T) -> np.ndarray:
+def per_category(values: pd.Categorical, rule: Callable[[str], T], missing: T, dtype: Any = object) -> np.ndarray:
     """Apply `rule` once per distinct value and spread the results over the rows.
 
     Rows whose value is missing (code -1) get `missing`: the extra last element.
     """
-    results = np.array([rule(str(c)) for c in values.categories] + [missing], dtype=object)
+    results = np.array([rule(str(c)) for c in values.categories] + [missing], dtype=dtype)
     return results[np.asarray(values.codes)]
 
 
@@ -101,6 +108,7 @@ def kineto_copy_memory(name: str) -> str:
     return _host_side(copy_kind(name), match.group(1), match.group(2))
 
 
+@cache
 def details_copy_memory(name: str, details: str) -> str:
     """Memory kind of an XSpace-style copy from ``kind_src:``/``kind_dst:`` (same rule as Kineto)."""
     src = _DETAILS_SRC.search(details)
@@ -108,10 +116,19 @@ def details_copy_memory(name: str, details: str) -> str:
     return _host_side(copy_kind(name), src and src.group(1), dst and dst.group(1))
 
 
+@cache
 def details_bytes(details: str) -> int:
     """Bytes from ``memcpy_details``/``Memset_details`` (``size:N`` or ``num_bytes:N``), -1 if absent."""
     match = _DETAILS_BYTES.search(details)
     return int(match.group(1)) if match else -1
+
+
+@cache
+def details_occupancy(details: str) -> float:
+    """``occ_pct`` of ``kernel_details``; NaN when absent or 0 (ROCm writes 0 for "not computed")."""
+    match = _DETAILS_OCCUPANCY.search(details)
+    value = float(match.group(1)) if match else np.nan
+    return value if value > 0 else np.nan
 
 
 def device_activity_kind(name: str) -> str:
@@ -121,3 +138,21 @@ def device_activity_kind(name: str) -> str:
     if name.startswith("Memset"):
         return "memset"
     return "other" if name in _NON_KERNEL_ACTIVITY else "kernel"
+
+
+def xprof_host_kind(name: str) -> str:
+    """Kind of an XProf host event from its name alone: python, cpu_op (a TF op) or other."""
+    if name.startswith("$"):
+        return "python"
+    return "cpu_op" if TF_OP_PATTERN.match(name) else "other"
+
+
+def xprof_framework(host_threads: Iterable[str], host_names: Iterable[str], has_cpu_ops: bool) -> str:
+    """JAX if the PjRt/JAX client left its marks on the host threads, TensorFlow if its executor did."""
+    threads = list(host_threads)
+    if any(t.startswith("py_xla_execute") for t in threads):
+        return "jax"
+    tf_markers = {"EagerExecute", "EagerLocalExecute", "train", "ExecutorState::Process"}
+    if has_cpu_ops or tf_markers.intersection(host_names) or any(t.startswith("tf_Compute") for t in threads):
+        return "tensorflow"
+    return "jax" if any("pjrt" in t.lower() for t in threads) else "unknown"

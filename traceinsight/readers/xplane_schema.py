@@ -15,11 +15,11 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool
 
 try:  # protobuf >= 4.22
-    from google.protobuf.message_factory import GetMessageClass as _get_message_class
+    from google.protobuf.message_factory import GetMessageClass as get_message_class
 except ImportError:  # pragma: no cover - older protobuf
     from google.protobuf.message_factory import MessageFactory
 
-    def _get_message_class(descriptor: Any) -> Any:
+    def get_message_class(descriptor: Any) -> Any:
         return MessageFactory().GetPrototype(descriptor)
 
 
@@ -124,7 +124,7 @@ def _pool() -> descriptor_pool.DescriptorPool:
 
 def message_class(name: str) -> Any:
     """The generated message class for one XSpace message (`"XSpace"`, `"XPlane"`, ...)."""
-    return _get_message_class(_pool().FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+    return get_message_class(_pool().FindMessageTypeByName(f"{_PACKAGE}.{name}"))
 
 
 def XSpace() -> Any:  # noqa: N802 - reads like the message it makes

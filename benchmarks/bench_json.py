@@ -1,0 +1,104 @@
+"""How fast the JSON readers are: MB/s of `read_trace` next to ``orjson.loads`` on the same bytes.
+
+For every Kineto trace in ../shared/traces, and for a ~100 MB trace made in a
+temporary directory by repeating one trace's events with shifted timestamps. MB
+are of the uncompressed JSON. Columns:
+
+* read_trace: the whole reader (gunzip, decode, event table), best of --repeat;
+* decode: `load_trace_json` alone on the uncompressed bytes (msgspec into structs);
+* orjson: ``orjson.loads`` with the garbage collector off, i.e. only a parse into dicts,
+  no table (orjson with the collector on is 1.2-1.6x slower still).
+
+Run: ``python benchmarks/bench_json.py [--repeat 3] [--big-mb 100]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceinsight.readers import read_trace
+from traceinsight.readers.jsonload import load_trace_json, read_json_bytes
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+KINETO = (
+    "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+    "kineto/gpu_metrics/gpu_metrics_input.json",
+    "hta/trace_diff/control/control.json.gz",
+    "hta/trace_diff/test/test.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "tracelens/b200/eager_trace.json.gz",
+)
+REPLICATED_FROM = "hta/nccl_parser_config/nccl_data.json.gz"
+
+
+def best_of(repeat: int, run: Callable[[], Any], gc_off: bool = False) -> float:
+    """Fastest wall time of `repeat` runs (result dropped outside the timing)."""
+    best = float("inf")
+    for _ in range(repeat):
+        if gc_off:
+            gc.disable()
+        try:
+            start = time.perf_counter()
+            result = run()
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+        del result
+    return best
+
+
+def measure(label: str, path: Path, repeat: int) -> None:
+    raw = read_json_bytes(path)
+    mb = len(raw) / 1e6
+    rows = len(read_trace(path).events)
+    full = best_of(repeat, lambda: read_trace(path))
+    decode = best_of(repeat, lambda: load_trace_json(path, raw))
+    parse = best_of(repeat, lambda: orjson.loads(raw), gc_off=True)
+    speeds = " ".join(f"{mb / seconds:8.0f}" for seconds in (full, decode, parse))
+    print(f"{label[:44]:44s} {mb:7.1f} {rows:9,d} {full:7.3f} {speeds}")
+
+
+def replicate(source: Path, target: Path, megabytes: float) -> Path:
+    """Write `source`'s events repeated until ~`megabytes`, each copy shifted past the previous one."""
+    doc = orjson.loads(read_json_bytes(source))
+    events = doc["traceEvents"]
+    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
+    shift = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
+    copies = max(1, round(megabytes * 1e6 / len(orjson.dumps(doc))))
+    doc["traceEvents"] = [{**e, "ts": e["ts"] + k * shift} if "ts" in e else e for k in range(copies) for e in events]
+    target.write_bytes(orjson.dumps(doc))
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--big-mb", type=float, default=100.0, help="size of the replicated trace")
+    args = parser.parse_args()
+    print(f"{'trace':44s} {'MB':>7s} {'rows':>9s} {'read s':>7s} {'read':>8s} {'decode':>8s} {'orjson':>8s}")
+    print(f"{'':44s} {'':>7s} {'':>9s} {'':>7s} {'MB/s':>8s} {'MB/s':>8s} {'MB/s':>8s}")
+    for rel in KINETO:
+        if (TRACES / rel).exists():
+            measure(rel, TRACES / rel, args.repeat)
+    if (TRACES / REPLICATED_FROM).exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            big = replicate(TRACES / REPLICATED_FROM, Path(tmp) / "replicated.pt.trace.json", args.big_mb)
+            measure(f"replicated {Path(REPLICATED_FROM).name} (.json)", big, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

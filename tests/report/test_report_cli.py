@@ -1,0 +1,136 @@
+"""`traceinsight report` end to end: outputs, their agreement with the JSON, CI gating and exit codes."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES, shared_trace
+from traceinsight.cli import main
+from traceinsight.report.format import fmt_count, fmt_pct
+
+INPUT_BOUND = SAMPLE_TRACES / "synthetic_gpu" / "input_bound"
+
+
+def _report(tmp_path: Path, path: Path, *extra: str) -> tuple[int, Path, Path, Path]:
+    html, js, md = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.md"
+    code = main(["report", str(path), "-o", str(html), "--json", str(js), "--markdown", str(md), "-q", *extra])
+    return code, html, js, md
+
+
+@pytest.fixture(scope="module")
+def input_bound_outputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    code, html, js, md = _report(tmp, INPUT_BOUND)
+    assert code == 0
+    return html.read_text(), json.loads(js.read_text()), md.read_text()
+
+
+def test_json_contract_fields(input_bound_outputs):
+    _, report, _ = input_bound_outputs
+    assert report["schema"] == "traceinsight.report/1"
+    truth = json.loads((INPUT_BOUND / "ground_truth.json").read_text())
+    (device,) = report["devices"]
+    want = truth["devices"]["GPU:0"]
+    assert (device["span_ns"], device["busy_ns"], device["idle_ns"]) == (
+        want["span_ns"],
+        want["busy_ns"],
+        want["idle_ns"],
+    )
+    assert device["gaps"]["by_cause"] == want["gaps"]["by_cause"]
+    assert report["totals"]["kernel_count"] == want["kernels"]["count"]
+    assert report["steps"]["source"] == "marker" and report["steps"]["count"] == truth["steps"]["count"]
+    for item in report["steps"]["items"]:
+        assert sum(item["breakdown"].values()) == item["dur_ns"]
+    assert report["bottlenecks"][0]["id"] == "input_bound"
+    assert [b["rank"] for b in report["bottlenecks"]] == list(range(1, len(report["bottlenecks"]) + 1))
+    assert report["inputs"][0]["format"] == "kineto"
+
+
+def test_html_shows_the_json_figures(input_bound_outputs):
+    html, report, _ = input_bound_outputs
+    for section in (
+        "headline",
+        "bottlenecks",
+        "devices",
+        "gaps",
+        "steps",
+        "kernels",
+        "copies",
+        "input-pipeline",
+        "inputs",
+    ):
+        assert f'id="{section}"' in html
+    device = report["devices"][0]
+    assert fmt_pct(device["idle_fraction"]) in html
+    assert fmt_count(device["kernels"]["count"]) in html
+    assert re.findall(r'id="bottleneck-(\w+)"', html)[0] == "input_bound"
+    assert "num_workers" in html
+    assert len(re.findall(r"<svg", html)) >= 3
+    assert 'id="chart-timeline"' in html and 'id="chart-steps"' in html
+
+
+def test_html_loads_nothing_remote(input_bound_outputs):
+    html, _, _ = input_bound_outputs
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
+    assert "@import" not in html and "url(http" not in html
+    assert "default-src 'none'" in html
+
+
+def test_markdown_summary(input_bound_outputs):
+    _, report, md = input_bound_outputs
+    assert md.startswith("## traceinsight")
+    assert "| 1 | input_bound | high |" in md
+    assert fmt_pct(report["totals"]["idle_fraction"]) in md
+
+
+def test_terminal_summary(capsys):
+    assert main(["report", str(INPUT_BOUND), "-o", "/dev/null"]) == 0
+    out = capsys.readouterr().out
+    assert "input_bound" in out and "\033[" not in out  # no colours when stdout is not a terminal
+
+
+@pytest.mark.parametrize(
+    ("expr", "code"),
+    [
+        ("totals.idle_fraction>0.3", 1),
+        ("totals.idle_fraction>0.9", 0),
+        ("input_pipeline.fraction>=0.2", 1),
+        ("devices.GPU:0.idle_fraction<0.1", 0),
+        ("bottleneck=input_bound", 1),
+        ("bottleneck=fp32_compute", 0),
+    ],
+)
+def test_fail_on_thresholds(tmp_path, expr, code, capsys):
+    got, html, js, md = _report(tmp_path, INPUT_BOUND, "--fail-on", expr)
+    assert got == code
+    assert html.exists() and js.exists() and md.exists()  # reports are written either way
+    if code:
+        assert "threshold crossed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("expr", ["idle>", "totals.idle_fraction>>0.3", "bottleneck=", "totals.nope>1", "steps>1"])
+def test_malformed_fail_on_exits_2_and_writes_nothing(tmp_path, expr, capsys):
+    got, html, js, md = _report(tmp_path, INPUT_BOUND, "--fail-on", expr)
+    assert got == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not html.exists() and not js.exists() and not md.exists()
+
+
+def test_missing_path_exits_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "no such file" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_resnet_num_workers_0_report(tmp_path):
+    code, html, js, _ = _report(tmp_path, shared_trace("kineto/resnet50_num_workers_0"))
+    assert code == 0
+    report = json.loads(js.read_text())
+    assert report["bottlenecks"][0]["id"] == "input_bound"
+    text = html.read_text()
+    assert "DataLoader(" in text and "num_workers=" in text
+    assert len(re.findall(r"<svg", text)) >= 3

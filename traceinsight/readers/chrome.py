@@ -1,0 +1,236 @@
+"""Read XProf's trace_viewer JSON export (an XSpace written as a Chrome trace) into the event table.
+
+The export keeps XSpace's structure in Chrome-trace terms: a process per plane
+(``process_name`` ``/device:GPU:4``, ``/host:CPU``), a thread per line
+(``thread_name`` ``Stream #134(Compute)``, tid = line id) and the stats as string
+args (``correlation_id``, ``memcpy_details``, ``kernel_details``). Lines are read
+with the XSpace reader's rules (xspace.py), so both formats of one profile give
+the same rows:
+
+* GPU ``Stream #`` lines: ``Memcpy*`` -> memcpy, ``Memset*`` -> memset, CUPTI
+  bookkeeping -> other, else kernel; the derived ``Steps`` line -> step (step id =
+  name); other derived lines (``TensorFlow Ops``, ``XLA Ops``, ...) repeat the stream
+  events and are skipped.
+* TPU: ``XLA Ops`` -> kernel, ``XLA Modules`` -> annotation, ``Steps`` -> step, other
+  lines -> other.
+* Host processes: an event with ``correlation_id`` is an API call (runtime, or sync
+  for ``*Synchronize``); step markers with ``step_num`` -> step; ``$...`` -> python;
+  TF ops -> cpu_op; the rest -> other.
+
+Timestamps are µs since the profile start (the export has no wall clock).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.model import (
+    COPY_KINDS,
+    KINDS,
+    MEMORY_KINDS,
+    DeviceInfo,
+    InputInfo,
+    TraceError,
+    TraceRead,
+    make_event_table,
+)
+from traceinsight.readers._classify import (
+    STEP_MARKER_PATTERN,
+    copy_kind,
+    details_bytes,
+    details_copy_memory,
+    details_occupancy,
+    device_activity_kind,
+    is_sync_api,
+    per_category,
+    xprof_framework,
+    xprof_host_kind,
+)
+from traceinsight.readers.jsonload import (
+    NO_ARGS,
+    Args,
+    Event,
+    TraceDoc,
+    category_column,
+    complete_events,
+    float_column,
+    int_column,
+    load_trace_json,
+)
+
+_DEVICE_PROCESS = re.compile(r"^/device:(GPU|TPU):(\d+)$")
+# What the events of one (process, thread) line become; lines without a role are not read.
+_HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED = range(7)
+_TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
+_ROLE_KINDS = {
+    _DEVICE_STEPS: "step",
+    _DEVICE_KERNEL: "kernel",
+    _DEVICE_ANNOTATION: "annotation",
+    _DEVICE_OTHER: "other",
+}
+
+
+def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
+    """Read an XProf trace_viewer JSON export; `doc` skips loading when already decoded."""
+    doc = doc if doc is not None else load_trace_json(path)
+    processes, threads = _process_and_thread_names(doc.events)
+    devices = {p: d for p, name in processes.items() if (d := _device_of(name)) is not None}
+    if not devices and not any(name.startswith("/host:") for name in processes.values()):
+        raise TraceError(
+            path,
+            "neither a Kineto trace nor an XProf trace_viewer export (no /device: or /host: process names)",
+        )
+    complete = complete_events(doc)
+    pid = int_column([e.pid for e in complete.events])
+    tid = int_column([e.tid for e in complete.events])
+    lines, line_of = np.unique(np.stack([pid, tid], axis=1).reshape(-1, 2), axis=0, return_inverse=True)
+    roles = np.array([_line_role(processes.get(p), devices.get(p), threads.get((p, t), "")) for p, t in lines], np.int8)
+    role = roles[line_of.reshape(-1)]
+    keep = role != _SKIPPED
+    if not keep.all():
+        doc.warnings["chrome: derived-line and non-profile events skipped"] += int((~keep).sum())
+    events = [e for e, k in zip(complete.events, keep, strict=True) if k]
+    role, pid, tid = role[keep], pid[keep], tid[keep]
+    args = [e.args or NO_ARGS for e in events]
+    names = category_column([e.name for e in events])
+    # XSpace names host events by their full name, which the export moves to long_name.
+    full_names = category_column(
+        [e.name if a.long_name is None else a.long_name for e, a in zip(events, args, strict=True)]
+    )
+    correlation = int_column([a.correlation_id for a in args])
+    kind, step_id = _kinds(role, names, full_names, correlation, int_column([a.step_num for a in args]))
+    on_device = role != _HOST
+    labels = sorted(set(devices.values()))
+    line_id = np.where(tid >= 2**31, tid - 2**32, tid)  # the export writes XLine ids as uint32
+    table = make_event_table(
+        {
+            "ts_ns": complete.ts_ns[keep],
+            "dur_ns": complete.dur_ns[keep],
+            "kind": pd.Categorical.from_codes(kind, KINDS),
+            "device": pd.Categorical.from_codes(_device_codes(pid, on_device, devices, labels), labels),
+            "stream": np.where(on_device, line_id, -1),
+            "thread": np.where(on_device, -1, tid),
+            "name": names,
+            "correlation": correlation,
+            "step_id": step_id,
+            **_activity_columns(events, args, names, kind),
+        },
+        len(events),
+    )
+    host_threads = [threads.get((p, t), "") for p, t in lines if devices.get(p) is None]
+    host_names = {str(c) for c in pd.unique(full_names[role == _HOST].dropna())}
+    framework = xprof_framework(host_threads, host_names, bool((kind == KINDS.index("cpu_op")).any()))
+    return TraceRead(
+        events=table,
+        input=InputInfo(path=str(path), format="chrome", events=len(table)),
+        framework=framework,
+        devices={d: DeviceInfo(id=d) for d in labels},
+        metadata={
+            **{k: v for k, v in doc.top.items() if isinstance(v, str | int | float)},
+            "processes": sorted(processes.values()),
+            "clock": "relative",
+        },
+        warnings=doc.warnings,
+    )
+
+
+def _process_and_thread_names(events: list[Event]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    """pid -> process name and (pid, tid) -> thread name, from the ``M`` metadata events."""
+    processes: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    named = [(e, e.args.name) for e in events if e.ph == "M" and e.args is not None and isinstance(e.args.name, str)]
+    for e, name in named:
+        if e.name == "process_name" and isinstance(e.pid, int):
+            processes[e.pid] = name
+        elif e.name == "thread_name" and isinstance(e.pid, int) and isinstance(e.tid, int):
+            threads[(e.pid, e.tid)] = name
+    return processes, threads
+
+
+def _device_of(process: str) -> str | None:
+    """``GPU:4`` for ``/device:GPU:4`` (TPU likewise); None for host and other processes."""
+    match = _DEVICE_PROCESS.match(process)
+    return f"{match[1]}:{match[2]}" if match else None
+
+
+def _line_role(process: str | None, device: str | None, thread: str) -> int:
+    """What the events of one line mean, as the XSpace reader decides for the same line."""
+    if device is None:
+        host = process is not None and process.startswith("/host:") and process != "/host:metadata"
+        return _HOST if host else _SKIPPED
+    if device.startswith("GPU"):
+        if thread.startswith("Stream #"):
+            return _STREAM
+        return _DEVICE_STEPS if thread == "Steps" else _SKIPPED
+    return _TPU_LINE_ROLES.get(thread, _DEVICE_OTHER)
+
+
+def _kinds(
+    role: np.ndarray,
+    names: pd.Categorical,
+    full_names: pd.Categorical,
+    correlation: np.ndarray,
+    step_num: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kind code and step id of every row from its line role, (full) name and stats."""
+    kind = np.full(len(role), KINDS.index("other"), np.int8)
+    step_id = np.full(len(role), -1, np.int64)
+    stream = role == _STREAM
+    kind[stream] = per_category(names, lambda c: KINDS.index(device_activity_kind(c)), -1, np.int8)[stream]
+    for line_role, line_kind in _ROLE_KINDS.items():
+        kind[role == line_role] = KINDS.index(line_kind)
+    steps = role == _DEVICE_STEPS
+    step_id[steps] = per_category(names, lambda c: int(c) if c.isdigit() else -1, -1, np.int64)[steps]
+
+    host = role == _HOST
+    other = KINDS.index("other")
+    kind[host] = per_category(full_names, lambda c: KINDS.index(xprof_host_kind(c)), other, np.int8)[host]
+    marker = host & (step_num >= 0) & per_category(names, lambda c: bool(STEP_MARKER_PATTERN.match(c)), False, bool)
+    kind[marker] = KINDS.index("step")
+    step_id[marker] = step_num[marker]
+    api = host & (correlation >= 0)
+    sync = per_category(names, is_sync_api, False, bool)
+    kind[api] = np.where(sync[api], KINDS.index("sync"), KINDS.index("runtime"))
+    return kind, step_id
+
+
+def _device_codes(pid: np.ndarray, on_device: np.ndarray, devices: dict[int, str], labels: list[str]) -> np.ndarray:
+    """Index into `labels` of each device row's process, -1 for host rows."""
+    pids, inverse = np.unique(pid, return_inverse=True)
+    codes = np.array([labels.index(devices[p]) if p in devices else -1 for p in pids], np.int64)
+    return np.where(on_device, codes[inverse.reshape(-1)], -1)
+
+
+def _activity_columns(events: list[Event], args: list[Args], names: pd.Categorical, kind: np.ndarray) -> dict[str, Any]:
+    """Copy kind, bytes and memory of copies and memsets, occupancy of kernels, from their stats."""
+    memcpy = kind == KINDS.index("memcpy")
+    memset = kind == KINDS.index("memset")
+    kernel = kind == KINDS.index("kernel")
+    nbytes = np.full(len(events), -1, np.int64)
+    nbytes[memcpy] = [details_bytes(a.memcpy_details or "") for a in _select(args, memcpy)]
+    nbytes[memset] = [details_bytes(a.memset_details or "") for a in _select(args, memset)]
+    memory = np.full(len(events), -1, np.int8)
+    memory[memcpy] = [
+        MEMORY_KINDS.index(details_copy_memory(e.name or "", a.memcpy_details or ""))
+        for e, a in zip(_select(events, memcpy), _select(args, memcpy), strict=True)
+    ]
+    copies = per_category(names, lambda c: COPY_KINDS.index(copy_kind(c)), -1, np.int8)
+    occupancy = float_column([a.theoretical_occupancy_pct for a in args])
+    from_details = [details_occupancy(a.kernel_details or "") for a in _select(args, kernel)]
+    occupancy[kernel] = np.where(np.isnan(occupancy[kernel]), from_details, occupancy[kernel])
+    return {
+        "bytes": nbytes,
+        "copy_kind": pd.Categorical.from_codes(np.where(memcpy, copies, -1), COPY_KINDS),
+        "src_memory": pd.Categorical.from_codes(memory, MEMORY_KINDS),
+        "occupancy_pct": np.where(kernel & (occupancy > 0), occupancy, np.nan),
+    }
+
+
+def _select(items: list, mask: np.ndarray) -> list:
+    """The items where `mask` is true (mask rows are usually few: copies, kernels)."""
+    return [items[i] for i in np.flatnonzero(mask)]
