@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import Intervals, union, union_of
 
 CAUSES = ("input_wait", "sync", "host_launch", "other")
@@ -34,7 +35,6 @@ BLOCKING_HOST_OPS = frozenset(
     {"aten::item", "aten::_local_scalar_dense", "cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "hipMemcpy"}
 )
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
-HISTOGRAM_LABELS = ("< 10 us", "10-100 us", "0.1-1 ms", "1-10 ms", "10-100 ms", ">= 100 ms")
 LONGEST_GAPS = 10
 # Host kinds worth naming when saying what the host did during a gap.
 _ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
@@ -58,7 +58,7 @@ class DeviceGaps:
     p90_ns: int | None
     max_ns: int | None
     by_cause: dict[str, int]
-    histogram: list[tuple[str, int, int]]
+    histogram: list[Bin]
     longest: list[Gap]
     durations_ns: np.ndarray
 
@@ -143,10 +143,7 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGap
 def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostContext) -> DeviceGaps:
     durations = gaps.ends - gaps.starts
     by_cause = {cause: int(durations[causes == cause].sum()) for cause in CAUSES}
-    bins = np.digitize(durations, HISTOGRAM_EDGES_NS[1:])
-    histogram = [
-        (label, int((bins == i).sum()), int(durations[bins == i].sum())) for i, label in enumerate(HISTOGRAM_LABELS)
-    ]
+    histogram = duration_histogram(durations, HISTOGRAM_EDGES_NS)
     order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
     longest = [
         Gap(

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import exposed, union
 
 DEFAULT_SMALL_KERNEL_NS = 10_000
@@ -34,8 +35,8 @@ TENSOR_CORE_ELIGIBLE_PATTERN = re.compile(
 COMMUNICATION_PATTERN = re.compile(
     r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
 )
+# The small-kernel threshold is added as an edge, so the bins below it are exactly the small kernels.
 KERNEL_HISTOGRAM_EDGES_NS = (0, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000)
-KERNEL_HISTOGRAM_LABELS = ("< 2 us", "2-5 us", "5-10 us", "10-50 us", "50-100 us", "0.1-1 ms", "1-10 ms", ">= 10 ms")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class KernelStats:
     low_blocks_ns: int
     low_blocks_waste_ns: int
     top: list[TopKernel]
-    histogram: list[tuple[str, int, int]]
+    histogram: list[Bin]
     durations_ns: np.ndarray
 
 
@@ -122,7 +123,6 @@ def _device_kernel_stats(
     has_occ = ~np.isnan(occ)
     bps = kernels["blocks_per_sm"].to_numpy()
     low_blocks = ~np.isnan(bps) & (bps < 1.0)
-    bins = np.digitize(dur, KERNEL_HISTOGRAM_EDGES_NS[1:])
     return KernelStats(
         device=device,
         count=len(dur),
@@ -146,10 +146,7 @@ def _device_kernel_stats(
         low_blocks_ns=int(dur[low_blocks].sum()),
         low_blocks_waste_ns=int((dur[low_blocks] * (1.0 - bps[low_blocks])).sum()),
         top=_top_kernels(kernels, tc),
-        histogram=[
-            (label, int((bins == i).sum()), int(dur[bins == i].sum()))
-            for i, label in enumerate(KERNEL_HISTOGRAM_LABELS)
-        ],
+        histogram=duration_histogram(dur, (*KERNEL_HISTOGRAM_EDGES_NS, small_threshold_ns)),
         durations_ns=dur,
     )
 

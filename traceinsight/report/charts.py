@@ -73,7 +73,7 @@ def gap_histogram(report: dict[str, Any]) -> str | None:
     devices = report["devices"]
     if not devices or not any(d["gaps"]["count"] for d in devices):
         return None
-    labels = [b["bin"] for b in devices[0]["gaps"]["histogram"]]
+    labels = [b["label"] for b in devices[0]["gaps"]["histogram"]]
     totals = np.sum([[b["total_ns"] for b in d["gaps"]["histogram"]] for d in devices], axis=0) / 1e6
     counts = np.sum([[b["count"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
     with plt.rc_context(_STYLE):
@@ -110,14 +110,15 @@ def kernel_histogram(report: dict[str, Any]) -> str | None:
     devices = [d for d in report["devices"] if d["kernels"]["count"]]
     if not devices:
         return None
-    labels = [b["bin"] for b in devices[0]["kernels"]["histogram"]]
+    bins = devices[0]["kernels"]["histogram"]
     counts = np.sum([[b["count"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
-    threshold_us = devices[0]["kernels"]["small_threshold_ns"] / 1000
+    threshold = devices[0]["kernels"]["small_threshold_ns"]
+    small = [b["upper_ns"] is not None and b["upper_ns"] <= threshold for b in bins]
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(7, 2.6))
-        ax.bar(labels, counts, color="#1565c0")
+        ax.bar([b["label"] for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
         ax.set_ylabel("kernels")
-        ax.set_xlabel(f"kernel duration (small-kernel threshold: {threshold_us:g} us)")
+        ax.set_xlabel(f"kernel duration (orange: small kernels, below {threshold / 1000:g} us)")
         ax.tick_params(axis="x", labelsize=7)
         return _svg(fig)
 

@@ -32,7 +32,7 @@ def _gaps(g: DeviceGaps) -> dict[str, Any]:
         "p90_ns": g.p90_ns,
         "max_ns": g.max_ns,
         "by_cause": g.by_cause,
-        "histogram": [{"bin": label, "count": n, "total_ns": t} for label, n, t in g.histogram],
+        "histogram": [asdict(b) for b in g.histogram],
         "longest": [
             {"start_ns": x.start_ns, "dur_ns": x.dur_ns, "cause": x.cause, "host_activity": x.host_activity}
             for x in g.longest
@@ -60,7 +60,7 @@ def _kernels(k: KernelStats) -> dict[str, Any]:
         "communication_ns": k.communication_ns,
         "communication_exposed_ns": k.communication_exposed_ns,
         "occupancy_mean_pct": k.occupancy_mean_pct,
-        "histogram": [{"bin": label, "count": n, "total_ns": t} for label, n, t in k.histogram],
+        "histogram": [asdict(b) for b in k.histogram],
         "top": [asdict(t) for t in k.top],
     }
 
