@@ -393,13 +393,15 @@ def severity_for(fraction: float) -> str | None:
 
 
 def reference_time_ns(analysis: Analysis) -> int:
-    """What bottleneck fractions are relative to: total step time when marked steps cover
-    most of the window, else the window."""
+    """What bottleneck fractions are relative to: total step time when marked steps cover most
+    of the span the costs were measured over, else that span. Gap costs are per-device means,
+    so with devices that span is the mean device span (a capture that starts long before the
+    first kernel does not dilute them); without devices it is the window."""
     steps = analysis.steps
-    window = analysis.window_ns
-    if steps.source == "marker" and steps.total_ns >= 0.5 * window:
+    span = int(np.mean([u.span_ns for u in analysis.devices])) if analysis.devices else analysis.window_ns
+    if steps.source == "marker" and steps.total_ns >= 0.5 * span:
         return steps.total_ns
-    return window
+    return span
 
 
 def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:

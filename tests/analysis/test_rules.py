@@ -126,3 +126,12 @@ def test_cpu_only_trace_has_no_devices_and_no_crash():
     a = analyze(profile([host("cpu_op", 0, 10, "aten::add"), host("cpu_op", 20, 10, "aten::mul")]))
     assert a.devices == [] and a.gaps == [] and a.kernels == []
     assert find_bottlenecks(a) == []
+
+
+def test_fractions_are_relative_to_the_device_span_not_a_longer_capture():
+    rows = [host("cpu_op", 0, 10, "setup")]  # the capture starts 10 ms before the GPU work
+    rows += [launch(10_000 + i * 100 + 40, 5, i) for i in range(10)]
+    rows += [kernel(10_000 + i * 100 + 50, 50, i) for i in range(10)]  # 50 us kernel, then a 50 us host gap
+    (bottleneck,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "host_bound"]
+    assert bottleneck.time_ns == 9 * 50 * US
+    assert bottleneck.fraction == pytest.approx(9 * 50 / 950)
