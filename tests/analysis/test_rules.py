@@ -135,3 +135,19 @@ def test_fractions_are_relative_to_the_device_span_not_a_longer_capture():
     (bottleneck,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "host_bound"]
     assert bottleneck.time_ns == 9 * 50 * US
     assert bottleneck.fraction == pytest.approx(9 * 50 / 950, abs=1e-4)  # rounded to 4 places
+
+
+def test_copy_bytes_unknown_is_null_not_zero():
+    copy = {
+        "kind": "memcpy",
+        "ts": 0,
+        "dur": 10,
+        "device": "GPU:0",
+        "stream": 0,
+        "copy_kind": "h2d",
+        "src_memory": "unknown",
+        "name": "Memcpy HtoD (Host -> Device)",
+    }  # AMD: no bytes in the trace
+    a = analyze(profile([copy, kernel(20, 10)]))
+    h2d = a.copies[0].copies["h2d"]
+    assert (h2d.count, h2d.bytes, h2d.unknown_bytes_count, h2d.bandwidth_gbps) == (1, None, 1, None)

@@ -52,7 +52,7 @@ def test_analysis_matches_ground_truth(scenario, fmt, tmp_path):
                 exp["pageable_count"],
                 exp["exposed_ns"],
             )
-            assert (got.bytes or 0) == exp["bytes"]
+            assert got.bytes == exp["bytes"]
     steps = analysis.steps
     assert steps.source == "marker"
     assert [s.dur_ns for s in steps.items] == [s["dur_ns"] for s in truth["steps"]["items"]]

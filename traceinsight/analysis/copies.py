@@ -73,7 +73,8 @@ def _copy_stats(rows: pd.DataFrame, copy_union: Intervals, kernels: Intervals) -
     return CopyStats(
         count=len(rows),
         total_ns=int(dur.sum()),
-        bytes=int(size[known].sum()) if known.any() else None,
+        # No copies: 0 bytes is known. Copies whose sizes the trace lacks: unknown (null), never a made-up 0.
+        bytes=int(size[known].sum()) if known.any() or len(rows) == 0 else None,
         unknown_bytes_count=int((~known).sum()),
         pageable_count=int(pageable.sum()),
         pageable_ns=int(dur[pageable].sum()),
@@ -88,7 +89,7 @@ def copy_totals(results: list[DeviceCopies], kind: str) -> CopyStats:
     return CopyStats(
         count=sum(p.count for p in parts),
         total_ns=sum(p.total_ns for p in parts),
-        bytes=int(np.sum(known)) if known else None,
+        bytes=int(np.sum(known)) if known or not parts else None,
         unknown_bytes_count=sum(p.unknown_bytes_count for p in parts),
         pageable_count=sum(p.pageable_count for p in parts),
         pageable_ns=sum(p.pageable_ns for p in parts),
