@@ -1,19 +1,35 @@
 """The `traceinsight` command: builds the parser from the command classes and turns
-every input problem into one line on stderr and exit code 2 (never a traceback)."""
+every input problem into one line on stderr and exit code 2 (never a traceback).
+
+Exit codes: 0 ok, 1 a ``--fail-on`` threshold crossed, 2 bad input or usage (the
+user can fix it), 3 an internal error (a bug of ours: the user cannot fix it, and
+CI should not mistake it for either a bad trace or a crossed threshold), 130
+interrupted. ``TRACEINSIGHT_DEBUG=1`` lets internal errors and Python warnings
+through with their tracebacks.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import warnings
 from collections.abc import Sequence
 
 from traceinsight import __version__
+from traceinsight.commands.diff import DiffCommand
 from traceinsight.commands.report import ReportCommand
 from traceinsight.gating import ExpressionError
 from traceinsight.model import TraceError
 
-COMMANDS = (ReportCommand,)
-EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT = 0, 1, 2
+COMMANDS = (ReportCommand, DiffCommand)
+EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT / SIGPIPE, as a shell reports them
+DEBUG_ENV = "TRACEINSIGHT_DEBUG"
+_MAX_MESSAGE = 500
+# Control characters (newlines, terminal escapes) that a file or event name could smuggle into stderr.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,16 +46,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(message: str) -> None:
+    """One line on stderr: control characters escaped, long messages cut."""
+    line = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", message)
+    if len(line) > _MAX_MESSAGE:
+        line = line[: _MAX_MESSAGE - 3] + "..."
+    print(f"traceinsight: {line}", file=sys.stderr)
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        with warnings.catch_warnings():
+            if not _debug():  # numpy/pandas warnings mean nothing to a user; trace problems are counted in reports
+                warnings.simplefilter("ignore")
+            return int(args.handler(args))
     except (TraceError, ExpressionError) as error:
-        print(f"traceinsight: error: {error}", file=sys.stderr)
+        _say(f"error: {error}")
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # stdout closed early (`| head`): the reports are already written; stay quiet, also at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as error:
-        print(f"traceinsight: error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        where = f"{error.filename}: " if error.filename else ""
+        _say(f"error: {where}{error.strerror or error}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("traceinsight: interrupted", file=sys.stderr)
-        return 130
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as error:  # the last resort: a bug of ours must not print a traceback either
+        if _debug():
+            raise
+        path = getattr(args, "path", None)
+        on = f" on {path}" if path is not None else ""
+        detail = f": {error}" if str(error) else ""
+        _say(
+            f"internal error while running '{args.command}'{on}: {type(error).__name__}{detail} "
+            f"(set {DEBUG_ENV}=1 for the traceback)"
+        )
+        return EXIT_INTERNAL

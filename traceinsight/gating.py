@@ -1,9 +1,18 @@
-"""`--fail-on` expressions: CI thresholds over the JSON report.
+"""`--fail-on` expressions: CI thresholds over the JSON report, or over two of them (`diff`).
 
 ``PATH OP NUMBER`` compares a value of the report (dotted path; list items by
 index or by `id`, e.g. ``devices.GPU:0.idle_fraction``) with a number, OP one of
 ``> >= < <= == !=``; ``bottleneck=ID`` is crossed when that bottleneck is present
 with severity medium or high. A malformed expression is a usage error (exit 2).
+
+`traceinsight diff` adds change forms, told apart by the explicit sign of the number:
+``PATH OP +X`` / ``PATH OP -X`` compare the change NEW - BASE with X, and
+``PATH OP +X%`` / ``PATH OP -X%`` the relative change (NEW - BASE) / BASE with X/100
+(``steps.mean_ns>+5%``: step time up more than 5 %; ``totals.idle_fraction<-0.1``:
+idle fraction down more than 0.1). Without a sign the comparison is on the NEW value;
+``bottleneck=ID`` is crossed when ID is new in NEW or present there with severity
+medium or high. A change that cannot be computed (a value null on either side, a
+relative change from 0) crosses nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
 }
 _COMPARISON = re.compile(
-    r"^\s*([A-Za-z_][\w.:/#-]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$"
+    r"^\s*([A-Za-z_][\w.:/#-]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?)((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$"
 )
 _BOTTLENECK = re.compile(r"^\s*bottleneck\s*=\s*([a-z0-9_]+)\s*$")
 GATING_SEVERITIES = ("medium", "high")
@@ -33,6 +42,17 @@ class ExpressionError(ValueError):
     """A --fail-on expression that cannot be understood."""
 
 
+def change(base: float | None, new: float | None) -> tuple[float | None, float | None]:
+    """(NEW - BASE, (NEW - BASE) / BASE): what a change threshold compares and the diff reports.
+
+    Both are None when either value is unknown; the relative change is None from a base of 0.
+    """
+    if base is None or new is None:
+        return None, None
+    delta = new - base
+    return delta, (delta / base if base else None)
+
+
 @dataclass(frozen=True)
 class Threshold:
     text: str
@@ -40,9 +60,10 @@ class Threshold:
     op: str | None
     number: float | None
     bottleneck: str | None
+    change: str | None = None  # None: the value itself; "abs": NEW - BASE; "rel": (NEW - BASE) / BASE
 
     def check(self, report: dict[str, Any]) -> str | None:
-        """A message when the threshold is crossed, else None."""
+        """A message when the threshold is crossed by this one report, else None."""
         if self.bottleneck is not None:
             for b in report.get("bottlenecks", []):
                 if b["id"] == self.bottleneck and b["severity"] in GATING_SEVERITIES:
@@ -56,9 +77,33 @@ class Threshold:
             return f"{self.text}: {self.path} = {value:g}"
         return None
 
+    def check_diff(self, base: dict[str, Any], new: dict[str, Any]) -> str | None:
+        """A message when the threshold is crossed going from the `base` report to the `new` one, else None."""
+        if self.bottleneck is not None:
+            if not any(b["id"] == self.bottleneck for b in base.get("bottlenecks", [])):
+                for b in new.get("bottlenecks", []):
+                    if b["id"] == self.bottleneck:
+                        return f"{self.text}: bottleneck {b['id']} is new ({b['severity']})"
+            return self.check(new)
+        if self.change is None:
+            return self.check(new)
+        assert self.path is not None and self.op is not None and self.number is not None
+        old_value, new_value = lookup_pair(base, new, self.path)
+        delta, relative = change(old_value, new_value)
+        measured = delta if self.change == "abs" else relative
+        if measured is None or not OPERATORS[self.op](measured, self.number):
+            return None
+        shown = f"{_number(measured)}" if self.change == "abs" else f"{measured * 100:.1f} %"
+        return f"{self.text}: {self.path} {_number(old_value)} -> {_number(new_value)} ({'+' * (measured > 0)}{shown})"
 
-def parse_threshold(text: str) -> Threshold:
-    """Parse one --fail-on expression (raises ExpressionError)."""
+
+def _number(value: float) -> str:
+    """Integers (ns, bytes, counts) in full, other numbers to 6 significant digits."""
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
+
+
+def parse_threshold(text: str, allow_change: bool = False) -> Threshold:
+    """Parse one --fail-on expression (raises ExpressionError); change forms only where `allow_change`."""
     m = _BOTTLENECK.match(text)
     if m:
         return Threshold(text, None, None, None, m.group(1))
@@ -66,9 +111,22 @@ def parse_threshold(text: str) -> Threshold:
     if not m:
         raise ExpressionError(
             f"bad --fail-on expression {text!r}: expected 'PATH OP NUMBER' (e.g. totals.idle_fraction>0.3) "
-            "or 'bottleneck=ID'"
+            "or 'bottleneck=ID'" + (", or a change 'PATH OP +X' / 'PATH OP +X%'" if allow_change else "")
         )
-    return Threshold(text, m.group(1), m.group(2), float(m.group(3)), None)
+    path, op, sign, number, percent = m.groups()
+    if not sign:
+        if percent:
+            raise ExpressionError(f"bad --fail-on expression {text!r}: a relative change needs a sign (+5% or -5%)")
+        return Threshold(text, path, op, float(number), None)
+    if not allow_change:
+        raise ExpressionError(
+            f"bad --fail-on expression {text!r}: a signed number is a change between two runs "
+            "(traceinsight diff); compare with a plain number here"
+        )
+    value = float(sign + number)
+    if percent:
+        return Threshold(text, path, op, value / 100, None, "rel")
+    return Threshold(text, path, op, value, None, "abs")
 
 
 def lookup(report: Any, path: str) -> Any:
@@ -93,3 +151,20 @@ def lookup(report: Any, path: str) -> Any:
     if node is not None and not isinstance(node, int | float):
         raise ExpressionError(f"--fail-on path {path!r} is not a number")
     return node
+
+
+def lookup_pair(base: Any, new: Any, path: str) -> tuple[Any, Any]:
+    """The value at `path` in both reports, None on the side that lacks it (a device only one run has).
+
+    Raises ExpressionError when neither report has it.
+    """
+    values, errors = [], []
+    for report in (base, new):
+        try:
+            values.append(lookup(report, path))
+        except ExpressionError as error:
+            values.append(None)
+            errors.append(error)
+    if len(errors) == 2:
+        raise errors[0]
+    return values[0], values[1]

@@ -6,15 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceinsight.analysis import analyze
-from traceinsight.discover import discover
-from traceinsight.findings import find_bottlenecks
 from traceinsight.gating import parse_threshold
-from traceinsight.load import load_run
+from traceinsight.pipeline import analyse_path, finish
 from traceinsight.report.html import render_html
-from traceinsight.report.json import build_report, dumps
+from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
-from traceinsight.report.output import write_atomic
 from traceinsight.report.terminal import render_terminal
 
 DEFAULT_HTML = "traceinsight-report.html"
@@ -63,21 +59,13 @@ class ReportCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
-        run = discover(args.path, args.run)
-        profile = load_run(run, args.path)
-        analysis = analyze(profile, small_kernel_ns=int(round(args.small_kernel_us * 1000)))
-        report = build_report(analysis, find_bottlenecks(analysis))
+        analysed = analyse_path(args.path, args.run, small_kernel_ns=int(round(args.small_kernel_us * 1000)))
+        report = analysed.report
         crossed = [msg for t in thresholds if (msg := t.check(report))]
-        outputs = {args.output: render_html(report, analysis)}
+        outputs = {args.output: render_html(report, analysed.analysis)}
         if args.json:
             outputs[args.json] = dumps(report) + "\n"
         if args.markdown:
             outputs[args.markdown] = render_markdown(report)
-        for path, text in outputs.items():
-            write_atomic(path, text, protected=run.files)
-        if not args.quiet:
-            print(render_terminal(report, color=sys.stdout.isatty()))
-            print(f"\nReport: {args.output}" + "".join(f", {p}" for p in list(outputs)[1:]))
-        for msg in crossed:
-            print(f"traceinsight: threshold crossed: {msg}", file=sys.stderr)
-        return 1 if crossed else 0
+        summary = None if args.quiet else render_terminal(report, color=sys.stdout.isatty())
+        return finish(outputs, analysed.run.files, summary, crossed, "Report")

@@ -1,0 +1,533 @@
+"""`traceinsight diff`: the diff object from hand-made reports with known deltas, kernel-name
+normalisation, the change thresholds, and the command end to end on synthetic and real traces."""
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES, shared_trace
+from tools.synth import TimelineBuilder, write_kineto
+from traceinsight.cli import main
+from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, build_diff, normalise_kernel_name, ranked
+from traceinsight.gating import ExpressionError, parse_threshold
+from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
+
+SYNTHETIC = SAMPLE_TRACES / "synthetic_gpu"
+
+
+# ---------------------------------------------------------------- hand-made reports
+def _kernel(name: str, count: int, total_ns: int) -> dict[str, Any]:
+    return {"name": name, "count": count, "total_ns": total_ns, "mean_ns": total_ns // count, "tensor_core": False}
+
+
+def _device(device_id: str, idle_fraction: float | None, top: list[dict[str, Any]], count: int | None = None):
+    return {
+        "id": device_id,
+        "span_ns": 1_000_000,
+        "busy_ns": None if idle_fraction is None else round(1_000_000 * (1 - idle_fraction)),
+        "idle_ns": None if idle_fraction is None else round(1_000_000 * idle_fraction),
+        "idle_fraction": idle_fraction,
+        "gaps": {"count": 3, "total_ns": 0, "max_ns": 0, "by_cause": {"input_wait": 0, "other": 0}},
+        "kernels": {
+            "count": sum(k["count"] for k in top) if count is None else count,
+            "small_count": 0,
+            "small_threshold_ns": 10_000,
+            "occupancy_mean_pct": 50.0,
+            "top": top,
+        },
+        "copies": {"h2d": {"count": 0, "total_ns": 0, "bytes": None, "exposed_ns": 0}},
+    }
+
+
+def _bottleneck(bid: str, severity: str, time_ns: int) -> dict[str, Any]:
+    return {"id": bid, "rank": 1, "severity": severity, "time_ns": time_ns, "fraction": 0.1, "title": bid}
+
+
+def _report(run: str = "r", **fields: Any) -> dict[str, Any]:
+    report = {
+        "schema": "traceinsight.report/1",
+        "version": "0",
+        "run": run,
+        "inputs": [{"path": f"{run}.pt.trace.json.gz", "format": "kineto"}],
+        "framework": "pytorch",
+        "window": {"start_ns": 0, "end_ns": 2_000_000},
+        "steps": {"count": 4, "mean_ns": 400, "median_ns": 380},
+        "devices": [_device("GPU:0", 0.25, [_kernel("gemm", 10, 5_000)])],
+        "totals": {"idle_fraction": 0.25, "kernel_count": 10, "small_kernel_count": 0, "h2d_ns": 0, "d2h_bytes": None},
+        "input_pipeline": {"fraction": 0.1, "wait_ns": 40},
+        "bottlenecks": [],
+    }
+    report.update(fields)
+    return report
+
+
+def _changes(diff: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["metric"]: c for c in diff["changes"]}
+
+
+def test_known_deltas_and_relative_changes():
+    base = _report(steps={"count": 4, "mean_ns": 400, "median_ns": 380})
+    new = _report(steps={"count": 4, "mean_ns": 500, "median_ns": 380})
+    new["totals"] = {**base["totals"], "idle_fraction": 0.5, "kernel_count": 12, "small_kernel_count": 3}
+    changes = _changes(build_diff(base, new))
+    mean = changes["steps.mean_ns"]
+    assert (mean["base"], mean["new"], mean["delta"], mean["relative"]) == (400, 500, 100, 0.25)
+    assert mean["verdict"] == "regression" and mean["worse_when"] == UP and mean["unit"] == "ns"
+    idle = changes["totals.idle_fraction"]
+    assert (idle["delta"], idle["relative"]) == (0.25, 1.0)
+    kernels = changes["totals.kernel_count"]
+    assert (kernels["delta"], kernels["relative"]) == (2, pytest.approx(0.2))
+    # From 0: the change is known, the relative change is not.
+    small = changes["totals.small_kernel_count"]
+    assert (small["delta"], small["relative"], small["verdict"]) == (3, None, "regression")
+    median = changes["steps.median_ns"]
+    assert (median["delta"], median["relative"], median["verdict"]) == (0, 0.0, "unchanged")
+
+
+def test_null_metrics_are_kept_with_null_delta():
+    base, new = _report(), _report()
+    base["totals"]["d2h_bytes"] = 100
+    changes = _changes(build_diff(base, new))
+    assert changes["totals.d2h_bytes"] == {
+        "metric": "totals.d2h_bytes",
+        "base": 100,
+        "new": None,
+        "delta": None,
+        "relative": None,
+        "worse_when": UP,
+        "unit": "bytes",
+        "verdict": "unknown",
+    }
+    # A metric neither report has is still listed, both sides null.
+    assert changes["totals.h2d_bytes"]["base"] is None and changes["totals.h2d_bytes"]["new"] is None
+    assert len(changes) == len(RUN_METRICS) + len(DEVICE_METRICS)
+
+
+def test_devices_matched_by_id_and_direction_per_metric():
+    base = _report(devices=[_device("GPU:0", 0.2, []), _device("GPU:1", 0.4, [])])
+    new = _report(devices=[_device("GPU:1", 0.1, []), _device("GPU:2", 0.3, [])])
+    new["devices"][0]["kernels"]["occupancy_mean_pct"] = 40.0
+    changes = _changes(build_diff(base, new))
+    gpu1 = changes["devices.GPU:1.idle_fraction"]
+    assert (gpu1["base"], gpu1["new"], gpu1["delta"], gpu1["verdict"]) == (0.4, 0.1, pytest.approx(-0.3), "improvement")
+    # Lower occupancy is the bad direction.
+    occupancy = changes["devices.GPU:1.kernels.occupancy_mean_pct"]
+    assert (occupancy["delta"], occupancy["relative"], occupancy["verdict"]) == (-10.0, -0.2, "regression")
+    assert changes["devices.GPU:1.busy_ns"]["verdict"] == "changed"  # neither direction is bad
+    assert (
+        changes["devices.GPU:0.idle_fraction"]["new"] is None
+        and changes["devices.GPU:0.idle_fraction"]["delta"] is None
+    )
+    assert changes["devices.GPU:2.idle_fraction"]["base"] is None
+    assert {m.split(".")[1] for m in changes if m.startswith("devices.")} == {"GPU:0", "GPU:1", "GPU:2"}
+
+
+def test_ranked_puts_regressions_first_biggest_first():
+    base, new = _report(), _report()
+    new["totals"] = {**base["totals"], "idle_fraction": 0.3, "kernel_count": 30}  # +20 %, +200 %
+    new["input_pipeline"] = {"fraction": 0.05, "wait_ns": 20}  # improvements
+    order = [c["metric"] for c in ranked(build_diff(base, new)["changes"])]
+    assert order[:2] == ["totals.kernel_count", "totals.idle_fraction"]
+    assert set(order[2:4]) == {"input_pipeline.fraction", "input_pipeline.wait_ns"}
+
+
+def test_bottlenecks_added_removed_and_changed():
+    base = _report(bottlenecks=[_bottleneck("input_bound", "high", 800), _bottleneck("h2d_copy", "low", 50)])
+    new = _report(
+        bottlenecks=[
+            _bottleneck("launch_bound", "medium", 300),
+            _bottleneck("input_bound", "low", 20),
+            _bottleneck("fp32_compute", "low", 10),
+        ]
+    )
+    base["bottlenecks"].append(_bottleneck("fp32_compute", "low", 5))
+    b = build_diff(base, new)["bottlenecks"]
+    assert b["added"] == ["launch_bound"] and b["removed"] == ["h2d_copy"]
+    by_id = {x["id"]: x for x in b["items"]}
+    assert by_id["input_bound"]["status"] == "better"
+    assert (by_id["input_bound"]["delta_ns"], by_id["input_bound"]["relative"]) == (-780, -0.975)
+    assert by_id["input_bound"]["base"]["severity"] == "high" and by_id["input_bound"]["new"]["severity"] == "low"
+    assert by_id["fp32_compute"]["status"] == "worse" and by_id["fp32_compute"]["delta_ns"] == 5
+    assert by_id["launch_bound"]["base"] is None and by_id["launch_bound"]["relative"] is None
+    assert by_id["h2d_copy"]["new"] is None and by_id["h2d_copy"]["delta_ns"] == -50
+    assert [x["status"] for x in b["items"]] == ["added", "worse", "removed", "better"]
+
+
+def test_severity_rise_is_worse_even_when_cheaper():
+    base = _report(bottlenecks=[_bottleneck("launch_bound", "low", 100)])
+    new = _report(bottlenecks=[_bottleneck("launch_bound", "medium", 90)])
+    (item,) = build_diff(base, new)["bottlenecks"]["items"]
+    assert item["status"] == "worse" and item["delta_ns"] == -10
+
+
+@pytest.mark.parametrize(
+    ("raw", "normalised"),
+    [
+        (
+            "void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, float const*, int)",
+            "cudnn::detail::dgrad_engine",
+        ),
+        (  # nested templates, (anonymous namespace) inside them, lambdas with their own argument lists
+            "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::clamp(at::Tensor"
+            "IteratorBase&)::{lambda()#1}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, "
+            "std::array<char*, 2ul>)",
+            "at::native::vectorized_elementwise_kernel",
+        ),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)",
+            "at::native::cunn_SoftMaxForward",
+        ),
+        ("triton_poi_fused_add_3", "triton_poi_fused_add"),
+        ("triton_red_fused_native_layer_norm_12_0", "triton_red_fused_native_layer_norm"),
+        ("my_kernel_0x1a2b", "my_kernel"),
+        ("fused_kernel_7f3a9c1e", "fused_kernel"),
+        ("fusion.12", "fusion"),
+        ("loop_add_fusion_2", "loop_add_fusion"),
+        ("volta_sgemm_128x64_nt", "volta_sgemm_128x64_nt"),  # tile sizes tell kernels apart: kept
+        (
+            "sm90_xmma_gemm_f32f32_tn_n_tilesize128x128x32_kernel__5x_cublas",
+            "sm90_xmma_gemm_f32f32_tn_n_tilesize128x128x32_kernel__5x_cublas",
+        ),
+        ("void truncated_kernel<float, 128, at::native::Op", "truncated_kernel"),  # cut by the profiler
+        ("<unnamed>", "<unnamed>"),  # nothing would be left: kept as is
+        ("gemm", "gemm"),
+    ],
+)
+def test_normalise_kernel_name(raw, normalised):
+    assert normalise_kernel_name(raw) == normalised
+
+
+def test_kernels_matched_by_normalised_name_complete_lists():
+    base = _report(
+        devices=[
+            _device(
+                "GPU:0",
+                0.2,
+                [
+                    _kernel("void gemm<float, 128>(float const*, float*)", 10, 10_000),
+                    _kernel("void gemm<float, 64>(float const*, float*)", 5, 2_000),
+                    _kernel("triton_poi_fused_add_3", 4, 400),
+                    _kernel("old_kernel", 2, 900),
+                ],
+            )
+        ]
+    )
+    new = _report(
+        devices=[
+            _device(
+                "GPU:0",
+                0.2,
+                [
+                    _kernel("void gemm<half, 128>(half const*, half*)", 10, 6_000),
+                    _kernel("triton_poi_fused_add_7", 4, 400),
+                    _kernel("new_kernel", 3, 3_000),
+                ],
+            )
+        ]
+    )
+    kernels = {k["name"]: k for k in build_diff(base, new)["kernels"]}
+    gemm = kernels["gemm"]
+    assert gemm["base"] == {"count": 15, "total_ns": 12_000, "mean_ns": 800}
+    assert gemm["new"] == {"count": 10, "total_ns": 6_000, "mean_ns": 600}
+    assert (gemm["status"], gemm["delta_ns"], gemm["relative"]) == ("faster", -6_000, -0.5)
+    assert len(gemm["names"]) == 3
+    assert kernels["triton_poi_fused_add"]["status"] == "same" and kernels["triton_poi_fused_add"]["delta_ns"] == 0
+    assert kernels["new_kernel"]["status"] == "new" and kernels["new_kernel"]["base"]["count"] == 0
+    assert kernels["old_kernel"]["status"] == "gone" and kernels["old_kernel"]["delta_ns"] == -900
+    order = [k["name"] for k in build_diff(base, new)["kernels"]]
+    assert order == ["gemm", "new_kernel", "old_kernel", "triton_poi_fused_add"]
+
+
+def test_kernels_outside_an_incomplete_top_list_are_unknown():
+    base = _report(devices=[_device("GPU:0", 0.2, [_kernel("a", 1, 100), _kernel("b", 1, 50)], count=5)])
+    new = _report(devices=[_device("GPU:0", 0.2, [_kernel("a", 1, 120), _kernel("c", 1, 70)], count=5)])
+    kernels = {k["name"]: k for k in build_diff(base, new)["kernels"]}
+    assert kernels["b"]["status"] == "left_top" and kernels["b"]["new"] is None and kernels["b"]["delta_ns"] is None
+    assert kernels["c"]["status"] == "entered_top" and kernels["c"]["base"] is None
+    assert kernels["a"]["status"] == "slower" and kernels["a"]["delta_ns"] == 20
+
+
+def test_diff_summaries_and_schema():
+    diff = build_diff(_report("base"), _report("new"), ({"path": "b.json", "source": "report"}, None))
+    assert diff["schema"] == "traceinsight.diff/1"
+    assert diff["base"]["run"] == "base" and diff["base"]["path"] == "b.json" and diff["base"]["source"] == "report"
+    assert diff["new"]["schema"] == "traceinsight.report/1" and diff["new"]["framework"] == "pytorch"
+    assert diff["new"]["window_ns"] == 2_000_000 and diff["new"]["small_kernel_threshold_ns"] == 10_000
+    assert diff["new"]["inputs"] == [{"path": "new.pt.trace.json.gz", "format": "kineto"}]
+
+
+# ---------------------------------------------------------------- thresholds
+@pytest.mark.parametrize(
+    ("expr", "crossed"),
+    [
+        ("steps.mean_ns>+99", True),  # +100 ns
+        ("steps.mean_ns>+100", False),
+        ("steps.mean_ns>=+100", True),
+        ("steps.mean_ns>+24%", True),  # +25 %
+        ("steps.mean_ns>+25%", False),
+        ("steps.mean_ns<-5%", False),
+        ("totals.idle_fraction<-0.05", True),  # 0.25 -> 0.1
+        ("totals.idle_fraction<-0.2", False),
+        ("totals.idle_fraction<-50%", True),  # -60 %
+        ("totals.idle_fraction>0.05", True),  # plain: on the NEW value (0.1)
+        ("totals.idle_fraction>0.2", False),
+        ("totals.small_kernel_count>+0%", False),  # 0 -> 0: no relative change
+        ("totals.d2h_bytes>+0", False),  # null on both sides
+        ("devices.GPU:0.idle_fraction<-0.1", True),
+        ("devices.GPU:9.idle_fraction>+0", False),  # only in NEW: no change to compare
+        ("bottleneck=launch_bound", True),  # new in NEW (even if low)
+        ("bottleneck=input_bound", False),  # present in both, low in NEW
+        ("bottleneck=fp32_compute", True),  # present in both, medium in NEW
+        ("bottleneck=h2d_copy", False),  # gone
+    ],
+)
+def test_change_thresholds(expr, crossed):
+    base = _report(
+        steps={"count": 4, "mean_ns": 400, "median_ns": 380},
+        bottlenecks=[
+            _bottleneck("input_bound", "high", 10),
+            _bottleneck("fp32_compute", "medium", 10),
+            _bottleneck("h2d_copy", "high", 10),
+        ],
+    )
+    new = _report(
+        steps={"count": 4, "mean_ns": 500, "median_ns": 380},
+        bottlenecks=[
+            _bottleneck("input_bound", "low", 10),
+            _bottleneck("fp32_compute", "medium", 10),
+            _bottleneck("launch_bound", "low", 10),
+        ],
+        devices=[_device("GPU:0", 0.1, []), _device("GPU:9", 0.1, [])],
+    )
+    new["totals"] = {**base["totals"], "idle_fraction": 0.1}
+    message = parse_threshold(expr, allow_change=True).check_diff(base, new)
+    assert (message is not None) == crossed
+
+
+def test_identical_reports_cross_no_positive_change():
+    report = _report(bottlenecks=[_bottleneck("input_bound", "low", 10)])
+    other = copy.deepcopy(report)
+    for expr in ("steps.mean_ns>+0", "totals.idle_fraction>+0%", "totals.kernel_count<-0", "bottleneck=input_bound"):
+        assert parse_threshold(expr, allow_change=True).check_diff(report, other) is None
+
+
+@pytest.mark.parametrize("expr", ["steps.mean_ns>5%", "steps.mean_ns>+", "steps.mean_ns>>+5", "steps.mean_ns>+5%%"])
+def test_bad_change_expressions(expr):
+    with pytest.raises(ExpressionError):
+        parse_threshold(expr, allow_change=True)
+
+
+@pytest.mark.parametrize("expr", ["totals.idle_fraction>+0.05", "steps.mean_ns>+5%", "totals.idle_fraction<-0.1"])
+def test_change_forms_are_refused_by_report(expr):
+    with pytest.raises(ExpressionError, match="traceinsight diff"):
+        parse_threshold(expr)
+
+
+def test_path_missing_from_both_reports_is_an_error():
+    with pytest.raises(ExpressionError, match="nope"):
+        parse_threshold("totals.nope>+1", allow_change=True).check_diff(_report(), _report())
+
+
+# ---------------------------------------------------------------- renderers
+def test_renderers_escape_names_and_put_regressions_first():
+    evil = "<script>alert(1)</script>|x"
+    base = _report(devices=[_device("GPU:0", 0.2, [_kernel(evil, 1, 10)])])
+    new = _report("new<b>", devices=[_device("GPU:0", 0.4, [_kernel(evil, 1, 30)])])
+    new["totals"] = {**base["totals"], "idle_fraction": 0.4}
+    new["input_pipeline"] = {"fraction": 0.0, "wait_ns": 0}
+    diff = build_diff(base, new)
+    html = render_diff_html(diff)
+    assert "<script>" not in html and "&lt;script&gt;" in html and "new&lt;b&gt;" in html
+    assert "default-src 'none'" in html and not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
+    rows = re.findall(r'<tr class="(\w+)"><td class="name">([^<]+)</td>', html)
+    order = ["regression", "improvement", "changed", "unchanged", "unknown"]
+    run_verdicts = [verdict for verdict, metric in rows if not metric.startswith("devices.")]
+    assert run_verdicts == sorted(run_verdicts, key=order.index) and "improvement" in run_verdicts
+    device_verdicts = [verdict for verdict, metric in rows if metric.startswith("devices.")]
+    assert device_verdicts == sorted(device_verdicts, key=order.index) and device_verdicts[0] == "regression"
+    assert rows[0] == ("regression", "totals.idle_fraction")
+    assert "+15.0 pp" in html and "+20.0 pp" in html  # idle fraction 25 % -> 40 %, on GPU:0 20 % -> 40 %
+    md = render_diff_markdown(diff)
+    assert "| `alert\\|x` |" in md and "<script>" not in md  # the normalised name, pipes escaped in table cells
+    assert md.index("regression") < md.index("improvement")
+    text = render_diff_terminal(diff)
+    assert "totals.idle_fraction" in text and "\033[" not in text
+
+
+# ---------------------------------------------------------------- the command, synthetic traces
+def _run_diff(tmp_path: Path, base: Path, new: Path, *extra: str) -> tuple[int, Path, Path, Path]:
+    html, js, md = tmp_path / "d.html", tmp_path / "d.json", tmp_path / "d.md"
+    code = main(["diff", str(base), str(new), "-o", str(html), "--json", str(js), "--markdown", str(md), "-q", *extra])
+    return code, html, js, md
+
+
+@pytest.fixture(scope="module")
+def healthy_to_input_bound(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("diff")
+    code, html, js, md = _run_diff(tmp, SYNTHETIC / "healthy", SYNTHETIC / "input_bound")
+    assert code == 0
+    return json.loads(js.read_text()), html.read_text(), md.read_text()
+
+
+def test_synthetic_scenarios_known_differences(healthy_to_input_bound):
+    diff, html, md = healthy_to_input_bound
+    truth_base = json.loads((SYNTHETIC / "healthy" / "ground_truth.json").read_text())
+    truth_new = json.loads((SYNTHETIC / "input_bound" / "ground_truth.json").read_text())
+    gpu_base, gpu_new = truth_base["devices"]["GPU:0"], truth_new["devices"]["GPU:0"]
+    changes = _changes(diff)
+    idle = changes["devices.GPU:0.idle_ns"]
+    assert (idle["base"], idle["new"], idle["delta"]) == (
+        gpu_base["idle_ns"],
+        gpu_new["idle_ns"],
+        gpu_new["idle_ns"] - gpu_base["idle_ns"],
+    )
+    assert changes["totals.idle_fraction"]["delta"] == pytest.approx(
+        gpu_new["idle_fraction"] - gpu_base["idle_fraction"]
+    )
+    wait = changes["devices.GPU:0.gaps.by_cause.input_wait"]
+    assert (wait["base"], wait["new"]) == (0, gpu_new["gaps"]["by_cause"]["input_wait"])
+    assert wait["relative"] is None and wait["verdict"] == "regression"
+    steps = changes["steps.count"]
+    assert (steps["delta"], steps["relative"]) == (2, 0.5)  # 4 -> 6 steps
+    assert diff["bottlenecks"]["added"][0] == "input_bound"
+    kernels = changes["totals.kernel_count"]
+    assert kernels["delta"] == gpu_new["kernels"]["count"] - gpu_base["kernels"]["count"]
+    assert diff["base"]["source"] == "trace" and diff["base"]["run"] == "healthy"
+    assert 'id="bottleneck-input_bound"' in html and "input_bound" in md
+
+
+@pytest.mark.parametrize(
+    ("expr", "code"),
+    [
+        ("totals.idle_fraction>+0.5", 1),  # +0.66
+        ("totals.idle_fraction>+0.7", 0),
+        ("steps.count>+50%", 0),  # exactly +50 %
+        ("steps.count>=+50%", 1),
+        ("bottleneck=input_bound", 1),
+        ("bottleneck=low_occupancy", 0),  # gone in NEW
+        ("input_pipeline.fraction<-0.01", 0),
+    ],
+)
+def test_fail_on_synthetic(tmp_path, expr, code, capsys):
+    got, html, js, md = _run_diff(tmp_path, SYNTHETIC / "healthy", SYNTHETIC / "input_bound", "--fail-on", expr)
+    assert got == code
+    assert html.exists() and js.exists() and md.exists()
+    assert ("threshold crossed" in capsys.readouterr().err) == bool(code)
+
+
+def _timeline(kernels: list[tuple[str, int]], steps: int = 3):
+    b = TimelineBuilder(seed=0)
+    for step_id in range(1, steps + 1):
+        with b.step(step_id):
+            b.input_wait(50_000)
+            for name, dur_ns in kernels:
+                b.launch_kernel(name, dur_ns, op="aten::op")
+    return b.build("t", "test")
+
+
+def test_synthetic_kernel_changes(tmp_path):
+    """Recompiled kernel names still match; totals are the spec's durations times the step count."""
+    base = _timeline([("void gemm<float, 128>(float const*, float*)", 100_000), ("triton_poi_fused_add_3", 20_000)])
+    new = _timeline([("void gemm<half, 128>(half const*, half*)", 80_000), ("triton_poi_fused_add_7", 25_000)])
+    base_path = write_kineto(base, tmp_path / "base" / "a.pt.trace.json")
+    new_path = write_kineto(new, tmp_path / "new" / "a.pt.trace.json")
+    code, _, js, _ = _run_diff(tmp_path, base_path, new_path)
+    assert code == 0
+    kernels = {k["name"]: k for k in json.loads(js.read_text())["kernels"]}
+    assert set(kernels) == {"gemm", "triton_poi_fused_add"}
+    assert kernels["gemm"]["base"]["total_ns"] == 3 * 100_000 and kernels["gemm"]["new"]["total_ns"] == 3 * 80_000
+    assert (kernels["gemm"]["status"], kernels["gemm"]["delta_ns"]) == ("faster", -60_000)
+    add = kernels["triton_poi_fused_add"]
+    assert (add["status"], add["delta_ns"], add["relative"]) == ("slower", 15_000, 0.25)
+
+
+def test_saved_report_against_its_trace_is_all_zero(tmp_path, capsys):
+    saved = tmp_path / "baseline.json"
+    assert (
+        main(["report", str(SYNTHETIC / "sync_heavy"), "-o", str(tmp_path / "r.html"), "--json", str(saved), "-q"]) == 0
+    )
+    thresholds = ["totals.idle_fraction>+0", "steps.mean_ns>+0%", "totals.kernel_count<-0", "bottleneck=idle_other"]
+    code, _, js, _ = _run_diff(
+        tmp_path, saved, SYNTHETIC / "sync_heavy", *[a for t in thresholds for a in ("--fail-on", t)]
+    )
+    assert code == 0, capsys.readouterr().err
+    diff = json.loads(js.read_text())
+    assert diff["base"]["source"] == "report" and diff["new"]["source"] == "trace"
+    assert {c["delta"] for c in diff["changes"]} <= {0, None}
+    assert {c["verdict"] for c in diff["changes"]} <= {"unchanged", "unknown"}
+    assert {k["status"] for k in diff["kernels"]} == {"same"}
+    assert diff["bottlenecks"]["added"] == [] and diff["bottlenecks"]["removed"] == []
+    assert {b["status"] for b in diff["bottlenecks"]["items"]} <= {"same"}
+
+
+def test_saved_report_threshold_is_used_for_the_trace_side(tmp_path):
+    saved = tmp_path / "baseline.json"
+    argv = ["report", str(SYNTHETIC / "launch_bound"), "-o", str(tmp_path / "r.html"), "--json", str(saved), "-q"]
+    assert main([*argv, "--small-kernel-us", "4"]) == 0
+    _, _, js, _ = _run_diff(tmp_path, SYNTHETIC / "launch_bound", saved)
+    diff = json.loads(js.read_text())
+    assert diff["base"]["small_kernel_threshold_ns"] == diff["new"]["small_kernel_threshold_ns"] == 4_000
+    assert _changes(diff)["totals.small_kernel_count"]["delta"] == 0
+
+
+@pytest.mark.parametrize("expr", ["totals.idle_fraction>5%", "bogus", "totals.nope>+1", "steps>+1"])
+def test_bad_expression_exits_2_and_writes_nothing(tmp_path, expr, capsys):
+    code, html, js, md = _run_diff(tmp_path, SYNTHETIC / "healthy", SYNTHETIC / "healthy", "--fail-on", expr)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not html.exists() and not js.exists() and not md.exists()
+
+
+def test_other_traceinsight_documents_are_refused(tmp_path, capsys):
+    not_report = tmp_path / "diff.json"
+    not_report.write_text(json.dumps({"schema": "traceinsight.diff/1", "base": {"schema": "traceinsight.report/1"}}))
+    incomplete = tmp_path / "partial.json"
+    incomplete.write_text(json.dumps({"schema": "traceinsight.report/1", "run": "x"}))
+    for bad, why in ((not_report, "traceinsight.diff/1"), (incomplete, "'inputs'")):
+        code, html, _, _ = _run_diff(tmp_path, bad, SYNTHETIC / "healthy")
+        assert code == 2 and not html.exists()
+        assert why in capsys.readouterr().err
+
+
+def test_never_writes_over_a_baseline_report(tmp_path, capsys):
+    saved = tmp_path / "baseline.json"
+    assert main(["report", str(SYNTHETIC / "healthy"), "-o", str(tmp_path / "r.html"), "--json", str(saved), "-q"]) == 0
+    before = saved.read_bytes()
+    assert (
+        main(["diff", str(saved), str(SYNTHETIC / "healthy"), "-o", str(tmp_path / "d.html"), "--json", str(saved)])
+        == 2
+    )
+    assert saved.read_bytes() == before and "refusing" in capsys.readouterr().err
+
+
+def test_terminal_summary(capsys):
+    assert main(["diff", str(SYNTHETIC / "healthy"), str(SYNTHETIC / "input_bound"), "-o", "/dev/null"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("traceinsight diff: healthy -> input_bound")
+    assert "input_bound: added" in out and "\033[" not in out
+
+
+# ---------------------------------------------------------------- the command, real traces
+def test_resnet_num_workers_forward_and_reverse(tmp_path, capsys):
+    workers_0 = shared_trace("kineto/resnet50_num_workers_0")
+    workers_4 = shared_trace("kineto/resnet50_num_workers_4")
+    code, _, js, _ = _run_diff(tmp_path, workers_0, workers_4, "--fail-on", "totals.idle_fraction>+0.05")
+    assert code == 0
+    diff = json.loads(js.read_text())
+    changes = _changes(diff)
+    for metric in ("totals.idle_fraction", "input_pipeline.fraction"):
+        assert changes[metric]["delta"] < -0.1 and changes[metric]["verdict"] == "improvement"
+    (input_bound,) = [b for b in diff["bottlenecks"]["items"] if b["id"] == "input_bound"]
+    assert input_bound["base"]["severity"] == "high" and input_bound["status"] in ("better", "removed")
+    assert input_bound["new"] is None or input_bound["new"]["severity"] == "low"
+    # The same two traces, the other way round: the idle fraction rises by the same amount and trips the gate.
+    code, _, js, _ = _run_diff(tmp_path, workers_4, workers_0, "--fail-on", "totals.idle_fraction>+0.05")
+    assert code == 1
+    assert "totals.idle_fraction>+0.05" in capsys.readouterr().err
+    reverse = _changes(json.loads(js.read_text()))
+    assert reverse["totals.idle_fraction"]["delta"] == pytest.approx(-changes["totals.idle_fraction"]["delta"])

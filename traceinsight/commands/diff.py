@@ -1,0 +1,101 @@
+"""`traceinsight diff BASE NEW`: compare two runs (traces or saved `--json` reports) and gate CI on regressions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
+from traceinsight.commands.report import _positive_float
+from traceinsight.diff import build_diff
+from traceinsight.gating import parse_threshold
+from traceinsight.pipeline import analyse_path, finish, read_saved_report
+from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
+from traceinsight.report.json import dumps
+
+DEFAULT_HTML = "traceinsight-diff.html"
+
+
+def _saved_threshold_ns(report: dict[str, Any]) -> int | None:
+    """The small-kernel threshold a saved report was made with."""
+    for device in report["devices"]:
+        if (threshold := (device.get("kernels") or {}).get("small_threshold_ns")) is not None:
+            return int(threshold)
+    return None
+
+
+def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, str]], tuple[Path, ...]]:
+    """Both sides' reports, where each came from, and the input files no output may overwrite.
+
+    Saved reports are read first: a trace on the other side is analysed with the small-kernel
+    threshold they were made with (unless --small-kernel-us says otherwise), so counts compare.
+    """
+    paths = (args.base, args.new)
+    saved = [read_saved_report(p) for p in paths]
+    if args.small_kernel_us is not None:
+        small_kernel_ns = int(round(args.small_kernel_us * 1000))
+    else:
+        found = [t for r in saved if r is not None and (t := _saved_threshold_ns(r)) is not None]
+        small_kernel_ns = found[0] if found else DEFAULT_SMALL_KERNEL_NS
+    reports, origins, protected = [], [], []
+    for path, report in zip(paths, saved, strict=True):
+        if report is None:
+            analysed = analyse_path(path, small_kernel_ns=small_kernel_ns)
+            report, source = analysed.report, "trace"
+            protected += analysed.run.files
+        else:
+            source = "report"
+            protected.append(path)
+        reports.append(report)
+        origins.append({"path": str(path), "source": source})
+    return reports, origins, tuple(protected)
+
+
+class DiffCommand:
+    name = "diff"
+    help = "Compare two runs (trace, run folder, logdir or a saved --json report) and gate CI on regressions."
+
+    @staticmethod
+    def prepare_parser(parser: argparse.ArgumentParser) -> None:
+        for name, what in (("base", "the baseline"), ("new", "the run to check")):
+            parser.add_argument(
+                name, type=Path, metavar=name.upper(), help=f"{what}: trace, run folder, logdir or --json report"
+            )
+        parser.add_argument(
+            "-o", "--output", type=Path, default=Path(DEFAULT_HTML), help=f"HTML diff (default {DEFAULT_HTML})"
+        )
+        parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON diff")
+        parser.add_argument(
+            "--markdown", type=Path, metavar="FILE", help="also write a Markdown summary (CI step summary)"
+        )
+        parser.add_argument(
+            "--small-kernel-us",
+            type=_positive_float,
+            metavar="US",
+            help="small-kernel threshold for traces (default: a saved report's, else 10 us)",
+        )
+        parser.add_argument(
+            "--fail-on",
+            action="append",
+            default=[],
+            metavar="EXPR",
+            help="exit 1 when crossed: a change 'totals.idle_fraction>+0.05', 'steps.mean_ns>+5%%' (also '<-X', "
+            "'<-X%%'), 'PATH OP NUMBER' on the new run, or 'bottleneck=ID' (new, or medium/high in NEW)",
+        )
+        parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        thresholds = [parse_threshold(t, allow_change=True) for t in args.fail_on]
+        (base, new), origins, protected = _reports(args)
+        diff = build_diff(base, new, (origins[0], origins[1]))
+        crossed = [msg for t in thresholds if (msg := t.check_diff(base, new))]
+        outputs = {args.output: render_diff_html(diff)}
+        if args.json:
+            outputs[args.json] = dumps(diff) + "\n"
+        if args.markdown:
+            outputs[args.markdown] = render_diff_markdown(diff)
+        summary = None if args.quiet else render_diff_terminal(diff, color=sys.stdout.isatty())
+        return finish(outputs, protected, summary, crossed, "Diff")

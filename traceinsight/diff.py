@@ -1,0 +1,344 @@
+"""Compare two runs: the diff object (schema ``traceinsight.diff/1``) built from two report dicts.
+
+Pure functions over the `--json` report contract (../shared/notes/report-json.md), so a
+baseline report saved by an earlier CI job compares with a fresh trace exactly as two
+traces do. Three parts:
+
+* ``changes``: headline metrics (`RUN_METRICS`) and per-device ones (`DEVICE_METRICS`,
+  devices matched by id), each named by its JSON path in the report, with NEW - BASE,
+  the relative change and which direction is worse (data, so renderers and tests agree).
+* ``bottlenecks``: added, removed, or changed in cost, by id.
+* ``kernels``: the kernels whose total time changed most, matched by a normalised name
+  (`normalise_kernel_name`), over the reports' top kernels of every device.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from traceinsight import __version__
+from traceinsight.gating import ExpressionError, change, lookup
+
+SCHEMA = "traceinsight.diff/1"
+UP, DOWN = "up", "down"
+SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2}
+Origin = dict[str, Any] | None  # where one side came from, added to its summary
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared figure: its JSON path, the direction that is a regression, how to show it."""
+
+    path: str  # dotted path in the report; for DEVICE_METRICS relative to one `devices[]` item
+    worse_when: str | None  # UP, DOWN, or None where neither direction is bad in itself
+    unit: str  # "ns" | "fraction" | "percent" | "bytes" | "count"
+
+
+RUN_METRICS: tuple[Metric, ...] = (
+    Metric("totals.idle_fraction", UP, "fraction"),
+    Metric("input_pipeline.fraction", UP, "fraction"),
+    Metric("input_pipeline.wait_ns", UP, "ns"),
+    Metric("input_pipeline.idle_fraction", UP, "fraction"),
+    Metric("steps.mean_ns", UP, "ns"),
+    Metric("steps.median_ns", UP, "ns"),
+    Metric("steps.count", None, "count"),
+    Metric("steps.breakdown_total.device_compute", None, "ns"),
+    Metric("steps.breakdown_total.device_copy", UP, "ns"),
+    Metric("steps.breakdown_total.host_runtime", UP, "ns"),
+    Metric("steps.breakdown_total.input_wait", UP, "ns"),
+    Metric("steps.breakdown_total.host_compute", UP, "ns"),
+    Metric("steps.breakdown_total.idle", UP, "ns"),
+    Metric("totals.kernel_count", UP, "count"),
+    Metric("totals.small_kernel_count", UP, "count"),
+    Metric("totals.h2d_count", UP, "count"),
+    Metric("totals.h2d_ns", UP, "ns"),
+    Metric("totals.h2d_bytes", UP, "bytes"),
+    Metric("totals.h2d_exposed_ns", UP, "ns"),
+    Metric("totals.h2d_pageable_count", UP, "count"),
+    Metric("totals.d2h_count", UP, "count"),
+    Metric("totals.d2h_ns", UP, "ns"),
+    Metric("totals.d2h_bytes", UP, "bytes"),
+    Metric("totals.device_count", None, "count"),
+)
+
+DEVICE_METRICS: tuple[Metric, ...] = (
+    Metric("idle_fraction", UP, "fraction"),
+    Metric("idle_ns", UP, "ns"),
+    Metric("busy_ns", None, "ns"),
+    Metric("span_ns", None, "ns"),
+    Metric("gaps.count", UP, "count"),
+    Metric("gaps.max_ns", UP, "ns"),
+    Metric("gaps.by_cause.input_wait", UP, "ns"),
+    Metric("gaps.by_cause.host_launch", UP, "ns"),
+    Metric("gaps.by_cause.sync", UP, "ns"),
+    Metric("gaps.by_cause.other", UP, "ns"),
+    Metric("kernels.count", UP, "count"),
+    Metric("kernels.total_ns", None, "ns"),
+    Metric("kernels.small_count", UP, "count"),
+    Metric("kernels.small_total_ns", UP, "ns"),
+    Metric("kernels.shorter_than_launch_count", UP, "count"),
+    Metric("kernels.launch_delay.p50_ns", UP, "ns"),
+    Metric("kernels.occupancy_mean_pct", DOWN, "percent"),
+    Metric("kernels.tensor_core_ns", None, "ns"),
+    Metric("kernels.communication_exposed_ns", UP, "ns"),
+    Metric("copies.h2d.total_ns", UP, "ns"),
+    Metric("copies.h2d.bytes", UP, "bytes"),
+    Metric("copies.h2d.exposed_ns", UP, "ns"),
+    Metric("copies.d2h.total_ns", UP, "ns"),
+    Metric("copies.d2h.exposed_ns", UP, "ns"),
+    Metric("copies.d2d.total_ns", None, "ns"),
+)
+
+# Kernel-name normalisation, applied in this order (see `normalise_kernel_name`).
+_RETURN_TYPE = re.compile(r"^void\s+")
+_INNERMOST_GROUP = re.compile(r"<[^<>()]*>|\([^<>()]*\)")
+_UNCLOSED_GROUP = re.compile(r"[<(].*$")
+_NUMBERED_SUFFIX = re.compile(r"(?:[_.](?:0x[0-9a-fA-F]+|\d+|(?=[0-9a-f]*\d)[0-9a-f]{8,}))+$")
+_SPACES = re.compile(r"\s+")
+_EMPTY_SCOPE = re.compile(r"(?:::)+")
+
+
+def normalise_kernel_name(name: str) -> str:
+    """The name a kernel is matched by across runs, so recompiles and re-instantiations still match.
+
+    1. a leading return type ``void`` goes;
+    2. template arguments ``<...>`` and argument lists ``(...)`` go, innermost first (so nested and
+       mixed groups like ``<4, at::(anonymous namespace)::Op<float>>`` go whole); a group left
+       open by a name the profiler truncated is cut to the end;
+    3. trailing numbered suffixes go: ``_3``, ``.12``, ``_0x1a2b`` and hex hashes of 8+ characters
+       with a digit (``triton_poi_fused_add_3`` -> ``triton_poi_fused_add``, XLA ``fusion.12`` ->
+       ``fusion``);
+    4. spaces collapse and empty scopes (``a::::b`` left by step 2) close up.
+
+    Tile sizes inside a name (``volta_sgemm_128x64_nt``) stay: they tell different kernels apart.
+    Kernels that differ only in what goes are summed together. A name that would become
+    empty is kept as it is.
+    """
+    text = _RETURN_TYPE.sub("", name.strip())
+    previous = None
+    while previous != text:
+        previous, text = text, _INNERMOST_GROUP.sub("", text)
+    text = _UNCLOSED_GROUP.sub("", text)
+    text = _NUMBERED_SUFFIX.sub("", text.strip())
+    text = _EMPTY_SCOPE.sub("::", _SPACES.sub(" ", text)).strip(" :")
+    return text or name
+
+
+def _value(node: Any, path: str) -> Any:
+    """The number at `path`, None when this report does not have it."""
+    try:
+        return lookup(node, path)
+    except ExpressionError:
+        return None
+
+
+def _verdict(worse_when: str | None, delta: float | None) -> str:
+    if delta is None:
+        return "unknown"
+    if delta == 0:
+        return "unchanged"
+    if worse_when is None:
+        return "changed"
+    return "regression" if (delta > 0) == (worse_when == UP) else "improvement"
+
+
+def _change(path: str, metric: Metric, base: Any, new: Any) -> dict[str, Any]:
+    delta, relative = change(base, new)
+    return {
+        "metric": path,
+        "base": base,
+        "new": new,
+        "delta": delta,
+        "relative": relative,
+        "worse_when": metric.worse_when,
+        "unit": metric.unit,
+        "verdict": _verdict(metric.worse_when, delta),
+    }
+
+
+def _devices_by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["id"]: d for d in report.get("devices", [])}
+
+
+def metric_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every metric of both reports, in table order; a device only one run has gets nulls on the other side."""
+    out = [_change(m.path, m, _value(base, m.path), _value(new, m.path)) for m in RUN_METRICS]
+    base_devices, new_devices = _devices_by_id(base), _devices_by_id(new)
+    for device_id in dict.fromkeys([*base_devices, *new_devices]):
+        b, n = base_devices.get(device_id), new_devices.get(device_id)
+        for m in DEVICE_METRICS:
+            values = (_value(b, m.path) if b else None, _value(n, m.path) if n else None)
+            out.append(_change(f"devices.{device_id}.{m.path}", m, *values))
+    return out
+
+
+def _bottleneck_side(b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    return {k: b.get(k) for k in ("severity", "rank", "time_ns", "fraction")}
+
+
+def _bottleneck_status(b: dict[str, Any] | None, n: dict[str, Any] | None) -> str:
+    if b is None:
+        return "added"
+    if n is None:
+        return "removed"
+    rise = SEVERITY_ORDER.get(n["severity"], 0) - SEVERITY_ORDER.get(b["severity"], 0)
+    if not rise:
+        rise = n["time_ns"] - b["time_ns"]
+    return "worse" if rise > 0 else "better" if rise < 0 else "same"
+
+
+_BOTTLENECK_ORDER = {"added": 0, "worse": 1, "removed": 2, "better": 3, "same": 4}
+
+
+def bottleneck_changes(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Bottlenecks by id: added (only in NEW), removed (only in BASE), worse / better / same.
+
+    Worse or better goes by severity first, then by cost (`time_ns`); regressions come first.
+    """
+    base_by_id = {b["id"]: b for b in base.get("bottlenecks", [])}
+    new_by_id = {b["id"]: b for b in new.get("bottlenecks", [])}
+    items = []
+    for bid in dict.fromkeys([*new_by_id, *base_by_id]):
+        b, n = base_by_id.get(bid), new_by_id.get(bid)
+        delta, relative = change(b["time_ns"] if b else 0, n["time_ns"] if n else 0)
+        items.append(
+            {
+                "id": bid,
+                "title": (n or b or {}).get("title"),
+                "status": _bottleneck_status(b, n),
+                "base": _bottleneck_side(b),
+                "new": _bottleneck_side(n),
+                "delta_ns": delta,
+                "relative": relative,
+            }
+        )
+    items.sort(key=lambda x: (_BOTTLENECK_ORDER[x["status"]], -abs(x["delta_ns"])))
+    return {
+        "added": [x["id"] for x in items if x["status"] == "added"],
+        "removed": [x["id"] for x in items if x["status"] == "removed"],
+        "items": items,
+    }
+
+
+def _kernel_totals(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], bool]:
+    """Top kernels of every device summed by normalised name, and whether those lists hold every kernel."""
+    totals: dict[str, dict[str, Any]] = {}
+    complete = True
+    for device in report.get("devices", []):
+        kernels = device.get("kernels") or {}
+        top = kernels.get("top") or []
+        complete &= sum(k["count"] for k in top) == kernels.get("count", 0)
+        for k in top:
+            entry = totals.setdefault(normalise_kernel_name(k["name"]), {"count": 0, "total_ns": 0, "names": set()})
+            entry["count"] += k["count"]
+            entry["total_ns"] += k["total_ns"]
+            entry["names"].add(k["name"])
+    return totals, complete
+
+
+def _kernel_side(entry: dict[str, Any] | None, complete: bool) -> dict[str, Any] | None:
+    """One side's figures; a kernel missing from a complete list ran 0 times, from a top-N list: unknown."""
+    if entry is None:
+        return {"count": 0, "total_ns": 0, "mean_ns": None} if complete else None
+    return {"count": entry["count"], "total_ns": entry["total_ns"], "mean_ns": entry["total_ns"] // entry["count"]}
+
+
+def _kernel_status(b: dict[str, Any] | None, n: dict[str, Any] | None, delta: int | None) -> str:
+    """Each name is in at least one side's list, so a None or 0-count side is the one it is missing from."""
+    if b is None:
+        return "entered_top"
+    if n is None:
+        return "left_top"
+    if b["count"] == 0:
+        return "new"
+    if n["count"] == 0:
+        return "gone"
+    return "slower" if delta > 0 else "faster" if delta < 0 else "same"
+
+
+def kernel_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Kernels by normalised name, most changed total time first.
+
+    The reports keep each device's top kernels only. Where that list is complete, a kernel
+    missing from it ran 0 times (``new`` / ``gone``); otherwise its time there is unknown
+    (``entered_top`` / ``left_top``, delta null, ranked by the time known on the other side).
+    """
+    (base_totals, base_complete), (new_totals, new_complete) = _kernel_totals(base), _kernel_totals(new)
+    items = []
+    for name in dict.fromkeys([*base_totals, *new_totals]):
+        b = _kernel_side(base_totals.get(name), base_complete)
+        n = _kernel_side(new_totals.get(name), new_complete)
+        delta, relative = change(b["total_ns"] if b else None, n["total_ns"] if n else None)
+        raw = base_totals.get(name, {}).get("names", set()) | new_totals.get(name, {}).get("names", set())
+        items.append(
+            {
+                "name": name,
+                "names": sorted(raw),
+                "status": _kernel_status(b, n, delta),
+                "base": b,
+                "new": n,
+                "delta_ns": delta,
+                "relative": relative,
+            }
+        )
+    items.sort(
+        key=lambda x: -(abs(x["delta_ns"]) if x["delta_ns"] is not None else (x["base"] or x["new"])["total_ns"])
+    )
+    return items
+
+
+def summarise(report: dict[str, Any], origin: Origin = None) -> dict[str, Any]:
+    """What a diff says about one side: which run, read from what, with which settings."""
+    window = report.get("window") or {}
+    start, end = window.get("start_ns"), window.get("end_ns")
+    thresholds = {(d.get("kernels") or {}).get("small_threshold_ns") for d in report.get("devices", [])}
+    return {
+        "run": report.get("run"),
+        "schema": report.get("schema"),
+        "version": report.get("version"),
+        "framework": report.get("framework"),
+        "inputs": [{"path": i.get("path"), "format": i.get("format")} for i in report.get("inputs", [])],
+        "window_ns": end - start if start is not None and end is not None else None,
+        "step_count": (report.get("steps") or {}).get("count"),
+        "small_kernel_threshold_ns": thresholds.pop() if len(thresholds) == 1 else None,
+        **(origin or {}),
+    }
+
+
+def build_diff(
+    base: dict[str, Any],
+    new: dict[str, Any],
+    origins: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+) -> dict[str, Any]:
+    """The diff object; `origins` adds where each side came from (e.g. its path and whether it was a saved report)."""
+    return {
+        "schema": SCHEMA,
+        "version": __version__,
+        "base": summarise(base, origins[0]),
+        "new": summarise(new, origins[1]),
+        "changes": metric_changes(base, new),
+        "bottlenecks": bottleneck_changes(base, new),
+        "kernels": kernel_changes(base, new),
+    }
+
+
+_VERDICT_ORDER = {"regression": 0, "improvement": 1, "changed": 2, "unchanged": 3, "unknown": 4}
+
+
+def ranked(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Regressions first, then improvements, other changes, unchanged, unknown; biggest relative change first.
+
+    A change from 0 (relative null) counts as the biggest.
+    """
+
+    def size(c: dict[str, Any]) -> float:
+        if c["relative"] is not None:
+            return abs(c["relative"])
+        return math.inf if c["delta"] else 0.0
+
+    return sorted(changes, key=lambda c: (_VERDICT_ORDER[c["verdict"]], -size(c)))

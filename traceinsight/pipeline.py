@@ -1,0 +1,96 @@
+"""Path -> report dict -> files and exit code: the steps every command that reads traces shares.
+
+`analyse_path` runs the one-way pipeline (discover -> load_run -> analyze ->
+find_bottlenecks -> build_report). `read_saved_report` lets a command take a
+`--json` report written earlier instead of a trace, so CI can keep a small
+baseline JSON rather than the trace it came from. `finish` writes a command's
+outputs and turns crossed `--fail-on` thresholds into the exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
+from traceinsight.discover import Run, discover
+from traceinsight.findings import find_bottlenecks
+from traceinsight.load import load_run
+from traceinsight.model import TraceError
+from traceinsight.report.json import SCHEMA, build_report
+from traceinsight.report.output import write_atomic
+
+# Top-level fields a saved report must have (with these types) to be compared.
+_REPORT_FIELDS: dict[str, type] = {
+    "run": str,
+    "inputs": list,
+    "steps": dict,
+    "devices": list,
+    "totals": dict,
+    "input_pipeline": dict,
+    "bottlenecks": list,
+}
+_SCHEMA_PREFIX = b"traceinsight."
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """One analysed run: its files (never to be overwritten), the analysis (for charts) and the report."""
+
+    run: Run
+    analysis: Analysis
+    report: dict[str, Any]
+
+
+def analyse_path(path: Path, run_name: str | None = None, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
+    """Find the run under `path`, read and analyse it, and build its report."""
+    run = discover(path, run_name)
+    analysis = analyze(load_run(run, path), small_kernel_ns=small_kernel_ns)
+    return Analysed(run, analysis, build_report(analysis, find_bottlenecks(analysis)))
+
+
+def read_saved_report(path: Path) -> dict[str, Any] | None:
+    """The report in `path` when it is a `--json` report (told by content: its `schema`), else None.
+
+    Only a file that mentions the schema is parsed, so a trace is not read twice for nothing.
+    Raises TraceError for another traceinsight document (a diff, a newer report schema) or a
+    report missing the fields a comparison needs.
+    """
+    if not path.is_file() or path.name.lower().endswith((".gz", ".pb")):
+        return None
+    data = path.read_bytes()
+    if _SCHEMA_PREFIX not in data:
+        return None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("traceinsight."):
+        return None
+    if schema != SCHEMA:
+        raise TraceError(path, f"a {schema} document, not a {SCHEMA} report")
+    for field, kind in _REPORT_FIELDS.items():
+        if not isinstance(doc.get(field), kind):
+            raise TraceError(path, f"not a complete {SCHEMA} report: {field!r} missing or not a {kind.__name__}")
+    return doc
+
+
+def finish(
+    outputs: dict[Path, str], protected: tuple[Path, ...], summary: str | None, crossed: list[str], label: str
+) -> int:
+    """Write every output (atomically, never over an input), print `summary` and where the files went
+    (unless quiet: `summary` None), one stderr line per crossed threshold; the exit code (1 when any)."""
+    for path, text in outputs.items():
+        write_atomic(path, text, protected=protected)
+    if summary is not None:
+        print(summary)
+        print(f"\n{label}: " + ", ".join(str(p) for p in outputs))
+    for msg in crossed:
+        print(f"traceinsight: threshold crossed: {msg}", file=sys.stderr)
+    return 1 if crossed else 0

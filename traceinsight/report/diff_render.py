@@ -1,0 +1,232 @@
+"""A diff for people: HTML (jinja2, autoescape on), Markdown for CI summaries, the terminal summary.
+
+All three start from the diff object and the same formatted rows (`change_rows`),
+so every renderer shows the JSON's figures in the same order: regressions first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from traceinsight.diff import ranked
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.html import environment
+from traceinsight.report.markdown import _cell
+
+# The figures the one-line verdict names, in this order.
+HEADLINE_METRICS = ("totals.idle_fraction", "input_pipeline.fraction", "steps.mean_ns")
+_FORMATTERS: dict[str, Callable[[Any], str]] = {
+    "ns": fmt_ns,
+    "fraction": fmt_pct,
+    "percent": lambda v: "-" if v is None else f"{v:.1f} %",
+    "bytes": fmt_bytes,
+    "count": fmt_count,
+}
+KERNEL_ROWS_HTML, KERNEL_ROWS_MARKDOWN, KERNEL_ROWS_TERMINAL = 30, 10, 5
+_RED, _GREEN, _BOLD, _RESET = "\033[31m", "\033[32m", "\033[1m", "\033[0m"
+_VERDICT_COLOUR = {"regression": _RED, "improvement": _GREEN}
+_BOTTLENECK_COLOUR = {"added": _RED, "worse": _RED, "removed": _GREEN, "better": _GREEN}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    return _FORMATTERS[unit](value)
+
+
+def fmt_delta(delta: float | None, unit: str) -> str:
+    """A signed change: fractions and percentages in percentage points (pp), others in their unit."""
+    if delta is None:
+        return "-"
+    if unit in ("fraction", "percent"):
+        points = delta * 100 if unit == "fraction" else delta
+        return f"{points:+.1f} pp" if delta else "0 pp"
+    text = _FORMATTERS[unit](delta)
+    return f"+{text}" if delta > 0 else text
+
+
+def fmt_relative(relative: float | None) -> str:
+    if relative is None:
+        return "-"
+    return f"{relative * 100:+.1f} %" if relative else "0 %"
+
+
+def change_rows(changes: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Formatted rows, regressions first (`diff.ranked`)."""
+    return [
+        {
+            "metric": c["metric"],
+            "base": fmt_value(c["base"], c["unit"]),
+            "new": fmt_value(c["new"], c["unit"]),
+            "delta": fmt_delta(c["delta"], c["unit"]),
+            "relative": fmt_relative(c["relative"]),
+            "verdict": c["verdict"],
+            "worse_when": c["worse_when"] or "",
+        }
+        for c in ranked(changes)
+    ]
+
+
+def split_changes(diff: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(run-level changes, per-device changes)."""
+    run = [c for c in diff["changes"] if not c["metric"].startswith("devices.")]
+    return run, [c for c in diff["changes"] if c["metric"].startswith("devices.")]
+
+
+def bottleneck_cells(item: dict[str, Any]) -> dict[str, str]:
+    """One bottleneck change, formatted: severity and cost on each side."""
+    b, n = item["base"], item["new"]
+    return {
+        "id": item["id"],
+        "title": item["title"] or "",
+        "status": item["status"],
+        "severity": f"{b['severity'] if b else 'absent'} -> {n['severity'] if n else 'absent'}",
+        "base": fmt_ns(b["time_ns"] if b else None),
+        "new": fmt_ns(n["time_ns"] if n else None),
+        "delta": fmt_delta(item["delta_ns"], "ns"),
+        "relative": fmt_relative(item["relative"]),
+    }
+
+
+def bottleneck_line(item: dict[str, Any]) -> str:
+    """``input_bound: better, high -> low, 285 ms -> 10.6 ms (-96.3 %)``."""
+    c = bottleneck_cells(item)
+    return f"{c['id']}: {c['status']}, {c['severity']}, {c['base']} -> {c['new']} ({c['relative']})"
+
+
+def kernel_cells(item: dict[str, Any]) -> dict[str, str]:
+    """One kernel change, formatted: total time and calls on each side."""
+
+    def side(s: dict[str, Any] | None) -> str:
+        return "not in top" if s is None else f"{fmt_ns(s['total_ns'])} ({fmt_count(s['count'])} calls)"
+
+    return {
+        "name": item["name"],
+        "status": item["status"],
+        "base": side(item["base"]),
+        "new": side(item["new"]),
+        "delta": fmt_delta(item["delta_ns"], "ns"),
+        "relative": fmt_relative(item["relative"]),
+    }
+
+
+def diff_sentence(diff: dict[str, Any]) -> str:
+    """One sentence: the headline figures, how many regressions, and the bottlenecks that came and went."""
+    by_metric = {c["metric"]: c for c in diff["changes"]}
+    figures = []
+    for name in HEADLINE_METRICS:
+        c = by_metric[name]
+        if c["base"] is not None or c["new"] is not None:
+            figures.append(
+                f"{name} {fmt_value(c['base'], c['unit'])} -> {fmt_value(c['new'], c['unit'])} "
+                f"({fmt_delta(c['delta'], c['unit'])})"
+            )
+    verdicts = [c["verdict"] for c in diff["changes"]]
+    counts = f"{verdicts.count('regression')} figure(s) worse, {verdicts.count('improvement')} better"
+    bottlenecks = diff["bottlenecks"]
+    moved = [
+        f"{x['id']} {x['base']['severity']} -> {x['new']['severity']}"
+        for x in bottlenecks["items"]
+        if x["base"] and x["new"] and x["base"]["severity"] != x["new"]["severity"]
+    ]
+    came_went = [
+        f"bottlenecks {label}: {', '.join(ids)}"
+        for label, ids in (("added", bottlenecks["added"]), ("removed", bottlenecks["removed"]), ("changed", moved))
+        if ids
+    ]
+    return "; ".join(part for part in (", ".join(figures), counts, *came_went) if part) + "."
+
+
+def threshold_note(diff: dict[str, Any]) -> str | None:
+    """A warning when the two sides counted small kernels with different thresholds."""
+    base, new = diff["base"]["small_kernel_threshold_ns"], diff["new"]["small_kernel_threshold_ns"]
+    if base is None or new is None or base == new:
+        return None
+    return f"small-kernel thresholds differ (base {fmt_ns(base)}, new {fmt_ns(new)}): small-kernel counts don't compare"
+
+
+def render_diff_html(diff: dict[str, Any]) -> str:
+    run_changes, device_changes = split_changes(diff)
+    return (
+        environment()
+        .get_template("diff.html")
+        .render(
+            report=diff,
+            diff=diff,
+            verdict=diff_sentence(diff),
+            note=threshold_note(diff),
+            run_rows=change_rows(run_changes),
+            device_rows=change_rows(device_changes),
+            bottlenecks=[bottleneck_cells(item) for item in diff["bottlenecks"]["items"]],
+            kernels=[{**kernel_cells(k), "names": k["names"]} for k in diff["kernels"][:KERNEL_ROWS_HTML]],
+        )
+    )
+
+
+def _title(diff: dict[str, Any]) -> str:
+    return f"traceinsight diff: {diff['base']['run']} -> {diff['new']['run']}"
+
+
+def render_diff_markdown(diff: dict[str, Any]) -> str:
+    """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most."""
+    run_changes, _ = split_changes(diff)
+    lines = [f"## {_cell(_title(diff))}", "", f"**{_cell(diff_sentence(diff))}**", ""]
+    if note := threshold_note(diff):
+        lines += [f"> {note}", ""]
+    rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
+    if rows:
+        lines += ["| metric | base | new | change | relative | verdict |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| `{r['metric']}` | {r['base']} | {r['new']} | {r['delta']} | {r['relative']} | {r['verdict']} |"
+            for r in rows
+        ]
+    else:
+        lines.append("No headline metric changed.")
+    lines.append("")
+    items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
+    lines += [f"- bottleneck {_cell(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
+    kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_MARKDOWN] if k["status"] != "same"]
+    if kernels:
+        lines += ["", "| kernel | status | base | new | change |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} | {k['delta']} ({k['relative']}) |"
+            for k in kernels
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
+    def paint(text: str, code: str | None) -> str:
+        return f"{code}{text}{_RESET}" if color and code else text
+
+    run_changes, device_changes = split_changes(diff)
+    lines = [paint(_title(diff), _BOLD)]
+    for side in ("base", "new"):
+        s = diff[side]
+        lines.append(
+            f"  {side:<4} {s.get('path') or s['run']} ({s.get('source') or 'report'}, {s['framework']}, "
+            f"{len(s['inputs'])} input(s), {fmt_count(s['step_count'])} step(s))"
+        )
+    lines += ["  " + diff_sentence(diff), ""]
+    if note := threshold_note(diff):
+        lines += [f"  note: {note}", ""]
+    rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
+    if rows:
+        lines.append(f"  {'metric':<40}{'base':>12}{'new':>12}{'change':>13}{'relative':>11}")
+    for r in rows:
+        text = f"  {r['metric']:<40}{r['base']:>12}{r['new']:>12}{r['delta']:>13}{r['relative']:>11}"
+        lines.append(paint(text, _VERDICT_COLOUR.get(r["verdict"])))
+    changed_devices = sum(c["verdict"] not in ("unchanged", "unknown") for c in device_changes)
+    if changed_devices:
+        lines.append(f"  ({changed_devices} per-device figure(s) changed: see the HTML or JSON)")
+    items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
+    if items:
+        lines += ["", paint("  Bottlenecks", _BOLD)]
+        lines += [paint(f"  {bottleneck_line(x)}", _BOTTLENECK_COLOUR.get(x["status"])) for x in items]
+    kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_TERMINAL] if k["status"] != "same"]
+    if kernels:
+        lines += ["", paint("  Kernels that changed most", _BOLD)]
+        lines += [
+            f"  {k['status']:<11} {k['delta']:>10} {k['relative']:>9}  {k['name']} ({k['base']} -> {k['new']})"
+            for k in kernels
+        ]
+    return "\n".join(lines)
