@@ -49,6 +49,8 @@ class Analysed:
 
 def analyse_path(path: Path, run_name: str | None = None, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
     """Find the run under `path`, read and analyse it, and build its report."""
+    if read_saved_report(path) is not None:
+        raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)
     analysis = analyze(load_run(run, path), small_kernel_ns=small_kernel_ns)
     return Analysed(run, analysis, build_report(analysis, find_bottlenecks(analysis)))

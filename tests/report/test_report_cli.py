@@ -134,3 +134,10 @@ def test_resnet_num_workers_0_report(tmp_path):
     text = html.read_text()
     assert "DataLoader(" in text and "num_workers=" in text
     assert len(re.findall(r"<svg", text)) >= 3
+
+
+def test_a_saved_report_is_not_a_trace(tmp_path, capsys):
+    code, _, js, _ = _report(tmp_path, INPUT_BOUND)
+    assert code == 0
+    assert main(["report", str(js), "-o", str(tmp_path / "again.html")]) == 2
+    assert "traceinsight report, not a trace" in capsys.readouterr().err

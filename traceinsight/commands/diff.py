@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
-from traceinsight.commands.report import _positive_float
+from traceinsight.commands.report import positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import parse_threshold
 from traceinsight.pipeline import analyse_path, finish, read_saved_report
@@ -72,7 +72,7 @@ class DiffCommand:
         )
         parser.add_argument(
             "--small-kernel-us",
-            type=_positive_float,
+            type=positive_float,
             metavar="US",
             help="small-kernel threshold for traces (default: a saved report's, else 10 us)",
         )

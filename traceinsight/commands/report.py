@@ -16,7 +16,7 @@ from traceinsight.report.terminal import render_terminal
 DEFAULT_HTML = "traceinsight-report.html"
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
@@ -42,7 +42,7 @@ class ReportCommand:
         parser.add_argument("--run", metavar="NAME", help="which run of a logdir (default: the newest)")
         parser.add_argument(
             "--small-kernel-us",
-            type=_positive_float,
+            type=positive_float,
             default=10.0,
             metavar="US",
             help="small-kernel threshold (default 10 us)",

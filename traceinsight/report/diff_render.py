@@ -12,7 +12,7 @@ from typing import Any
 from traceinsight.diff import ranked
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.html import environment
-from traceinsight.report.markdown import _cell
+from traceinsight.report.markdown import markdown_cell
 
 # The figures the one-line verdict names, in this order.
 HEADLINE_METRICS = ("totals.idle_fraction", "input_pipeline.fraction", "steps.mean_ns")
@@ -169,7 +169,7 @@ def _title(diff: dict[str, Any]) -> str:
 def render_diff_markdown(diff: dict[str, Any]) -> str:
     """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most."""
     run_changes, _ = split_changes(diff)
-    lines = [f"## {_cell(_title(diff))}", "", f"**{_cell(diff_sentence(diff))}**", ""]
+    lines = [f"## {markdown_cell(_title(diff))}", "", f"**{markdown_cell(diff_sentence(diff))}**", ""]
     if note := threshold_note(diff):
         lines += [f"> {note}", ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
@@ -183,12 +183,12 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
         lines.append("No headline metric changed.")
     lines.append("")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
-    lines += [f"- bottleneck {_cell(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
+    lines += [f"- bottleneck {markdown_cell(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_MARKDOWN] if k["status"] != "same"]
     if kernels:
         lines += ["", "| kernel | status | base | new | change |", "|---|---|---|---|---|"]
         lines += [
-            f"| `{_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} | {k['delta']} ({k['relative']}) |"
+            f"| `{markdown_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} | {k['delta']} ({k['relative']}) |"
             for k in kernels
         ]
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.terminal import verdict_sentence
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
     """Table-cell safe text: pipes and newlines would break the table."""
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -18,9 +18,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     steps = report["steps"]
     ip = report["input_pipeline"]
     lines = [
-        f"## traceinsight: {_cell(report['run'])}",
+        f"## traceinsight: {markdown_cell(report['run'])}",
         "",
-        f"**{_cell(verdict_sentence(report))}**",
+        f"**{markdown_cell(verdict_sentence(report))}**",
         "",
         "| metric | value |",
         "|---|---|",
@@ -40,7 +40,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             fix = b["recommendations"][0] if b["recommendations"] else ""
             lines.append(
                 f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_ns(b['time_ns'])} | {fmt_pct(b['fraction'])} "
-                f"| {_cell(fix)} |"
+                f"| {markdown_cell(fix)} |"
             )
     else:
         lines.append("No bottleneck worth fixing found.")
