@@ -188,7 +188,8 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
     if kernels:
         lines += ["", "| kernel | status | base | new | change |", "|---|---|---|---|---|"]
         lines += [
-            f"| `{markdown_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} | {k['delta']} ({k['relative']}) |"
+            f"| `{markdown_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} "
+            f"| {k['delta']} ({k['relative']}) |"
             for k in kernels
         ]
     return "\n".join(lines) + "\n"
