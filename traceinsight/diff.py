@@ -248,7 +248,7 @@ def _kernel_side(entry: dict[str, Any] | None, complete: bool) -> dict[str, Any]
     return {"count": entry["count"], "total_ns": entry["total_ns"], "mean_ns": entry["total_ns"] // entry["count"]}
 
 
-def _kernel_status(b: dict[str, Any] | None, n: dict[str, Any] | None, delta: int | None) -> str:
+def _kernel_status(b: dict[str, Any] | None, n: dict[str, Any] | None, delta: float | None) -> str:
     """Each name is in at least one side's list, so a None or 0-count side is the one it is missing from."""
     if b is None:
         return "entered_top"
@@ -258,6 +258,8 @@ def _kernel_status(b: dict[str, Any] | None, n: dict[str, Any] | None, delta: in
         return "new"
     if n["count"] == 0:
         return "gone"
+    if delta is None:
+        return "same"
     return "slower" if delta > 0 else "faster" if delta < 0 else "same"
 
 
@@ -286,10 +288,15 @@ def kernel_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, 
                 "relative": relative,
             }
         )
-    items.sort(
-        key=lambda x: -(abs(x["delta_ns"]) if x["delta_ns"] is not None else (x["base"] or x["new"])["total_ns"])
-    )
+    items.sort(key=_kernel_change_size, reverse=True)
     return items
+
+
+def _kernel_change_size(item: dict[str, Any]) -> float:
+    """How much a kernel changed: |delta|, or the time known on one side when the other is unknown."""
+    if item["delta_ns"] is not None:
+        return abs(item["delta_ns"])
+    return float((item["base"] or item["new"])["total_ns"])
 
 
 def summarise(report: dict[str, Any], origin: Origin = None) -> dict[str, Any]:

@@ -39,7 +39,9 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     else:
         found = [t for r in saved if r is not None and (t := _saved_threshold_ns(r)) is not None]
         small_kernel_ns = found[0] if found else DEFAULT_SMALL_KERNEL_NS
-    reports, origins, protected = [], [], []
+    reports: list[dict[str, Any]] = []
+    origins: list[dict[str, Any]] = []
+    protected: list[Path] = []
     for path, report in zip(paths, saved, strict=True):
         if report is None:
             analysed = analyse_path(path, small_kernel_ns=small_kernel_ns)

@@ -29,7 +29,7 @@ _BREAKDOWN_COLOURS = {
     "host_compute": "#f9a825",
     "idle": "#bdbdbd",
 }
-_STYLE = {
+_STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
     "svg.fonttype": "none",
     "font.size": 9,
     "axes.spines.top": False,
