@@ -7,26 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.discover import discover
 from traceinsight.findings import find_bottlenecks
 from traceinsight.load import load_run
 from traceinsight.readers.xplane_schema import XSpace
 
-KINETO = [
-    "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
-    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
-    "kineto/gpu_metrics/gpu_metrics_input.json",
-    "hta/trace_diff/control/control.json.gz",
-    "hta/trace_diff/test/test.json.gz",
-    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "hta/nccl_parser_config/nccl_data.json.gz",
-    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-    "tracelens/b200/eager_trace.json.gz",
-]
+# The Kineto traces with GPU activity (cpu_only has none; gpu_metrics_expected is the input plus counters).
+KINETO = [t for t in KINETO_TRACES if "cpu_only" not in t and "expected" not in t]
+RESNET_NW0, RESNET_NW4 = KINETO_TRACES[0], KINETO_TRACES[1]
+COMPUTE_BOUND = "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 XSPACE = [
     "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb",
     "tracelens/mi300/jax_conv_minimal_08/tw003.xplane.pb",
@@ -115,8 +106,8 @@ def test_idle_fraction_and_small_kernels_match_plain_arithmetic(relative):
 
 
 def test_resnet_dataloader_verdicts():
-    slow = _analyse(shared_trace(KINETO[0]))
-    fixed = _analyse(shared_trace(KINETO[1]))
+    slow = _analyse(shared_trace(RESNET_NW0))
+    fixed = _analyse(shared_trace(RESNET_NW4))
     found = find_bottlenecks(slow)
     assert found[0].id == "input_bound"
     assert any("num_workers" in r for r in found[0].recommendations)
@@ -149,7 +140,7 @@ def test_tf_cpu_tuned_pipeline_is_not_input_bound():
 
 
 def test_compute_bound_trace_has_no_high_severity_bottleneck():
-    analysis = _analyse(shared_trace(KINETO[5]))  # HTA: 2.6 % idle
+    analysis = _analyse(shared_trace(COMPUTE_BOUND))  # HTA: 2.6 % idle
     assert analysis.devices[0].idle_fraction < 0.03
     assert all(b.severity != "high" for b in find_bottlenecks(analysis))
 

@@ -20,26 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers import is_trace_file, read_trace
 from traceinsight.readers.jsonload import load_trace_json
 
-KINETO_TRACES = (
-    "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
-    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
-    "kineto/gpu_metrics/gpu_metrics_input.json",
-    "kineto/gpu_metrics/gpu_metrics_expected.json",
-    "hta/trace_diff/control/control.json.gz",
-    "hta/trace_diff/test/test.json.gz",
-    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "hta/nccl_parser_config/nccl_data.json.gz",
-    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-    "tracelens/b200/eager_trace.json.gz",
-)
 # (kernels, memcpy) from the README's table.
 README_COUNTS = {
     "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz": (8772, 12),
