@@ -64,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             if not _debug():  # numpy/pandas warnings mean nothing to a user; trace problems are counted in reports
                 warnings.simplefilter("ignore")
-            return int(args.handler(args))
+            code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside these handlers, not at interpreter exit
+        return code
     except (TraceError, ExpressionError) as error:
         _say(f"error: {error}")
         return EXIT_BAD_INPUT

@@ -116,7 +116,7 @@ INPUT_WAIT_PATTERN = re.compile(
     r"|enumerate\(DataPipe\)#.*)$"
 )
 # PyTorch's step marker; the number is the step id.
-PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")  # 18 digits fit int64
 _HOST_KINDS_TO_PROMOTE = ("cpu_op", "annotation", "python", "other")
 
 

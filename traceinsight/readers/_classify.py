@@ -37,8 +37,11 @@ _KINETO_MEMORY = re.compile(r"\(\s*([A-Za-z][A-Za-z ]*?)\s*->\s*([A-Za-z][A-Za-z
 # XSpace / XProf: "kind_src:pageable kind_dst:device size:4096 dest:0 async:1".
 _DETAILS_SRC = re.compile(r"(?:^|\s)kind_src:(\w+)")
 _DETAILS_DST = re.compile(r"(?:^|\s)kind_dst:(\w+)")
-_DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
-_DETAILS_OCCUPANCY = re.compile(r"(?:^|\s)occ_pct:([0-9.eE+-]+)")
+# Numbers are matched strictly (ASCII digits, at most 18 so they fit int64), so a damaged
+# stat string never makes int() or float() raise: it simply does not match.
+_DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):([0-9]{1,18})(?![0-9])")
+_DETAILS_OCCUPANCY = re.compile(r"(?:^|\s)occ_pct:([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?!\S)")
+_STEP_NUMBER = re.compile(r"[0-9]{1,18}")
 # XProf's host-side rules (as in xspace.py): explicit step markers with a step_num
 # stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
 STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
@@ -125,10 +128,18 @@ def details_bytes(details: str) -> int:
 
 @cache
 def details_occupancy(details: str) -> float:
-    """``occ_pct`` of ``kernel_details``; NaN when absent or 0 (ROCm writes 0 for "not computed")."""
+    """``occ_pct`` of ``kernel_details``; NaN when absent or 0 (ROCm writes 0 for "not computed").
+
+    Other impossible values (inf, 250) come through: readers count and drop them (`_repair.valid_occupancy`).
+    """
     match = _DETAILS_OCCUPANCY.search(details)
     value = float(match.group(1)) if match else np.nan
     return value if value > 0 else np.nan
+
+
+def step_number(name: str) -> int:
+    """Step id of an XProf ``Steps`` line event (its name is the number), -1 if the name is no step number."""
+    return int(name) if _STEP_NUMBER.fullmatch(name) else -1
 
 
 def device_activity_kind(name: str) -> str:

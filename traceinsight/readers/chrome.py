@@ -18,11 +18,17 @@ the same rows:
   TF ops -> cpu_op; the rest -> other.
 
 Timestamps are µs since the profile start (the export has no wall clock).
+
+Damaged events are skipped and counted in the warnings (`_repair`): a ts or dur
+no int64 ns can hold, durations over 7 days, exact duplicates; occupancies
+outside 0-100 % are dropped.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +54,11 @@ from traceinsight.readers._classify import (
     device_activity_kind,
     is_sync_api,
     per_category,
+    step_number,
     xprof_framework,
     xprof_host_kind,
 )
+from traceinsight.readers._repair import drop_duplicates, usable_json_times, valid_occupancy
 from traceinsight.readers.jsonload import (
     NO_ARGS,
     Args,
@@ -85,6 +93,7 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
             path,
             "neither a Kineto trace nor an XProf trace_viewer export (no /device: or /host: process names)",
         )
+    _drop_impossible_times(path, doc)
     complete = complete_events(doc)
     pid = int_column([e.pid for e in complete.events])
     tid = int_column([e.tid for e in complete.events])
@@ -118,10 +127,11 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
             "name": names,
             "correlation": correlation,
             "step_id": step_id,
-            **_activity_columns(events, args, names, kind),
+            **_activity_columns(events, args, names, kind, doc.warnings),
         },
         len(events),
     )
+    table = drop_duplicates(table, doc.warnings, "chrome")
     host_threads = [threads.get((p, t), "") for p, t in lines if devices.get(p) is None]
     host_names = {str(c) for c in pd.unique(full_names[role == _HOST].dropna())}
     framework = xprof_framework(host_threads, host_names, bool((kind == KINDS.index("cpu_op")).any()))
@@ -150,6 +160,20 @@ def _process_and_thread_names(events: list[Event]) -> tuple[dict[int, str], dict
         elif e.name == "thread_name" and isinstance(e.pid, int) and isinstance(e.tid, int):
             threads[(e.pid, e.tid)] = name
     return processes, threads
+
+
+def _drop_impossible_times(path: Path | str, doc: TraceDoc) -> None:
+    """Drop the complete events whose ts or dur no int64 ns can hold (inf, 1e300, > 7 days), before conversion.
+
+    When that is every one of them, the file is not a trace with a few damaged events: TraceError.
+    """
+    complete = [e for e in doc.events if e.ph == "X"]
+    keep = usable_json_times([e.ts for e in complete], [e.dur for e in complete], doc.warnings, "chrome")
+    if keep.all():
+        return
+    if not keep.any():
+        raise TraceError(path, f"all {len(complete):,} complete events have impossible times (inf, 1e300, > 7 days)")
+    doc.events = list(itertools.compress(complete, keep))
 
 
 def _device_of(process: str) -> str | None:
@@ -181,11 +205,12 @@ def _kinds(
     kind = np.full(len(role), KINDS.index("other"), np.int8)
     step_id = np.full(len(role), -1, np.int64)
     stream = role == _STREAM
-    kind[stream] = per_category(names, lambda c: KINDS.index(device_activity_kind(c)), -1, np.int8)[stream]
+    unnamed = KINDS.index(device_activity_kind(""))  # as XSpace reads a stream event without a name
+    kind[stream] = per_category(names, lambda c: KINDS.index(device_activity_kind(c)), unnamed, np.int8)[stream]
     for line_role, line_kind in _ROLE_KINDS.items():
         kind[role == line_role] = KINDS.index(line_kind)
     steps = role == _DEVICE_STEPS
-    step_id[steps] = per_category(names, lambda c: int(c) if c.isdigit() else -1, -1, np.int64)[steps]
+    step_id[steps] = per_category(names, step_number, -1, np.int64)[steps]
 
     host = role == _HOST
     other = KINDS.index("other")
@@ -206,7 +231,9 @@ def _device_codes(pid: np.ndarray, on_device: np.ndarray, devices: dict[int, str
     return np.where(on_device, codes[inverse.reshape(-1)], -1)
 
 
-def _activity_columns(events: list[Event], args: list[Args], names: pd.Categorical, kind: np.ndarray) -> dict[str, Any]:
+def _activity_columns(
+    events: list[Event], args: list[Args], names: pd.Categorical, kind: np.ndarray, warnings: Counter[str]
+) -> dict[str, Any]:
     """Copy kind, bytes and memory of copies and memsets, occupancy of kernels, from their stats."""
     memcpy = kind == KINDS.index("memcpy")
     memset = kind == KINDS.index("memset")
@@ -220,14 +247,20 @@ def _activity_columns(events: list[Event], args: list[Args], names: pd.Categoric
         for e, a in zip(_select(events, memcpy), _select(args, memcpy), strict=True)
     ]
     copies = per_category(names, lambda c: COPY_KINDS.index(copy_kind(c)), -1, np.int8)
-    occupancy = float_column([a.theoretical_occupancy_pct for a in args])
-    from_details = [details_occupancy(a.kernel_details or "") for a in _select(args, kernel)]
-    occupancy[kernel] = np.where(np.isnan(occupancy[kernel]), from_details, occupancy[kernel])
+    # The theoretical_occupancy_pct stat if it is a possible one, else occ_pct of kernel_details.
+    theoretical = valid_occupancy(
+        float_column([a.theoretical_occupancy_pct for a in _select(args, kernel)]), warnings, "chrome"
+    )
+    fallback = np.isnan(theoretical)
+    from_details = np.array([details_occupancy(a.kernel_details or "") for a in _select(args, kernel)], np.float64)
+    theoretical[fallback] = valid_occupancy(from_details[fallback], warnings, "chrome")
+    occupancy = np.full(len(events), np.nan)
+    occupancy[kernel] = theoretical
     return {
         "bytes": nbytes,
         "copy_kind": pd.Categorical.from_codes(np.where(memcpy, copies, -1), COPY_KINDS),
         "src_memory": pd.Categorical.from_codes(memory, MEMORY_KINDS),
-        "occupancy_pct": np.where(kernel & (occupancy > 0), occupancy, np.nan),
+        "occupancy_pct": occupancy,
     }
 
 

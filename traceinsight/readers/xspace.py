@@ -33,15 +33,22 @@ with the Kineto and XProf-JSON readers):
   the lines are relative to it (saved files are), giving epoch ns; dur =
   duration_ps // 1000. Events with ``num_occurrences`` instead of an offset are
   aggregates without a time: skipped and counted in the warnings.
+* Damage (`_repair`; each kind counted once in the warnings): an event whose bytes
+  are not protobuf is skipped, a field of the wrong wire type ignored (as protobuf
+  does), a stat that is not protobuf ignored; events with an impossible time, a
+  duration over 7 days, far outside the profiling window, or repeating another
+  exactly are skipped; device properties of the wrong type are left unknown. Only
+  a file whose every event is corrupt is refused.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +76,19 @@ from traceinsight.readers._classify import (
     device_activity_kind,
     is_sync_api,
     per_category,
+    step_number,
     xprof_framework,
     xprof_host_kind,
 )
 from traceinsight.readers._classify import copy_kind as _copy_kind
+from traceinsight.readers._repair import (
+    TS_MAX_NS,
+    drop_duplicates,
+    near_window,
+    possible_ts,
+    usable_times,
+    valid_occupancy,
+)
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf refuses messages of 2 GiB and more
 
@@ -81,7 +97,7 @@ _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _HOST
 _TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 
-_GRID = re.compile(r"(?:^|\s)grid:(\d+),(\d+),(\d+)")
+_GRID = re.compile(r"(?:^|\s)grid:([0-9]{1,10}),([0-9]{1,10}),([0-9]{1,10})(?![0-9])")
 
 # The stats the table needs; all others stay in the file.
 _INT_STATS = ("correlation_id", "step_num")
@@ -92,11 +108,12 @@ _WANTED = frozenset((*_INT_STATS, *_FLOAT_STATS, *_STR_STATS))
 # Field numbers of XEvent and XStat (tsl/profiler/protobuf/xplane.proto).
 _EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS, _EV_OCCURRENCES = 1, 2, 3, 4, 5
 _ST_METADATA, _ST_DOUBLE, _ST_UINT, _ST_INT, _ST_STR, _ST_REF = 1, 2, 3, 4, 5, 7
+# The wire type each field must have (varint 0, fixed64 1, length-delimited 2); any other is ignored, as protobuf does.
+_EV_WIRE = np.array([-1, 0, 0, 0, 2, 0])  # by XEvent field number
+_ST_VALUE_WIRE = np.array([-1, -1, 1, 0, 0, 2, 2, 0])  # by XStat field number: double, uint64, int64, str, bytes, ref
 _PAD = 16
-
-
-class _CorruptEvents(Exception):
-    """Event bytes that are not valid protobuf."""
+_BAD_VARINT = 1 << 40  # the "size" of a varint over 10 bytes: runs past any message, so it is caught as such
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @cache
@@ -128,12 +145,17 @@ class _Fields:
 
     msg: np.ndarray  # which message (index into the scanned ranges)
     number: np.ndarray  # field number
+    wire: np.ndarray  # wire type
     value: np.ndarray  # uint64: the varint or fixed value, or the start of a length-delimited field
     length: np.ndarray  # int64: length of a length-delimited field, else 0
+    corrupt: np.ndarray  # per scanned message: not valid protobuf (none of its fields are above)
 
-    def last(self, number: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per message: the value of scalar field `number` (0 if absent, last one wins) and its presence."""
-        sel = self.number == number
+    def last(self, number: int, n: int, wire: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Per message: the value of scalar field `number` (0 if absent, last one wins) and its presence.
+
+        Occurrences with another wire type than `wire` are not the field (protobuf keeps them as unknown fields).
+        """
+        sel = (self.number == number) & (self.wire == wire)
         value = np.zeros(n, np.uint64)
         present = np.zeros(n, bool)
         value[self.msg[sel]] = self.value[sel]
@@ -149,7 +171,7 @@ class _Wire:
         self.buf = np.frombuffer(self.raw, np.uint8)
 
     def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
-        """The varint at each position: (values as uint64, sizes in bytes).
+        """The varint at each position: (values as uint64, sizes in bytes; `_BAD_VARINT` for one over 10 bytes).
 
         Goes byte by byte over the shrinking set of varints not yet ended, so the
         common one-byte varints (tags, small ids) cost one gather.
@@ -172,14 +194,18 @@ class _Wire:
             done = ~going
             value[todo[done]], size[todo[done]] = acc[done], k + 1
             todo, acc, at = todo[going], acc[going], at[going]
-        raise _CorruptEvents("varint longer than 10 bytes")
+        size[todo] = _BAD_VARINT
+        return value, size
 
     def scan(self, starts: np.ndarray, ends: np.ndarray) -> _Fields:
         """Decode the top-level fields of the messages ``raw[starts[i]:ends[i]]``.
 
         Pass k reads the k-th field of every message not yet finished, so the number
-        of numpy passes is the largest field count of one message.
+        of numpy passes is the largest field count of one message. A message that is
+        not valid protobuf (a bad tag, a varint over 10 bytes, a field running past
+        its end) is marked corrupt and none of its fields are returned.
         """
+        corrupt = np.zeros(len(starts), bool)
         parts: list[tuple[np.ndarray, ...]] = []
         idx = np.flatnonzero(starts < ends)
         pos, end = starts[idx], ends[idx]
@@ -191,11 +217,13 @@ class _Wire:
                 tag, used = self.varints(pos)
                 wire, number = (tag & np.uint64(7)).astype(np.uint8), (tag >> np.uint64(3)).astype(np.int64)
                 pos = pos + used
-            counts = np.bincount(wire, minlength=8)
-            if counts[3] or counts[4] or counts[6:].any() or not number.all() or (pos > end).any():
-                raise _CorruptEvents("bad field tag")
+            ok = (number > 0) & ((wire <= 2) | (wire == 5)) & (pos <= end)  # groups (3, 4) are long gone
+            if not ok.all():
+                corrupt[idx[~ok]] = True
+                idx, pos, end, wire, number = idx[ok], pos[ok], end[ok], wire[ok], number[ok]
             value = np.zeros(len(idx), np.uint64)
             length = np.zeros(len(idx), np.int64)
+            counts = np.bincount(wire, minlength=8)
             for wire_type, width in ((0, 0), (1, 8), (2, 0), (5, 4)):
                 if not counts[wire_type]:
                     continue
@@ -207,24 +235,31 @@ class _Wire:
                 elif wire_type == 2:
                     size, used = self.varints(at)
                     start = at + used
-                    if (size > np.maximum(end[sel] - start, 0).astype(np.uint64)).any():
-                        raise _CorruptEvents("field runs past its message")
-                    value[sel], length[sel] = start.astype(np.uint64), size.astype(np.int64)
-                    pos[sel] = start + length[sel]
+                    fits = size <= np.maximum(end[sel] - start, 0).astype(np.uint64)
+                    length[sel] = np.where(fits, size, 0).astype(np.int64)
+                    value[sel] = start.astype(np.uint64)
+                    pos[sel] = np.where(fits, start + length[sel], end[sel] + 1)
                 else:
                     window = self.buf[at[:, None] + np.arange(width)]
                     value[sel] = np.ascontiguousarray(window).view(f"<u{width}")[:, 0]
                     pos[sel] = at + width
-            if (pos > end).any():
-                raise _CorruptEvents("truncated field")
-            parts.append((idx, number, value, length))
+            ok = pos <= end
+            if not ok.all():
+                corrupt[idx[~ok]] = True
+                idx, pos, end, wire, number = idx[ok], pos[ok], end[ok], wire[ok], number[ok]
+                value, length = value[ok], length[ok]
+            parts.append((idx, number, wire, value, length))
             more = pos < end
             if not more.all():
                 idx, pos, end = idx[more], pos[more], end[more]
         if not parts:
             none = np.zeros(0, np.int64)
-            return _Fields(none, none, none.astype(np.uint64), none)
-        return _Fields(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+            return _Fields(none, none, none.astype(np.uint8), none.astype(np.uint64), none, corrupt)
+        msg, number, wire, value, length = (np.concatenate(column) for column in zip(*parts, strict=True))
+        if corrupt.any():  # fields read from a message before its damage was found
+            good = ~corrupt[msg]
+            msg, number, wire, value, length = msg[good], number[good], wire[good], value[good], length[good]
+        return _Fields(msg, number, wire.astype(np.uint8), value, length, corrupt)
 
 
 # --------------------------------------------------------------------------- planes and lines
@@ -285,6 +320,8 @@ def _collect_lines(space: Any) -> tuple[_Lines, dict[int, str]]:
 
 def _ref_name(stat_names: Any, ref: int) -> str | None:
     """The string a stat metadata id stands for (its name), None if there is no such entry."""
+    if not _INT64_MIN <= ref <= _INT64_MAX:  # the map's keys are int64; upb raises on others
+        return None
     meta = stat_names.get(ref)
     return meta.name if meta is not None else None
 
@@ -307,25 +344,36 @@ def _plane_stats(plane: Any) -> dict[str, Any]:
 
 
 def _device_info(device: str, stats: dict[str, Any]) -> DeviceInfo:
-    """What a device plane says about its device (GPU: CUPTI / ROCm properties, TPU: peak figures)."""
+    """What a device plane says about its device (GPU: CUPTI / ROCm properties, TPU: peak figures).
 
-    def number(key: str) -> int | None:
+    A property of the wrong type (bytes for a name, a NaN clock, a negative SM count) is left unknown.
+    """
+
+    def number(key: str) -> float | None:
         value = stats.get(key)
-        return int(value) if isinstance(value, int | float) else None
+        return value if isinstance(value, int | float) and math.isfinite(value) and value >= 0 else None
 
-    major = number("compute_cap_major")
-    bandwidth = stats.get("memory_bandwidth")
-    if bandwidth is None and isinstance(stats.get("peak_hbm_bw_gigabytes_per_second"), float):
-        bandwidth = stats["peak_hbm_bw_gigabytes_per_second"] * 1e9
+    def whole(key: str) -> int | None:
+        value = number(key)
+        return None if value is None else int(value)
+
+    def text(key: str) -> str | None:
+        value = stats.get(key)
+        return value if isinstance(value, str) and value else None
+
+    major = whole("compute_cap_major")
+    bandwidth = number("memory_bandwidth")
+    if bandwidth is None and (peak_gbps := number("peak_hbm_bw_gigabytes_per_second")) is not None:
+        bandwidth = peak_gbps * 1e9
     return DeviceInfo(
         id=device,
-        name=stats.get("gpu_device_name") or stats.get("device_type_string"),
-        vendor=stats.get("device_vendor"),
-        compute_capability=f"{major}.{number('compute_cap_minor') or 0}" if major is not None else None,
-        sm_count=number("core_count"),
-        memory_bytes=number("memory_size"),
-        clock_khz=number("clock_rate"),
-        memory_bandwidth_bps=float(bandwidth) if isinstance(bandwidth, int | float) else None,
+        name=text("gpu_device_name") or text("device_type_string"),
+        vendor=text("device_vendor"),
+        compute_capability=f"{major}.{whole('compute_cap_minor') or 0}" if major is not None else None,
+        sm_count=whole("core_count") or None,
+        memory_bytes=whole("memory_size"),
+        clock_khz=whole("clock_rate"),
+        memory_bandwidth_bps=None if bandwidth is None else float(bandwidth),
     )
 
 
@@ -383,7 +431,7 @@ class _Stats:
     def put(self, name: str, rows: np.ndarray, value: Any) -> None:
         """Give `rows` one Python value of stat `name` (dropped if of another type)."""
         if name in self.ints and isinstance(value, int):
-            self.ints[name][rows] = value
+            self.ints[name][rows] = value if value <= _INT64_MAX else value - 2**64  # uint64 as the wire path reads it
         elif name in self.floats and isinstance(value, int | float):
             self.floats[name][rows] = value
         elif name in self.strings and isinstance(value, str):
@@ -413,8 +461,9 @@ def _read_stats(
     event_md: np.ndarray,
     string_rows: np.ndarray,
     with_stats: list[tuple[int, int, Any]],
+    warnings: Counter[str],
 ) -> _Stats:
-    """The wanted stats of every event; string stats only on `string_rows`."""
+    """The wanted stats of every event; string stats only on `string_rows`. Corrupt stats are ignored (counted)."""
     stats = _Stats.empty(len(event_md))
     want_string = np.zeros(len(event_md), bool)
     want_string[string_rows] = True
@@ -428,7 +477,7 @@ def _read_stats(
                 rows = np.flatnonzero((event_plane == p) & (event_md == md))
                 stats.put(name, rows[want_string[rows]] if name in _STR_STATS else rows, _stat_value(stat, stat_names))
 
-    is_stat = events.number == _EV_STATS
+    is_stat = (events.number == _EV_STATS) & (events.wire == _EV_WIRE[_EV_STATS])
     stat_event = events.msg[is_stat]
     starts = events.value[is_stat].astype(np.int64)
     ends = starts + events.length[is_stat]
@@ -437,8 +486,11 @@ def _read_stats(
     usual = (wire.buf[starts] == (_ST_METADATA << 3)) & (ends - starts > 1)
     stat_md[usual] = wire.varints(starts[usual] + 1)[0].view(np.int64)
     unusual = np.flatnonzero(~usual)
+    corrupt = 0
     if unusual.size:
-        stat_md[unusual] = wire.scan(starts[unusual], ends[unusual]).last(_ST_METADATA, unusual.size)[0].view(np.int64)
+        fields = wire.scan(starts[unusual], ends[unusual])
+        stat_md[unusual] = np.where(fields.corrupt, -1, fields.last(_ST_METADATA, unusual.size)[0].view(np.int64))
+        corrupt += int(fields.corrupt.sum())
 
     # Which stats are wanted: resolve each plane's distinct stat ids to names.
     chosen: list[np.ndarray] = []
@@ -455,11 +507,16 @@ def _read_stats(
                     sel = sel[want_string[stat_event[sel]]]
                 chosen.append(sel)
                 chosen_names.append((p, name, len(sel)))
+    sel = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+    fields = wire.scan(starts[sel], ends[sel])
+    corrupt += int(fields.corrupt.sum())
+    if corrupt:
+        warnings["xspace: corrupt event stats (bad protobuf wire data) ignored"] += corrupt
     if not chosen:
         return stats
-    sel = np.concatenate(chosen)
-    fields = wire.scan(starts[sel], ends[sel])
-    is_value = fields.number != _ST_METADATA  # the oneof: one value field per stat
+    # The oneof: one value field per stat, of its own wire type.
+    is_value = (fields.number > _ST_METADATA) & (fields.number < len(_ST_VALUE_WIRE))
+    is_value[is_value] = fields.wire[is_value] == _ST_VALUE_WIRE[fields.number[is_value]]
     value_field = np.zeros(len(sel), np.int64)
     value = np.zeros(len(sel), np.uint64)
     length = np.zeros(len(sel), np.int64)
@@ -503,10 +560,63 @@ def _per_distinct(values: np.ndarray, rule: Callable[[str], Any], missing: Any, 
     return np.array([*(rule(v) for v in distinct), missing], dtype)[codes]
 
 
+def _memory_code(name: str, details: str) -> int:
+    """Index in MEMORY_KINDS of the host-side memory of copy `name` with ``memcpy_details`` `details`."""
+    return MEMORY_KINDS.index(details_copy_memory(name, details))
+
+
 def _blocks(details: str) -> float:
     """Thread blocks launched, from ``grid:x,y,z`` of ``kernel_details`` (NaN if absent)."""
     grid = _GRID.search(details)
     return float(int(grid[1]) * int(grid[2]) * int(grid[3])) if grid else np.nan
+
+
+# --------------------------------------------------------------------------- damage
+
+
+def _count_damage(events: _Fields, warnings: Counter[str]) -> None:
+    """Count corrupt events (skipped) and events with fields of the wrong wire type (those fields ignored)."""
+    if events.corrupt.any():
+        warnings["xspace: corrupt events (bad protobuf wire data) skipped"] += int(events.corrupt.sum())
+    known = events.number < len(_EV_WIRE)
+    expected = _EV_WIRE[np.where(known, events.number, 0)]
+    mistyped = known & (expected >= 0) & (events.wire != expected)
+    if mistyped.any():
+        warnings["xspace: events with fields of the wrong wire type (fields ignored)"] += len(
+            np.unique(events.msg[mistyped])
+        )
+
+
+def _clock_time(value: Any) -> int | None:
+    """A Task Environment time stat (epoch ns) if it is a possible one."""
+    return value if isinstance(value, int) and 0 < value < TS_MAX_NS else None
+
+
+def _times(
+    line_ts: np.ndarray,
+    offset_ps: np.ndarray,
+    duration_ps: np.ndarray,
+    shift: int,
+    keep: np.ndarray,
+    warnings: Counter[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start and duration (ns) of every event, and `keep` narrowed to events whose times are possible.
+
+    start = line timestamp + offset_ps // 1000 + `shift`; int64 wraps silently, so
+    the same sum in float64 decides whether it is a possible time. Negative
+    durations become 0 (counted).
+    """
+    offset_ns = offset_ps // 1000
+    ts_ns = line_ts + offset_ns + shift
+    approx = line_ts.astype(np.float64) + offset_ns.astype(np.float64) + shift
+    dur_ns = duration_ps // 1000
+    rows = np.flatnonzero(keep)
+    keep = keep.copy()
+    keep[rows] = usable_times(possible_ts(approx[rows]), dur_ns[rows], warnings, "xspace")
+    negative = keep & (dur_ns < 0)
+    if negative.any():
+        warnings["xspace: negative durations set to 0"] += int(negative.sum())
+    return ts_ns, np.maximum(dur_ns, 0), keep
 
 
 # --------------------------------------------------------------------------- the reader
@@ -547,11 +657,7 @@ def _host_label(path: Path, space: Any) -> str:
 def read_xspace(path: Path, data: bytes | None = None) -> TraceRead:
     """Read one ``.xplane.pb`` (or its bytes, when the caller already has them) into a `TraceRead`."""
     path = Path(path)
-    space = _parse(path, _read_bytes(path, data))
-    try:
-        return _read_space(path, space)
-    except _CorruptEvents as exc:
-        raise TraceError(path, f"corrupt XSpace event data ({exc})") from exc
+    return _read_space(path, _parse(path, _read_bytes(path, data)))
 
 
 def _read_space(path: Path, space: Any) -> TraceRead:
@@ -567,26 +673,42 @@ def _read_space(path: Path, space: Any) -> TraceRead:
     wire = _Wire(lines.events)
     ends = np.cumsum(lengths)
     events = wire.scan(ends - lengths, ends)
-    event_md = events.last(_EV_METADATA, n)[0].view(np.int64)
-    offset_ps = events.last(_EV_OFFSET, n)[0].view(np.int64)
-    duration_ps = events.last(_EV_DURATION, n)[0].view(np.int64)
-    aggregated = events.last(_EV_OCCURRENCES, n)[1]
+    event_md = events.last(_EV_METADATA, n, _EV_WIRE[_EV_METADATA])[0].view(np.int64)
+    offset_ps = events.last(_EV_OFFSET, n, _EV_WIRE[_EV_OFFSET])[0].view(np.int64)
+    duration_ps = events.last(_EV_DURATION, n, _EV_WIRE[_EV_DURATION])[0].view(np.int64)
+    aggregated = events.last(_EV_OCCURRENCES, n, _EV_WIRE[_EV_OCCURRENCES])[1]
+    if n and events.corrupt.all():  # nothing left to read: not a trace with a few damaged events
+        raise TraceError(path, f"corrupt XSpace event data (all {n:,} events are bad protobuf wire data)")
+    _count_damage(events, warnings)
 
     line_of = np.repeat(np.arange(len(counts)), counts)
     role = np.asarray(lines.role, np.int8)[line_of]
     event_plane = np.asarray(lines.plane, np.int64)[line_of]
     line_id = np.asarray(lines.line_id, np.int64)[line_of]
     name_code, names, unnamed, with_stats = _event_names(space, event_plane, event_md)
+    unnamed &= ~events.corrupt
     if unnamed.any():
         warnings["xspace: events whose metadata id has no entry (name left empty)"] += int(unnamed.sum())
     stream = np.flatnonzero(role == _STREAM)
-    stats = _read_stats(space, wire, events, event_plane, event_md, stream, with_stats)
+    stats = _read_stats(space, wire, events, event_plane, event_md, stream, with_stats, warnings)
 
-    start_time = task.get("profile_start_time")
+    start_time, stop_time = _clock_time(task.get("profile_start_time")), _clock_time(task.get("profile_stop_time"))
     line_ts = np.asarray(lines.timestamp_ns, np.int64)
-    relative = isinstance(start_time, int) and bool((line_ts < start_time).all())
+    # A line stamped at an impossible time (its events are skipped) does not decide the clock of the others.
+    sane = line_ts[possible_ts(line_ts)]
+    relative = start_time is not None and bool((sane < start_time).all())
     # Lines already on the epoch clock (unsaved captures) stay as they are; 10**17 ns is in 1973.
-    epoch = relative or bool(line_ts.size and line_ts.min() > 10**17)
+    epoch = relative or bool(sane.size and sane.min() > 10**17)
+    ts_ns, dur_ns, keep = _times(
+        line_ts[line_of],
+        offset_ps,
+        duration_ps,
+        (start_time or 0) if relative else 0,
+        ~(aggregated | events.corrupt),
+        warnings,
+    )
+    if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
+        keep &= near_window(ts_ns, dur_ns, keep, start_time, stop_time, warnings, "xspace")
 
     names_cat = pd.Categorical.from_codes(name_code, names)
     kind = np.full(n, KINDS.index("other"), np.int8)
@@ -617,16 +739,18 @@ def _read_space(path: Path, space: Any) -> TraceRead:
         rows = copies[name_code[copies] == code]
         src_memory[rows] = _per_distinct(
             stats.strings["memcpy_details"][rows],
-            lambda details, name=names[code]: MEMORY_KINDS.index(details_copy_memory(name, details)),
+            partial(_memory_code, names[code]),
             MEMORY_KINDS.index("unknown"),
             np.int8,
         )
     n_bytes[memsets] = _per_distinct(stats.strings["Memset_details"][memsets], details_bytes, -1, np.int64)
     details = stats.strings["kernel_details"][kernels]
     theoretical = stats.floats["theoretical_occupancy_pct"][kernels]
-    occupancy[kernels] = np.where(
-        theoretical > 0, theoretical, _per_distinct(details, details_occupancy, np.nan, np.float64)
-    )
+    theoretical = valid_occupancy(theoretical, warnings, "xspace")  # the stat if possible, else kernel_details'
+    fallback = np.isnan(theoretical)
+    from_details = _per_distinct(details[fallback], details_occupancy, np.nan, np.float64)
+    theoretical[fallback] = valid_occupancy(from_details, warnings, "xspace")
+    occupancy[kernels] = theoretical
     sm_count = np.full(len(space.planes), np.nan)
     for p, d in device_of_plane.items():
         sm_count[p] = devices[d].sm_count or np.nan
@@ -637,7 +761,7 @@ def _read_space(path: Path, space: Any) -> TraceRead:
     kind[role == _DEVICE_ANNOTATION] = KINDS.index("annotation")
     device_steps = np.flatnonzero(role == _DEVICE_STEPS)
     kind[device_steps] = KINDS.index("step")
-    step_id[device_steps] = rule(device_steps, lambda c: int(c) if c.isdigit() else -1, -1, np.int64)
+    step_id[device_steps] = rule(device_steps, step_number, -1, np.int64)
 
     # Host events.
     host = np.flatnonzero(role == _HOST)
@@ -655,8 +779,8 @@ def _read_space(path: Path, space: Any) -> TraceRead:
         device_code[p] = device_labels.index(d)
     on_device = role != _HOST
     columns: dict[str, Any] = {
-        "ts_ns": line_ts[line_of] + offset_ps // 1000 + (start_time if relative else 0),
-        "dur_ns": np.maximum(duration_ps // 1000, 0),
+        "ts_ns": ts_ns,
+        "dur_ns": dur_ns,
         "kind": pd.Categorical.from_codes(kind, KINDS),
         "device": pd.Categorical.from_codes(np.where(on_device, device_code[event_plane], -1), device_labels),
         "stream": np.where(on_device, line_id, -1),
@@ -673,8 +797,9 @@ def _read_space(path: Path, space: Any) -> TraceRead:
     }
     if aggregated.any():
         warnings["xspace: aggregated events (num_occurrences, no timestamp) skipped"] += int(aggregated.sum())
-        columns = {col: values[~aggregated] for col, values in columns.items()}
-    table = make_event_table(columns, n - int(aggregated.sum()))
+    if not keep.all():
+        columns = {col: values[keep] for col, values in columns.items()}
+    table = drop_duplicates(make_event_table(columns, int(keep.sum())), warnings, "xspace")
 
     host_threads = [line.name for plane in space.planes if plane.name.startswith("/host:") for line in plane.lines]
     host_names = {names[c] for c in np.flatnonzero(np.bincount(name_code[host] + 1, minlength=1)[1:])}
@@ -688,7 +813,7 @@ def _read_space(path: Path, space: Any) -> TraceRead:
             "planes": [p.name for p in space.planes],
             "hostnames": list(space.hostnames),
             "profile_start_time_ns": start_time,
-            "profile_stop_time_ns": task.get("profile_stop_time"),
+            "profile_stop_time_ns": stop_time,
             "clock": "epoch" if epoch else "relative",
             "errors": list(space.errors),
             "warnings": list(space.warnings),

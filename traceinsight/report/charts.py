@@ -31,6 +31,7 @@ _BREAKDOWN_COLOURS = {
 }
 _STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
     "svg.fonttype": "none",
+    "text.parse_math": False,  # names from traces ("$a$", "node$x^$") are text, not formulas
     "font.size": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,

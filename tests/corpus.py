@@ -1,0 +1,109 @@
+"""Small valid traces of every format, and broken files derived from them, for the robustness tests.
+
+Nothing broken is committed: every damaged file is made at test time from the small
+traces in sample_traces/ or from the hand-built XProf export below, so a change to a
+writer never leaves a stale corpus behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from typing import Any
+
+from tests.conftest import SAMPLE_TRACES
+
+KINETO_SEED = SAMPLE_TRACES / "synthetic_gpu" / "healthy" / "sample_1.1767229323456.pt.trace.json.gz"
+XSPACE_SEED = next((SAMPLE_TRACES / "synthetic_gpu_xspace" / "healthy").rglob("*.xplane.pb"))
+CHROME_KERNELS = 30
+
+
+def kineto_doc(events: int | None = None) -> dict[str, Any]:
+    """The healthy synthetic Kineto trace as a dict; with `events`, only its first that many events."""
+    doc = json.loads(gzip.decompress(KINETO_SEED.read_bytes()))
+    if events is not None:
+        doc["traceEvents"] = doc["traceEvents"][:events]
+    return doc
+
+
+def meta(kind: str, pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
+    """A Chrome-trace ``M`` event naming a process or thread."""
+    event = {"ph": "M", "name": kind, "pid": pid, "args": {"name": name}}
+    return event if tid is None else {**event, "tid": tid}
+
+
+def complete(pid: int, tid: int, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    """A Chrome-trace ``X`` event."""
+    return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": args}
+
+
+def chrome_export(kernel: str = "gemm", host_op: str = "model/dense/MatMul:MatMul") -> dict[str, Any]:
+    """A small XProf trace_viewer export: one GPU stream of `CHROME_KERNELS` 5 µs kernels 10 µs apart
+    (so busy 150 µs of a 295 µs span), their launches, a Steps line and a TF op.
+    """
+    events = [
+        meta("process_name", 1, "/device:GPU:0"),
+        meta("thread_name", 1, "Stream #7(Compute)", 7),
+        meta("thread_name", 1, "Steps", 9),
+        meta("process_name", 9, "/host:CPU"),
+        meta("thread_name", 9, "tf_Compute", 1234),
+        *(
+            complete(1, 7, kernel, 10.0 * i, 5.0, correlation_id=str(i), kernel_details="grid:160,1,1 occ_pct:50")
+            for i in range(CHROME_KERNELS)
+        ),
+        *(complete(9, 1234, "cudaLaunchKernel", 10.0 * i - 2, 1.5, correlation_id=str(i)) for i in range(30)),
+        complete(9, 1234, host_op, 0.0, 300.0),
+        complete(1, 9, "1", 0.0, 300.0),
+    ]
+    return {"displayTimeUnit": "ns", "traceEvents": events}
+
+
+def _json(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def broken_files() -> dict[str, tuple[bytes, str]]:
+    """File name -> (content, what the one-line error must say), for files no reader can use."""
+    kineto_gz = KINETO_SEED.read_bytes()
+    kineto = gzip.decompress(kineto_gz)
+    xspace = XSPACE_SEED.read_bytes()
+    chrome = _json(chrome_export())
+    noise = random.Random(20261202)
+    random_bytes = bytes(noise.randrange(256) for _ in range(4096))
+    impossible = chrome_export()
+    for event in impossible["traceEvents"]:
+        if event["ph"] == "X":
+            event["ts"] = 1e300
+    cases: dict[str, tuple[bytes, str]] = {
+        "empty.pt.trace.json": (b"", "empty file"),
+        "empty.pt.trace.json.gz": (b"", "empty file"),
+        "empty-stream.pt.trace.json.gz": (gzip.compress(b""), "empty file"),
+        "blank.trace.json": (b" \n\t\n", "empty file"),
+        "empty.xplane.pb": (b"", "not an XSpace protobuf"),
+        "random.pt.trace.json": (random_bytes, "invalid JSON at byte 0"),
+        "random-gzip.pt.trace.json.gz": (b"\x1f\x8b" + random_bytes, "corrupt gzip stream"),
+        "random.xplane.pb": (random_bytes, "XSpace"),
+        "nul.pt.trace.json": (bytes(64), "invalid JSON at byte 0"),
+        "nul-inside.pt.trace.json": (kineto[:100] + b"\x00" + kineto[100:], "invalid JSON at byte 100"),
+        "nul.xplane.pb": (bytes(64), "not an XSpace protobuf"),
+        "list.pt.trace.json": (b"[1, 2, 3]", "top level is not an object with traceEvents"),
+        "string.pt.trace.json": (b'"traceEvents"', "top level is not an object with traceEvents"),
+        "number.pt.trace.json": (b"42", "top level is not an object with traceEvents"),
+        "null.pt.trace.json": (b"null", "top level is not an object with traceEvents"),
+        "no-events.pt.trace.json": (b'{"schemaVersion": 1}', "top level is not an object with traceEvents"),
+        "events-object.pt.trace.json": (b'{"traceEvents": {}}', "top level is not an object with traceEvents"),
+        "events-string.pt.trace.json": (b'{"traceEvents": "x"}', "top level is not an object with traceEvents"),
+        "events-numbers.trace.json": (b'{"traceEvents": [1, 2, 3]}', "neither a Kineto trace nor an XProf"),
+        "json.xplane.pb": (kineto[:4096], "not an XSpace protobuf"),
+        "huge-numbers.trace.json": (_json(impossible), "impossible"),
+        "huge-literal.trace.json": (b'{"traceEvents": [' + b"9" * 5000 + b"]}", "neither a Kineto trace nor an XProf"),
+    }
+    for label, cut in (("10", 10), ("half", len(kineto_gz) // 2), ("last", len(kineto_gz) - 1)):
+        cases[f"cut-{label}.pt.trace.json.gz"] = (kineto_gz[:cut], "truncated gzip stream")
+    for label, cut in (("1", 1), ("half", len(kineto) // 2), ("last", len(kineto) - 1)):
+        cases[f"cut-{label}.pt.trace.json"] = (kineto[:cut], "invalid JSON at byte")
+    cases["cut-half.trace.json.gz"] = (gzip.compress(chrome)[: len(gzip.compress(chrome)) // 2], "truncated gzip")
+    for label, cut in (("3", 3), ("half", len(xspace) // 2), ("last", len(xspace) - 1)):
+        cases[f"cut-{label}.xplane.pb"] = (xspace[:cut], "not an XSpace protobuf")
+    return cases

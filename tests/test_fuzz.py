@@ -1,0 +1,326 @@
+"""Property-based fuzzing of the readers: any mutation of a real trace gives a valid table or a TraceError.
+
+Seeds are small: the synthetic traces of sample_traces/ and the hand-built XProf export,
+plus, when ../shared/traces is there, the small AMD Kineto trace and the MI300 XSpace.
+Mutations are byte-level (truncate, flip, splice, delete, insert) and structural (event
+bytes of an XSpace line damaged, JSON event fields dropped or given odd values, events
+repeated or reordered). Examples are derandomized, so CI runs the same ones every time.
+
+A "valid table": the canonical columns, durations >= 0, every kind a known one, and for
+the XSpace and XProf readers timestamps a clock can give and durations under 7 days.
+(The Kineto path does not drop those yet, so its values stay below the known triggers;
+tests/test_robustness.py holds those cases as expected failures.)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import corpus
+from tests.conftest import SHARED_TRACES
+from traceinsight.model import COLUMNS, KINDS, TraceError, TraceRead
+from traceinsight.readers import read_trace, xspace
+from traceinsight.readers._repair import MAX_DURATION_NS, TS_MAX_NS, TS_MIN_NS
+
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+SHARED_KINETO = SHARED_TRACES / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+SHARED_XSPACE = SHARED_TRACES / "tracelens" / "mi300" / "jax_conv_minimal_08" / "tw003.xplane.pb"
+
+
+@cache
+def xspace_seeds() -> tuple[bytes, ...]:
+    extra = (SHARED_XSPACE.read_bytes(),) if SHARED_XSPACE.is_file() else ()
+    return (corpus.XSPACE_SEED.read_bytes(), *extra)
+
+
+@cache
+def json_seeds() -> tuple[dict[str, Any], ...]:
+    """Kineto (the first 200 events of the synthetic trace; the AMD one when present) and the XProf export."""
+    seeds = [corpus.kineto_doc(events=200), corpus.chrome_export()]
+    if SHARED_KINETO.is_file():
+        import gzip
+
+        seeds.append(json.loads(gzip.decompress(SHARED_KINETO.read_bytes())))
+    return tuple(seeds)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def assert_valid(read: TraceRead) -> None:
+    """The table is one the analyses can trust."""
+    table = read.events
+    assert tuple(table.columns) == COLUMNS
+    assert str(table["ts_ns"].dtype) == "int64" and str(table["dur_ns"].dtype) == "int64"
+    assert (table["dur_ns"] >= 0).all()
+    assert table["kind"].notna().all() and set(table["kind"].cat.categories) <= set(KINDS)
+    assert read.input.events == len(table)
+    if read.input.format in ("xspace", "chrome"):
+        assert ((table["ts_ns"] > TS_MIN_NS) & (table["ts_ns"] < TS_MAX_NS)).all()
+        assert (table["dur_ns"] <= MAX_DURATION_NS).all()
+
+
+# --------------------------------------------------------------------------- byte-level mutations
+
+_BYTE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("flip", "cut", "splice", "delete", "insert")),
+        st.integers(0, 2**32),  # where (modulo the length)
+        st.integers(0, 2**32),  # from where (splice)
+        st.binary(min_size=1, max_size=16),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def mutate_bytes(data: bytes, ops: list[tuple[str, int, int, bytes]]) -> bytes:
+    out = bytearray(data)
+    for op, at, source, chunk in ops:
+        if not out:
+            out += chunk
+            continue
+        at %= len(out)
+        if op == "flip":
+            out[at] ^= chunk[0] or 0xFF
+        elif op == "cut":
+            del out[at:]
+        elif op == "splice":
+            source %= len(out)
+            out[at:at] = out[source : source + len(chunk) * 8]
+        elif op == "delete":
+            del out[at : at + len(chunk)]
+        else:
+            out[at:at] = chunk
+    return bytes(out)
+
+
+# A jsonload.py bug, pinned by tests/test_robustness.py::test_syntax_error_after_a_damaged_event_is_a_trace_error:
+# remove it from here once that test passes.
+KNOWN_JSON_BUGS: tuple[type[Exception], ...] = (msgspec.DecodeError,)
+
+
+def _read_or_refuse(read: Any, known_bugs: tuple[type[Exception], ...] = ()) -> None:
+    try:
+        result = read()
+    except TraceError:
+        return
+    except known_bugs:
+        return
+    assert_valid(result)
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), ops=_BYTE_OPS)
+def test_xspace_reader_on_mutated_bytes(seed: int, ops: list[tuple[str, int, int, bytes]]) -> None:
+    seeds = xspace_seeds()
+    data = mutate_bytes(seeds[seed % len(seeds)], ops)
+    _read_or_refuse(lambda: xspace.read_xspace(Path("fuzz.xplane.pb"), data))
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), ops=_BYTE_OPS)
+def test_json_reader_on_mutated_bytes(scratch: Path, seed: int, ops: list[tuple[str, int, int, bytes]]) -> None:
+    seeds = json_seeds()
+    path = scratch / "bytes.pt.trace.json"
+    path.write_bytes(mutate_bytes(json.dumps(seeds[seed % len(seeds)]).encode(), ops))
+    _read_or_refuse(lambda: read_trace(path), KNOWN_JSON_BUGS)
+
+
+# --------------------------------------------------------------------------- structural mutations: XSpace
+
+_VARINTS = st.sampled_from((0, 1, 127, 128, 2**31, 2**62, 2**63 - 1, 2**63, 2**64 - 1))
+_EVENT_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("flip", "truncate", "append", "replace", "field", "timestamp", "stat")),
+        st.integers(0, 2**32),  # which line
+        st.integers(0, 2**32),  # which event / byte
+        st.binary(max_size=12),
+        st.integers(1, 7),  # field number
+        st.integers(0, 5),  # wire type
+        _VARINTS,
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def mutate_space(data: bytes, ops: list[tuple[Any, ...]]) -> bytes:
+    """Damage the events (as raw bytes), line timestamps and plane stats of a parsed XSpace."""
+    space = xspace._space_class()()
+    space.ParseFromString(data)
+    lines = [line for plane in space.planes for line in plane.lines if len(line.events)]
+    planes = [plane for plane in space.planes if len(plane.stats)]
+    for op, which, at, chunk, number, wire, value in ops:
+        line = lines[which % len(lines)]
+        k = at % len(line.events)
+        event = bytearray(line.events[k])
+        if op == "flip" and event:
+            event[at % len(event)] ^= 0xFF
+        elif op == "truncate":
+            del event[at % (len(event) + 1) :]
+        elif op == "append":
+            event += chunk
+        elif op == "replace":
+            event = bytearray(chunk)
+        elif op == "field":  # a field of any number and wire type, e.g. offset_ps as bytes
+            payload = _varint(value) if wire == 0 else _varint(len(chunk)) + chunk if wire == 2 else bytes(8)
+            event += _varint(number << 3 | wire) + payload
+        elif op == "timestamp":
+            line.timestamp_ns = value - 2**64 if value >= 2**63 else value  # int64: 2**64 - 1 is -1
+        elif op == "stat" and planes:
+            stats = planes[which % len(planes)].stats
+            field = ("uint64_value", "double_value", "bytes_value", "ref_value")[number % 4]
+            setattr(stats[at % len(stats)], field, _stat_value(number, value))
+        line.events[k] = bytes(event)
+    return space.SerializeToString()
+
+
+def _stat_value(number: int, value: int) -> Any:
+    if number % 4 == 1:
+        return float(("nan", "inf", "-inf", "1e308")[value % 4])
+    if number % 4 == 2:
+        return bytes([value % 256]) * 3
+    return value
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), ops=_EVENT_OPS)
+def test_xspace_reader_on_damaged_events(seed: int, ops: list[tuple[Any, ...]]) -> None:
+    seeds = xspace_seeds()
+    data = mutate_space(seeds[seed % len(seeds)], ops)
+    _read_or_refuse(lambda: xspace.read_xspace(Path("fuzz.xplane.pb"), data))
+
+
+# --------------------------------------------------------------------------- structural mutations: JSON
+
+_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+_ARGS = (
+    "device",
+    "stream",
+    "correlation",
+    "External id",
+    "bytes",
+    "size",
+    "blocks per SM",
+    "est. achieved occupancy %",
+    "correlation_id",
+    "memcpy_details",
+    "Memset_details",
+    "kernel_details",
+    "long_name",
+    "theoretical_occupancy_pct",
+    "step_num",
+)
+# Odd values for any field. Times beyond ~9e15 µs are only given to the XProf export (see the module docstring).
+_ODD: tuple[Any, ...] = (
+    None,
+    -1,
+    0,
+    1,
+    -1.5,
+    2**53,
+    1e12,
+    "",
+    "x",
+    "0x10",
+    "1e999",
+    "²",
+    "١٢",
+    "9" * 30,
+    [],
+    {},
+    [1],
+    {"a": 1},
+    True,
+)
+_ODD_XPROF_ONLY = (1e300, -1e300, 10**30, 9.3e15, 8 * 86400 * 1e6)
+_JSON_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("drop", "set", "set_arg", "repeat", "swap")),
+        st.integers(0, 2**32),
+        st.integers(0, 2**32),
+        st.integers(0, 2**32),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def mutate_events(doc: dict[str, Any], ops: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+    """Damage the events of a Chrome-trace document (a deep copy)."""
+    doc = json.loads(json.dumps(doc))
+    events = doc["traceEvents"]
+    xprof = not any(key in doc for key in ("schemaVersion", "deviceProperties", "baseTimeNanoseconds"))
+    odd = _ODD + _ODD_XPROF_ONLY if xprof else _ODD
+    for op, which, key, value in ops:
+        event = events[which % len(events)]
+        if op == "drop":
+            event.pop(_FIELDS[key % len(_FIELDS)], None)
+        elif op == "set":
+            event[_FIELDS[key % len(_FIELDS)]] = odd[value % len(odd)]
+        elif op == "set_arg":
+            args = event.setdefault("args", {})
+            if isinstance(args, dict):
+                args[_ARGS[key % len(_ARGS)]] = odd[value % len(odd)]
+        elif op == "repeat":
+            events.append(json.loads(json.dumps(event)))
+        else:
+            other = key % len(events)
+            events[which % len(events)], events[other] = events[other], event
+    return doc
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), ops=_JSON_OPS)
+def test_json_reader_on_damaged_events(scratch: Path, seed: int, ops: list[tuple[str, int, int, int]]) -> None:
+    seeds = json_seeds()
+    path = scratch / "events.pt.trace.json"
+    path.write_text(json.dumps(mutate_events(seeds[seed % len(seeds)], ops)))
+    _read_or_refuse(lambda: read_trace(path), KNOWN_JSON_BUGS)
+
+
+def test_the_mutators_do_damage() -> None:
+    """The fuzzers are not vacuous: their mutations reach the readers' warnings and TraceErrors."""
+    rng = random.Random(5)
+    warnings: set[str] = set()
+    refused = 0
+    for _ in range(60):
+        ops = [
+            (rng.choice(("flip", "append", "field", "replace")), rng.randrange(2**32), rng.randrange(2**32),
+             bytes([rng.randrange(256)]) * rng.randrange(1, 9), rng.randrange(1, 8), rng.choice((0, 1, 2, 5)),
+             rng.choice((0, 2**62, 2**64 - 1)))
+            for _ in range(4)
+        ]  # fmt: skip
+        try:
+            warnings |= set(xspace.read_xspace(Path("f.xplane.pb"), mutate_space(xspace_seeds()[0], ops)).warnings)
+        except TraceError:
+            refused += 1
+    assert "xspace: corrupt events (bad protobuf wire data) skipped" in warnings
+    assert any("wrong wire type" in w for w in warnings) and any("impossible" in w for w in warnings)
+    assert refused < 60
