@@ -85,8 +85,8 @@ def test_markdown_summary(input_bound_outputs):
     assert fmt_pct(report["totals"]["idle_fraction"]) in md
 
 
-def test_terminal_summary(capsys):
-    assert main(["report", str(INPUT_BOUND), "-o", "/dev/null"]) == 0
+def test_terminal_summary(tmp_path, capsys):
+    assert main(["report", str(INPUT_BOUND), "-o", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
     assert "input_bound" in out and "\033[" not in out  # no colours when stdout is not a terminal
 
