@@ -141,11 +141,6 @@ def test_inferred_step_marker_and_xspace_host_and_errors_are_escaped(inferred_st
     assert str(escape(SCRIPT)) in page and str(escape(TEMPLATE + CDATA)) in page
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="report/charts.py: matplotlib parses '$...$' in device labels as mathtext (add text.parse_math: False)",
-)
 def test_dollar_signs_in_a_host_name_are_plain_text(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

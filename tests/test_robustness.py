@@ -555,7 +555,6 @@ def test_damaged_event_warnings_are_a_few_keys(tmp_path):
     assert len(damaged) <= 3, damaged
 
 
-@pytest.mark.xfail(strict=True, reason="model.py _promote_markers: ProfilerStep#<20 digits> gives step id INT64_MIN")
 def test_huge_profiler_step_number_is_no_step_id(tmp_path):
     doc = corpus.kineto_doc()
     step = next(e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))

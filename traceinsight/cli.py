@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -22,14 +21,13 @@ from traceinsight.commands.diff import DiffCommand
 from traceinsight.commands.report import ReportCommand
 from traceinsight.gating import ExpressionError
 from traceinsight.model import TraceError
+from traceinsight.report.format import escape_control
 
 COMMANDS = (ReportCommand, DiffCommand)
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT / SIGPIPE, as a shell reports them
 DEBUG_ENV = "TRACEINSIGHT_DEBUG"
 _MAX_MESSAGE = 500
-# Control characters (newlines, terminal escapes) that a file or event name could smuggle into stderr.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _say(message: str) -> None:
     """One line on stderr: control characters escaped, long messages cut."""
-    line = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", message)
+    line = escape_control(message)
     if len(line) > _MAX_MESSAGE:
         line = line[: _MAX_MESSAGE - 3] + "..."
     print(f"traceinsight: {line}", file=sys.stderr)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -23,7 +23,7 @@ from traceinsight.findings import find_bottlenecks
 from traceinsight.load import load_run
 from traceinsight.model import TraceError
 from traceinsight.report.json import SCHEMA, build_report
-from traceinsight.report.output import write_atomic
+from traceinsight.report.output import check_output, write_atomic
 
 # Top-level fields a saved report must have (with these types) to be compared.
 _REPORT_FIELDS: dict[str, type] = {
@@ -47,12 +47,19 @@ class Analysed:
     report: dict[str, Any]
 
 
-def analyse_path(path: Path, run_name: str | None = None, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
-    """Find the run under `path`, read and analyse it, and build its report."""
+def analyse_path(
+    path: Path,
+    run_name: str | None = None,
+    small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    progress: TextIO | None = None,
+) -> Analysed:
+    """Find the run under `path`, read and analyse it, and build its report (`load_run` takes the last three)."""
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)
-    analysis = analyze(load_run(run, path), small_kernel_ns=small_kernel_ns)
+    analysis = analyze(load_run(run, path, jobs, scheduler, progress), small_kernel_ns=small_kernel_ns)
     return Analysed(run, analysis, build_report(analysis, find_bottlenecks(analysis)))
 
 
@@ -87,7 +94,10 @@ def finish(
     outputs: dict[Path, str], protected: tuple[Path, ...], summary: str | None, crossed: list[str], label: str
 ) -> int:
     """Write every output (atomically, never over an input), print `summary` and where the files went
-    (unless quiet: `summary` None), one stderr line per crossed threshold; the exit code (1 when any)."""
+    (unless quiet: `summary` None), one stderr line per crossed threshold; the exit code (1 when any).
+    Every output path is checked before any is written, so a refused one leaves no other behind."""
+    for path in outputs:
+        check_output(path, protected)
     for path, text in outputs.items():
         write_atomic(path, text, protected=protected)
     if summary is not None:

@@ -141,3 +141,13 @@ def test_a_saved_report_is_not_a_trace(tmp_path, capsys):
     assert code == 0
     assert main(["report", str(js), "-o", str(tmp_path / "again.html")]) == 2
     assert "traceinsight report, not a trace" in capsys.readouterr().err
+
+
+def test_terminal_escapes_control_characters_from_traces(input_bound_outputs):
+    from traceinsight.report.terminal import render_terminal
+
+    _, report, _ = input_bound_outputs
+    hostile = {**report, "run": "run\x1b[2J\nforged line", "warnings": {"bad\rname": 1}}
+    text = render_terminal(hostile)
+    assert "\x1b" not in text and "\r" not in text
+    assert "run\\x1b[2J\\x0aforged line" in text

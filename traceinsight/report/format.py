@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
+# Control characters (newlines, terminal escapes) that a file or event name could smuggle into a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def escape_control(text: str) -> str:
+    """`text` with control characters shown as \\xNN, safe to print on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
 _TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
 _BYTE_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 

@@ -19,6 +19,7 @@ from traceinsight.analysis.copies import REPORTED_COPY_KINDS, copy_totals
 from traceinsight.analysis.devices import span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.kernels import KernelStats
+from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.findings import Bottleneck
 
 SCHEMA = "traceinsight.report/1"
@@ -143,6 +144,44 @@ def _input_pipeline(a: Analysis) -> dict[str, Any]:
     }
 
 
+def _rank(r: RankStats) -> dict[str, Any]:
+    return {
+        "input": r.input_id,
+        "label": r.label,
+        "path": r.path,
+        "rank": r.rank,
+        "host": r.host,
+        "device_count": r.device_count,
+        "span_ns": r.span_ns,
+        "busy_ns": r.busy_ns,
+        "idle_ns": r.idle_ns,
+        "idle_fraction": r.idle_fraction,
+        "steps": {
+            "source": r.steps.source,
+            "count": r.steps.count,
+            "mean_ns": r.steps.mean_ns,
+            "median_ns": r.steps.median_ns,
+            "total_ns": r.steps.total_ns,
+        },
+    }
+
+
+def _ranks(a: Analysis) -> dict[str, Any] | None:
+    """The cross-rank view (analysis/ranks.py); null with a single input."""
+    view = rank_view(a)
+    if view is None:
+        return None
+    return {
+        "count": len(view.ranks),
+        "items": [_rank(r) for r in view.ranks],
+        "step_mean_min_ns": view.step_mean_min_ns,
+        "step_mean_max_ns": view.step_mean_max_ns,
+        "step_mean_spread_ns": view.step_mean_spread_ns,
+        "step_mean_spread_fraction": view.step_mean_spread_fraction,
+        "slowest": None if view.slowest is None else _rank(view.slowest),
+    }
+
+
 def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
     """The report object of the JSON contract."""
     p = a.profile
@@ -160,6 +199,7 @@ def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
         "devices": _devices(a),
         "totals": _totals(a),
         "input_pipeline": _input_pipeline(a),
+        "ranks": _ranks(a),
         "bottlenecks": [asdict(b) for b in bottlenecks],
         "warnings": dict(p.warnings),
     }

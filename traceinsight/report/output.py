@@ -32,17 +32,24 @@ def _same_file(target: Path, protected: tuple[Path, ...]) -> bool:
     return False
 
 
-def write_atomic(path: Path, text: str, protected: tuple[Path, ...] = ()) -> None:
-    """Write `text` to `path` via a temp file and rename; refuse to overwrite a protected (input) file."""
+def check_output(path: Path, protected: tuple[Path, ...] = ()) -> int | None:
+    """Raise TraceError when `path` may not take a report (an input, a directory); else its mode (None: new)."""
     target = path.resolve()
     if _same_file(target, protected):
         raise TraceError(path, "refusing to overwrite an input trace with a report")
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:
-        mode = None
-    if mode is not None and stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISDIR(mode):
         raise TraceError(path, "is a directory, not a report file name")
+    return mode
+
+
+def write_atomic(path: Path, text: str, protected: tuple[Path, ...] = ()) -> None:
+    """Write `text` to `path` via a temp file and rename; refuse to overwrite a protected (input) file."""
+    mode = check_output(path, protected)
+    target = path.resolve()
     if mode is not None and not stat.S_ISREG(mode):
         with open(target, "w", encoding="utf-8") as f:
             f.write(text)

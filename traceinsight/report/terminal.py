@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct
 
 _SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
@@ -32,9 +32,10 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     inputs = report["inputs"]
     steps = report["steps"]
     lines = [
-        paint(f"traceinsight: {report['run']}", _BOLD),
+        paint(f"traceinsight: {escape_control(report['run'])}", _BOLD),
         f"  framework {report['framework']}, {len(inputs)} input(s), {report['totals']['device_count']} device(s), "
-        f"{steps['count']} step(s) ({steps['source']}: {steps['marker']}), mean step {fmt_ns(steps['mean_ns'])}",
+        f"{steps['count']} step(s) ({steps['source']}: {escape_control(steps['marker'])}), "
+        f"mean step {fmt_ns(steps['mean_ns'])}",
         "  " + verdict_sentence(report),
         "",
         f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}",
@@ -42,7 +43,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     for d in report["devices"]:
         h2d = d["copies"]["h2d"]
         lines.append(
-            f"  {d['id']:<22}{fmt_pct(d['idle_fraction']):>9}{fmt_count(d['kernels']['count']):>10}"
+            f"  {escape_control(d['id']):<22}{fmt_pct(d['idle_fraction']):>9}{fmt_count(d['kernels']['count']):>10}"
             f"{fmt_count(d['kernels']['small_count']):>9}{fmt_ns(h2d['total_ns']):>11}{fmt_bytes(h2d['bytes']):>12}"
         )
     ip = report["input_pipeline"]
@@ -57,5 +58,6 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         if b["recommendations"]:
             lines.append(f"       -> {b['recommendations'][0]}")
     if report["warnings"]:
-        lines += ["", "  warnings: " + ", ".join(f"{k} x{v}" for k, v in report["warnings"].items())]
+        warned = ", ".join(f"{k} x{v}" for k, v in report["warnings"].items())
+        lines += ["", "  warnings: " + escape_control(warned)]
     return "\n".join(lines)
