@@ -1,15 +1,17 @@
-"""How fast the JSON readers are: MB/s of `read_trace` next to ``orjson.loads`` on the same bytes.
+"""How fast the JSON readers are: MB/s of the streamed reader next to ``orjson.loads`` on the same bytes.
 
 For every Kineto trace in ../shared/traces, and for a ~100 MB trace made in a
-temporary directory by repeating one trace's events with shifted timestamps. MB
-are of the uncompressed JSON. Columns:
+temporary directory by repeating one trace's events with shifted timestamps
+(benchmarks/replicate.py). MB are of the uncompressed JSON. Columns:
 
-* read_trace: the whole reader (gunzip, decode, event table), best of --repeat;
+* read: `load.read_file`, the reader `traceinsight report` uses (gunzip, streamed
+  decode, event table), best of --repeat;
+* whole: `read_trace`, which decodes the whole document at once (`load_trace_json`), then the same table;
 * decode: `load_trace_json` alone on the uncompressed bytes (msgspec into structs);
 * orjson: ``orjson.loads`` with the garbage collector off, i.e. only a parse into dicts,
   no table (orjson with the collector on is 1.2-1.6x slower still).
 
-Run: ``python benchmarks/bench_json.py [--repeat 3] [--big-mb 100]``
+Run from the repository root: ``python -m benchmarks.bench_json [--repeat 3] [--big-mb 100]``
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 import orjson
 
+from benchmarks.replicate import Replicator
+from traceinsight.load import read_file
 from traceinsight.readers import read_trace
 from traceinsight.readers.jsonload import load_trace_json, read_json_bytes
 
@@ -64,24 +68,13 @@ def best_of(repeat: int, run: Callable[[], Any], gc_off: bool = False) -> float:
 def measure(label: str, path: Path, repeat: int) -> None:
     raw = read_json_bytes(path)
     mb = len(raw) / 1e6
-    rows = len(read_trace(path).events)
-    full = best_of(repeat, lambda: read_trace(path))
+    rows = len(read_file(path).events)
+    streamed = best_of(repeat, lambda: read_file(path))
+    whole = best_of(repeat, lambda: read_trace(path))
     decode = best_of(repeat, lambda: load_trace_json(path, raw))
     parse = best_of(repeat, lambda: orjson.loads(raw), gc_off=True)
-    speeds = " ".join(f"{mb / seconds:8.0f}" for seconds in (full, decode, parse))
-    print(f"{label[:44]:44s} {mb:7.1f} {rows:9,d} {full:7.3f} {speeds}")
-
-
-def replicate(source: Path, target: Path, megabytes: float) -> Path:
-    """Write `source`'s events repeated until ~`megabytes`, each copy shifted past the previous one."""
-    doc = orjson.loads(read_json_bytes(source))
-    events = doc["traceEvents"]
-    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
-    shift = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
-    copies = max(1, round(megabytes * 1e6 / len(orjson.dumps(doc))))
-    doc["traceEvents"] = [{**e, "ts": e["ts"] + k * shift} if "ts" in e else e for k in range(copies) for e in events]
-    target.write_bytes(orjson.dumps(doc))
-    return target
+    speeds = " ".join(f"{mb / seconds:8.0f}" for seconds in (streamed, whole, decode, parse))
+    print(f"{label[:44]:44s} {mb:7.1f} {rows:9,d} {streamed:7.3f} {speeds}")
 
 
 def main() -> None:
@@ -89,14 +82,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--big-mb", type=float, default=100.0, help="size of the replicated trace")
     args = parser.parse_args()
-    print(f"{'trace':44s} {'MB':>7s} {'rows':>9s} {'read s':>7s} {'read':>8s} {'decode':>8s} {'orjson':>8s}")
-    print(f"{'':44s} {'':>7s} {'':>9s} {'':>7s} {'MB/s':>8s} {'MB/s':>8s} {'MB/s':>8s}")
+    print(
+        f"{'trace':44s} {'MB':>7s} {'rows':>9s} {'read s':>7s} {'read':>8s} {'whole':>8s} {'decode':>8s} {'orjson':>8s}"
+    )
+    print(f"{'':44s} {'':>7s} {'':>9s} {'':>7s} {'MB/s':>8s} {'MB/s':>8s} {'MB/s':>8s} {'MB/s':>8s}")
     for rel in KINETO:
         if (TRACES / rel).exists():
             measure(rel, TRACES / rel, args.repeat)
     if (TRACES / REPLICATED_FROM).exists():
         with tempfile.TemporaryDirectory() as tmp:
-            big = replicate(TRACES / REPLICATED_FROM, Path(tmp) / "replicated.pt.trace.json", args.big_mb)
+            replicator = Replicator(TRACES / REPLICATED_FROM)
+            big = Path(tmp) / "replicated.pt.trace.json"
+            replicator.write(big, replicator.copies_for(args.big_mb))
             measure(f"replicated {Path(REPLICATED_FROM).name} (.json)", big, args.repeat)
 
 

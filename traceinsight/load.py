@@ -1,16 +1,61 @@
-"""Read every trace file of a run and merge them into one `Profile`."""
+"""Read every trace file of a run and merge them into one `Profile`.
+
+Files are read in parallel (`parallel.map_files`: `jobs` processes, or a Dask
+cluster) and merged on one clock. Kineto JSON is streamed (`read_kineto_json`),
+so a gigabyte trace needs memory for its event table, not for its text; other
+files go through `read_trace`. Reading a large run can show a progress bar on
+stderr.
+"""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TextIO
 
 from traceinsight.discover import Run
 from traceinsight.model import Profile, TraceRead, merge_reads
-from traceinsight.readers import read_trace
+from traceinsight.parallel import map_files
+from traceinsight.readers import JSON_SUFFIXES, read_trace
+from traceinsight.readers.kineto import read_kineto_json
+
+# Below this much input a progress bar would only flicker.
+PROGRESS_MIN_BYTES = 32 << 20
+# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow
+# (for .gz, guessed from the size on disk: Kineto JSON packs about tenfold).
+PARALLEL_FILE_MIN_BYTES = 32 << 20
+_GZIP_RATIO_GUESS = 8
 
 
-def _read(path: Path, base: Path) -> TraceRead:
-    read = read_trace(path)
+def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+    """One trace file: Kineto JSON streamed (`on_bytes(n)`: bytes read so far), anything else by `read_trace`.
+
+    A large Kineto file is decoded by `jobs` processes, chunk by chunk.
+    """
+    if path.name.lower().endswith(JSON_SUFFIXES):
+        read = read_kineto_json(
+            path, on_bytes=on_bytes, jobs=jobs if _json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
+        )
+        if read is not None:
+            return read
+    return read_trace(path)
+
+
+def _json_size_guess(path: Path) -> int:
+    """About how many bytes of JSON the file holds (0 when it cannot be read: the reader then says why)."""
+    try:
+        with path.open("rb") as file:
+            packed = file.read(2) == b"\x1f\x8b"
+        return path.stat().st_size * (_GZIP_RATIO_GUESS if packed else 1)
+    except OSError:
+        return 0
+
+
+def _read(path: Path, base: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+    read = read_file(path, on_bytes, jobs)
     try:
         read.input.path = str(path.relative_to(base))
     except ValueError:
@@ -18,7 +63,75 @@ def _read(path: Path, base: Path) -> TraceRead:
     return read
 
 
-def load_run(run: Run, base: Path) -> Profile:
-    """All inputs of `run`, paths recorded relative to `base` (the path the user gave)."""
-    base = base if base.is_dir() else base.parent
-    return merge_reads([_read(f, base) for f in run.files], name=run.name)
+def load_run(
+    run: Run, base: Path, jobs: int = 1, scheduler: str | None = None, progress: TextIO | None = None
+) -> Profile:
+    """All inputs of `run`, paths recorded relative to `base` (the path the user gave).
+
+    `jobs` files are read at a time (one process each; a single large file is cut
+    into chunks decoded by `jobs` processes), or each by a worker of the Dask
+    `scheduler` (an address or ``"local"``). `progress`: where to draw a
+    progress bar while a large run is read (a terminal), or None.
+    """
+    base = (base if base.is_dir() else base.parent).absolute()
+    files = [f.absolute() for f in run.files]
+    sizes = [f.stat().st_size for f in files]
+    bar = Progress(sum(sizes), progress) if progress is not None and sum(sizes) >= PROGRESS_MIN_BYTES else None
+    try:
+        if scheduler is None and (jobs <= 1 or len(files) <= 1):  # here, with a bar that moves within files
+            reads = []
+            for path, size in zip(files, sizes, strict=True):
+                reads.append(_read(path, base, bar.within_next(size) if bar else None, jobs))
+        else:
+            on_done = None if bar is None else lambda i: bar.finished(sizes[i])
+            reads = map_files(partial(_read, base=base), files, jobs, scheduler, on_done)
+    finally:
+        if bar:
+            bar.close()
+    return merge_reads(reads, name=run.name)
+
+
+class Progress:
+    """A one-line bar on a terminal: bytes of the run read so far, redrawn at most ten times a second."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self.total = max(1, total)
+        self.out = out
+        self.done = 0
+        self._drawn = 0.0
+
+    def show(self, done: int) -> None:
+        done = min(done, self.total)
+        now = time.monotonic()
+        if now - self._drawn < 0.1 and done < self.total:
+            return
+        self._drawn = now
+        filled = self.WIDTH * done // self.total
+        self.out.write(
+            f"\rtraceinsight: reading [{'#' * filled}{' ' * (self.WIDTH - filled)}] "
+            f"{100 * done // self.total:3d} % of {self.total / 1e6:,.0f} MB"
+        )
+        self.out.flush()
+
+    def finished(self, size: int) -> None:
+        """One more file, of `size` bytes, has been read."""
+        self.done += size
+        self.show(self.done)
+
+    def within_next(self, size: int) -> Callable[[int], None]:
+        """The `on_bytes` of the next file of `size` bytes (told its own position), which it then counts as read."""
+        start = self.done
+        self.done += size
+        return lambda n: self.show(start + n)
+
+    def close(self) -> None:
+        """Clear the line, so the summary that follows starts clean."""
+        self.out.write("\r" + " " * (self.WIDTH + 40) + "\r")
+        self.out.flush()
+
+
+def progress_stream(quiet: bool) -> TextIO | None:
+    """stderr when it is a terminal and the user did not ask for quiet, else None (no bar)."""
+    return None if quiet or not sys.stderr.isatty() else sys.stderr

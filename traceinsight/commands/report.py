@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from traceinsight.gating import parse_threshold
+from traceinsight.load import progress_stream
+from traceinsight.parallel import default_jobs
 from traceinsight.pipeline import analyse_path, finish
 from traceinsight.report.html import render_html
 from traceinsight.report.json import dumps
@@ -20,6 +22,13 @@ def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
     return value
 
 
@@ -54,12 +63,31 @@ class ReportCommand:
             metavar="EXPR",
             help="exit 1 when crossed: 'PATH OP NUMBER' over the JSON (totals.idle_fraction>0.3) or 'bottleneck=ID'",
         )
-        parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+        parser.add_argument(
+            "--jobs",
+            type=positive_int,
+            default=default_jobs(),
+            metavar="N",
+            help=f"read N trace files at a time, one process each (default: the cores, {default_jobs()})",
+        )
+        parser.add_argument(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="read the files on a Dask cluster: its scheduler address (tcp://host:8786), or 'local'",
+        )
+        parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success, draw no progress bar")
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
-        analysed = analyse_path(args.path, args.run, small_kernel_ns=int(round(args.small_kernel_us * 1000)))
+        analysed = analyse_path(
+            args.path,
+            args.run,
+            small_kernel_ns=int(round(args.small_kernel_us * 1000)),
+            jobs=args.jobs,
+            scheduler=args.scheduler,
+            progress=progress_stream(args.quiet),
+        )
         report = analysed.report
         crossed = [msg for t in thresholds if (msg := t.check(report))]
         outputs = {args.output: render_html(report, analysed.analysis)}

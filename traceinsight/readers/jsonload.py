@@ -7,6 +7,14 @@ loading of big traces). On the 55.6 MB (unzipped) H100 OWLv2 trace, best of 3 on
 2-core VM: this loader 147 ms (378 MB/s), ``orjson.loads`` 251 ms with the collector
 off / 527 ms with it on, ``json.loads`` 575 / 920 ms. benchmarks/bench_json.py repeats the comparison.
 
+Big files are streamed (`TraceStream`): the ``traceEvents`` array is cut into
+chunks of a few MB at event boundaries and each chunk is decoded on its own, so a
+reader turns one chunk's structs into numpy columns and drops them before the next
+is decoded; memory is the columns, not the events. ``.gz`` is decompressed as it
+is read. Any file the stream cannot take apart (no top-level ``traceEvents``
+array, a syntax error) is handed to `load_trace_json`, which decodes it whole and
+says what is wrong in the same words as always.
+
 Damaged events (a list where a number belongs, ...) do not sink the file: the
 strict decode falls back to decoding event by event and counts what it skipped.
 """
@@ -15,23 +23,26 @@ from __future__ import annotations
 
 import gc
 import gzip
+import itertools
 import math
 import re
 import zlib
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from traceinsight.model import TraceError
+from traceinsight.parallel import fork_context
 
 # Numbers some writers put in strings (ROCm: "size": "2560", "stream": "0x0").
 Number = int | float | str | None
@@ -42,6 +53,13 @@ _EXACT_LIMIT_US = 2.0**43
 # Old Kineto thread ids ("stream 7"), hex ids ("0x0"), plain numbers in strings.
 _ID_TEXT = re.compile(r"^\s*(?:[A-Za-z]+\s+)?([-+]?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?))\s*$")
 _BYTE_POSITION = re.compile(r"^(.*?)\s*\(byte (\d+)\)$")
+# Streaming: bytes decoded at a time, the key that opens the events, what follows the `}` ending an event.
+CHUNK_BYTES = 4 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_NEXT_EVENT = re.compile(rb"\s*,\s*\{")
+_CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
+T = TypeVar("T")
+R = TypeVar("R")
 # Top-level keys worth keeping; others (e.g. TraceLens' environment dump, which can
 # hold secrets) are never decoded.
 TOP_LEVEL_KEYS = (
@@ -174,8 +192,258 @@ def load_trace_json(path: Path | str, data: bytes | None = None) -> TraceDoc:
         if exact:
             doc, skipped = _decode(path, raw, ExactEvent)
     warnings.update(skipped)
-    top = {key: getattr(doc, key) for key in TOP_LEVEL_KEYS if getattr(doc, key) is not None}
-    return TraceDoc(events=doc.traceEvents, top=top, warnings=warnings, exact_ts=exact)
+    return TraceDoc(events=doc.traceEvents, top=_top(doc), warnings=warnings, exact_ts=exact)
+
+
+def _top(doc: Any) -> dict[str, Any]:
+    """The kept top-level keys that a decoded document has."""
+    return {key: getattr(doc, key) for key in TOP_LEVEL_KEYS if getattr(doc, key) is not None}
+
+
+class StreamFallback(Exception):
+    """The stream cannot take this file apart (no top-level traceEvents array, a syntax error):
+    decode it whole with `load_trace_json`, which says what is wrong."""
+
+
+class StreamRestart(Exception):
+    """`TraceStream.map` met a chunk that is not whole events: read the file again by plain iteration."""
+
+
+class TraceStream:
+    """The events of a Chrome-trace JSON file, decoded chunk by chunk; iterate once.
+
+    Each item is ``(events, exact_ts)`` for one chunk of about `chunk_bytes` of
+    JSON, in file order (`exact_ts` as in `TraceDoc`, decided per chunk). `top`
+    holds the kept top-level keys (complete once the iteration has ended: Kineto
+    writes some after the events) and `warnings` what was skipped or replaced.
+    `on_bytes(n)` is told how many bytes of the file (compressed, for ``.gz``)
+    have been read, for a progress bar.
+
+    A chunk ends at a ``}`` followed by ``, {``, which is where one event ends
+    unless the brace closes an object nested in an event's args (a list of
+    objects). Decoding ``[chunk]`` settles which: it succeeds exactly when the cut
+    is an event boundary, since the chunk starts at one; otherwise the error lies
+    at the end, and an earlier cut point is tried. An error before the end means
+    the array closed inside the chunk (then the keys after it are decoded) or the
+    file is broken (`StreamFallback`).
+    """
+
+    def __init__(
+        self, path: Path | str, chunk_bytes: int = CHUNK_BYTES, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
+        self.path = path
+        self.chunk_bytes = max(1, chunk_bytes)
+        self.on_bytes = on_bytes
+        self.top: dict[str, Any] = {}
+        self.warnings: Counter[str] = Counter()
+        self._blocks: Iterator[bytes] | None = None  # None once the array has been read
+        self._buf = b""
+        self._eof = False
+        self._header = b""
+
+    def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
+        self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
+        self._find_events()
+        while self._blocks is not None:
+            self._fill(self.chunk_bytes)
+            events, exact = self._next_chunk()
+            if events:
+                yield events, exact
+
+    def _fill(self, size: float) -> None:
+        """Read on until the buffer holds `size` bytes or the file has ended."""
+        parts, have = [self._buf], len(self._buf)
+        while have < size and not self._eof:
+            block = next(self._blocks, None) if self._blocks is not None else None
+            if block is None:
+                self._eof = True
+            else:
+                parts.append(block)
+                have += len(block)
+        self._buf = b"".join(parts)
+
+    def _find_events(self) -> None:
+        """Move past ``"traceEvents": [``, keeping what came before it (the top-level keys so far)."""
+        start = 0
+        while True:
+            match = _EVENTS_KEY.search(self._buf, start)
+            if match is None:
+                if self._eof:
+                    raise StreamFallback
+                start = max(0, len(self._buf) - 4096)  # a key cut at the block end is found again
+                self._fill(len(self._buf) + self.chunk_bytes)
+                continue
+            header = self._buf[: match.start()]
+            doc = _try_decode(header + b'"traceEvents":[]}')
+            if doc is not None:  # the key is one of the top-level object's, not nested or in a string
+                self._header, self.top = header, _top(doc)
+                self._buf = self._buf[match.end() :]
+                return
+            start = match.start() + 1
+
+    def _next_chunk(self) -> tuple[list[Event], bool]:
+        """Decode the next chunk of events."""
+        while True:
+            if self._eof:
+                cuts: Iterator[tuple[int, int]] = iter([(len(self._buf), len(self._buf))])
+            else:
+                cuts = itertools.islice(_cut_points(self._buf), _CUTS_PER_FILL)
+            for end, next_start in cuts:
+                try:
+                    chunk = self._decode(memoryview(self._buf)[:end])
+                except msgspec.DecodeError as exc:
+                    if "UTF-8" in str(exc):  # names written without escaping: keep the file readable
+                        self._buf = self._buf[:end].decode("utf-8", "replace").encode() + self._buf[end:]
+                        self.warnings["invalid UTF-8 replaced"] = 1
+                        break  # offsets have moved: look for cut points again
+                    at = _error_offset(str(exc), end)
+                    if at < end or self._eof:
+                        return self._last_chunk(at)
+                    continue  # the cut was inside an event
+                if self._eof:
+                    raise StreamFallback  # the events run to the end of the file: the array is not closed
+                self._buf = self._buf[next_start:]
+                return chunk
+            else:
+                self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
+
+    def _last_chunk(self, at: int) -> tuple[list[Event], bool]:
+        """The array closes just before byte `at` of the buffer: its last events, then the keys after it."""
+        close = self._buf.rfind(b"]", 0, at)  # not checked against `at`: msgspec's offsets vary by error
+        if close < 0:
+            raise StreamFallback
+        try:
+            chunk = self._decode(self._buf[:close])
+        except msgspec.DecodeError:
+            raise StreamFallback from None
+        self._fill(math.inf)
+        doc = _try_decode(self._header + b'"traceEvents":[]' + self._buf[close + 1 :])
+        if doc is None:
+            raise StreamFallback
+        self.top = _top(doc)
+        self._buf, self._blocks = b"", None
+        return chunk
+
+    def _decode(self, piece: bytes | memoryview) -> tuple[list[Event], bool]:
+        """The events of one chunk; raises msgspec.DecodeError when `piece` is not whole events."""
+        events, exact, skipped = _decode_piece(piece)
+        self.warnings.update(skipped)
+        return events, exact
+
+    def map(self, convert: Callable[[list[Event], bool], R], jobs: int) -> Iterator[R]:
+        """``convert(events, exact_ts)`` of every chunk, in order, decoded and converted by `jobs` processes.
+
+        This process reads the file and cuts it at the last cut point of each
+        buffer, unchecked, hands the chunks to ``jobs - 1`` worker processes and
+        decodes one itself whenever they are all busy. A chunk that is not whole
+        events (a cut inside one, invalid UTF-8) raises `StreamRestart`: iterate a
+        new stream instead, which sorts those out. The end of the array is decoded
+        here. `convert` and its results must pickle.
+        """
+        workers = max(1, jobs - 1)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=fork_context()) as pool:
+            self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
+            self._find_events()
+            pending: deque[Future[tuple[R, Counter[str]] | None]] = deque()
+            while not self._eof or pending:
+                self._fill(self.chunk_bytes)
+                cut = None if self._eof else next(_cut_points(self._buf), None)
+                if cut is not None:
+                    piece, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
+                    if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each
+                        pending.append(pool.submit(_decode_and_convert, piece, convert))
+                    else:  # every worker is busy: decode this one here meanwhile
+                        pending.append(Future())
+                        pending[-1].set_result(_decode_and_convert(piece, convert))
+                elif not self._eof:
+                    self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
+                while pending and (pending[0].done() or self._eof or len(pending) > 3 * jobs):
+                    outcome = pending.popleft().result()
+                    if outcome is None:
+                        raise StreamRestart
+                    self.warnings.update(outcome[1])
+                    yield outcome[0]
+        while self._blocks is not None:
+            events, exact = self._next_chunk()
+            if events:
+                yield convert(events, exact)
+
+
+def _decode_piece(piece: bytes | memoryview) -> tuple[list[Event], bool, Counter[str]]:
+    """Events of a chunk of the array, whether their ts are exact, what was skipped; msgspec.DecodeError if broken."""
+    wrapped = b"".join((b"[", piece, b"]"))
+    events, skipped = _decode_chunk(wrapped, Event)
+    exact = _needs_exact_ts(events, sample=256)
+    if exact:
+        events, skipped = _decode_chunk(wrapped, ExactEvent)
+    return events, exact, skipped
+
+
+def _decode_and_convert(piece: bytes, convert: Callable[[list[Event], bool], R]) -> tuple[R, Counter[str]] | None:
+    """`TraceStream.map`'s work in a worker process; None when the piece is not whole events."""
+    with gc_paused():
+        try:
+            events, exact, skipped = _decode_piece(piece)
+        except msgspec.DecodeError:
+            return None
+        return convert(events, exact), skipped
+
+
+def _file_blocks(path: Path | str, size: int, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
+    """The JSON text of a ``.json`` or ``.json.gz`` file in blocks of `size` bytes (gzip told by its magic bytes)."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115  # closed by the with below
+    except OSError as exc:
+        raise TraceError(path, f"cannot read file: {exc.strerror or exc}") from None
+    with file:
+        packed = file.read(2) == b"\x1f\x8b"
+        file.seek(0)
+        stream = gzip.GzipFile(fileobj=file) if packed else file
+        while True:
+            try:
+                block = stream.read(size)
+            except EOFError:
+                raise TraceError(path, "truncated gzip stream") from None
+            except (gzip.BadGzipFile, zlib.error) as exc:
+                raise TraceError(path, f"corrupt gzip stream ({exc})") from None
+            except OSError as exc:
+                raise TraceError(path, f"cannot read file: {exc.strerror or exc}") from None
+            if on_bytes is not None:
+                on_bytes(file.tell())
+            if not block:
+                return
+            yield block
+
+
+def _cut_points(buf: bytes) -> Iterator[tuple[int, int]]:
+    """(end of a chunk, start of the next) at each ``}`` followed by ``, {``, last first."""
+    end = len(buf)
+    while (end := buf.rfind(b"}", 0, end)) >= 0:
+        after = _NEXT_EVENT.match(buf, end + 1)
+        if after is not None:
+            yield end + 1, after.end() - 1
+
+
+def _decode_chunk(wrapped: bytes, event_type: type[Event]) -> tuple[list[Event], Counter[str]]:
+    """Events of a JSON array; damaged ones skipped and counted. Syntax errors raise msgspec.DecodeError."""
+    try:
+        return _list_decoder(event_type).decode(wrapped), Counter()
+    except msgspec.ValidationError:
+        return _decode_items(_list_decoder(msgspec.Raw).decode(wrapped), event_type)
+
+
+def _try_decode(doc: bytes) -> Any:
+    """The document decoded with its events left raw, or None when it is no JSON object."""
+    try:
+        return _doc_decoder(msgspec.Raw).decode(doc)
+    except msgspec.MsgspecError:
+        return None
+
+
+def _error_offset(message: str, size: int) -> int:
+    """Where in a bracketed chunk of `size` bytes a decode error lies (`size` when at its end or truncated)."""
+    match = _BYTE_POSITION.match(message)
+    return min(int(match.group(2)) - 1, size) if match else size
 
 
 @cache
@@ -191,14 +459,32 @@ def _event_decoder(event_type: type[Event]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(event_type, strict=False)
 
 
+@cache
+def _list_decoder(item_type: type) -> msgspec.json.Decoder[Any]:
+    """Decoder of a JSON array of `item_type` (a chunk of events in brackets)."""
+    return msgspec.json.Decoder(list[item_type], strict=False)  # type: ignore[valid-type]
+
+
+def _decode_items(items: list[msgspec.Raw], event_type: type[Event]) -> tuple[list[Event], Counter[str]]:
+    """Decode events one by one, skipping (and counting) the damaged ones."""
+    decoder = _event_decoder(event_type)
+    events = []
+    skipped: Counter[str] = Counter()
+    for item in items:
+        try:
+            events.append(decoder.decode(item))
+        except msgspec.ValidationError as exc:
+            skipped[f"skipped damaged event ({exc})"] += 1
+    return events, skipped
+
+
 def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any, Counter[str]]:
     """Strict decode; on a damaged event, decode event by event and count the skipped ones.
 
     Syntax errors raise `TraceError`, except invalid UTF-8, which is left to the caller.
     """
-    skipped: Counter[str] = Counter()
     try:
-        return _doc_decoder(event_type).decode(raw), skipped
+        return _doc_decoder(event_type).decode(raw), Counter()
     except msgspec.ValidationError as exc:
         if "$.traceEvents[" not in str(exc):
             raise TraceError(path, f"top level is not an object with traceEvents ({exc})") from None
@@ -207,14 +493,7 @@ def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any,
             raise
         raise TraceError(path, _syntax_reason(str(exc), len(raw))) from None
     doc = _doc_decoder(msgspec.Raw).decode(raw)
-    decoder = _event_decoder(event_type)
-    events = []
-    for item in doc.traceEvents:
-        try:
-            events.append(decoder.decode(item))
-        except msgspec.ValidationError as exc:
-            skipped[f"skipped damaged event ({exc})"] += 1
-    doc.traceEvents = events
+    doc.traceEvents, skipped = _decode_items(doc.traceEvents, event_type)
     return doc, skipped
 
 
@@ -229,33 +508,43 @@ def _syntax_reason(message: str, size: int) -> str:
     return f"invalid JSON: {message}"
 
 
-def _needs_exact_ts(events: list[Event]) -> bool:
+def _needs_exact_ts(events: list[Event], sample: int = 4096) -> bool:
     """Whether ts are float µs too large for a double to keep their ns digits.
 
     A writer uses one format for all its timestamps, so a stride sample of a few
-    thousand events decides for the file.
+    thousand events decides for the file (a few hundred for a streamed chunk).
     """
-    step = max(1, len(events) // 4096)
+    step = max(1, len(events) // sample)
     return any(type(e.ts) is float and abs(e.ts) >= _EXACT_LIMIT_US for e in events[::step])
 
 
 def complete_events(doc: TraceDoc) -> CompleteEvents:
+    """The ``X`` events of a whole document that have a ts (`complete_of`)."""
+    return complete_of(doc.events, doc.exact_ts, doc.warnings)
+
+
+def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> CompleteEvents:
     """The ``X`` events that have a ts, with ts/dur as int64 ns; a missing dur is 0.
 
     Conversion is exact: whole µs and the fraction are scaled separately, so no
-    ``ts * 1000`` product ever exceeds a double's integer range. Negative
-    durations become 0 (counted in warnings).
+    ``ts * 1000`` product ever exceeds a double's integer range (`exact_ts`: ts
+    are Decimals, scaled one by one). Negative durations become 0 (counted in warnings).
     """
-    events = [e for e in doc.events if e.ph == "X"]
-    timed = [e for e in events if e.ts is not None]
-    if len(timed) < len(events):
-        doc.warnings["complete events without ts skipped"] += len(events) - len(timed)
+    timed = [e for e in events if e.ph == "X"]
     ts_us: list[Any] = [e.ts for e in timed]
-    ts_ns = np.array([round(t * 1000) for t in ts_us], dtype=np.int64) if doc.exact_ts else us_to_ns(ts_us)
-    dur_ns = us_to_ns([0 if e.dur is None else e.dur for e in timed])
+    if None in ts_us:
+        complete = len(timed)
+        timed = [e for e in timed if e.ts is not None]
+        ts_us = [e.ts for e in timed]
+        warnings["complete events without ts skipped"] += complete - len(timed)
+    ts_ns = np.array([round(t * 1000) for t in ts_us], dtype=np.int64) if exact_ts else us_to_ns(ts_us)
+    dur_us: list[Any] = [e.dur for e in timed]
+    if None in dur_us:
+        dur_us = [0 if d is None else d for d in dur_us]
+    dur_ns = us_to_ns(dur_us)
     negative = int((dur_ns < 0).sum())
     if negative:
-        doc.warnings["negative durations set to 0"] += negative
+        warnings["negative durations set to 0"] += negative
         dur_ns = np.maximum(dur_ns, 0)
     return CompleteEvents(events=timed, ts_ns=ts_ns, dur_ns=dur_ns)
 
@@ -290,13 +579,61 @@ def float_column(values: Sequence[Any]) -> np.ndarray:
 
 
 def category_column(values: Sequence[str | None]) -> pd.Categorical:
-    """Categorical of strings, hashing each value once (pd.Categorical on a list is 2-3x slower).
+    """Categorical of strings, hashing each value once (pd.Categorical on a list is 2-3x slower)."""
+    pool = StringPool()
+    return pool.categorical(pool.encode(values))
 
-    The categories get pandas' default string dtype, as every reader's do, so
-    tables of different formats can be concatenated.
+
+class StringPool:
+    """The strings of one column, met chunk by chunk, as codes into one category list.
+
+    Categories are in order of first appearance, as `category_column` of the whole
+    column would give, and get pandas' default string dtype, as every reader's do,
+    so tables of different formats can be concatenated.
     """
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
-    return pd.Categorical.from_codes(codes, categories=uniques)
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self.strings: list[str] = []
+
+    def encode(self, values: Sequence[str | None]) -> np.ndarray:
+        """int32 codes of `values` (-1 for None), adding strings not met before."""
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        return self.add(uniques)[codes]
+
+    def add(self, strings: Iterable[str]) -> np.ndarray:
+        """The codes of `strings` (added when new), then -1: index it with another pool's codes to translate them."""
+        known = []
+        for value in strings:
+            code = self._codes.get(value)
+            if code is None:
+                code = self._codes[value] = len(self.strings)
+                self.strings.append(value)
+            known.append(code)
+        return np.array(known + [-1], np.int32)
+
+    def lookup(self, rule: Callable[[str], T], missing: T, dtype: Any) -> np.ndarray:
+        """`rule` of every string by code, `missing` last (so code -1 finds it): index it with codes."""
+        return np.array([rule(value) for value in self.strings] + [missing], dtype=dtype)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=self.strings)
+
+
+class ColumnChunks:
+    """Per-chunk numpy arrays of named columns, joined once at the end."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[np.ndarray]] = {}
+
+    def append(self, **columns: np.ndarray) -> None:
+        for name, values in columns.items():
+            self._parts.setdefault(name, []).append(values)
+
+    def join(self, name: str, dtype: Any) -> np.ndarray:
+        """One column, all chunks in order; its parts are dropped, so the columns are held once plus one."""
+        parts = self._parts.pop(name, [])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def _parse_number(value: Any, missing: float) -> float:

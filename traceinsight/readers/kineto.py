@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -26,13 +28,21 @@ from traceinsight.model import (
     TraceRead,
     make_event_table,
 )
-from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory, per_category
+from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
 from traceinsight.readers.jsonload import (
+    CHUNK_BYTES,
     NO_ARGS,
+    Args,
+    ColumnChunks,
+    Event,
+    StreamFallback,
+    StreamRestart,
+    StringPool,
     TraceDoc,
-    category_column,
-    complete_events,
+    TraceStream,
+    complete_of,
     float_column,
+    gc_paused,
     int_column,
     load_trace_json,
 )
@@ -56,7 +66,7 @@ _CATEGORIES: dict[str, tuple[str, bool]] = {
 }
 _SPAN_CAT = "trace"  # the profiler's own window: metadata, not a row
 _OTHER = ("other", False)
-_KIND_OTHER, _KIND_RUNTIME = KINDS.index("other"), KINDS.index("runtime")
+_KIND_OTHER, _KIND_RUNTIME, _KIND_SYNC = KINDS.index("other"), KINDS.index("runtime"), KINDS.index("sync")
 _KIND_MEMCPY, _KIND_MEMSET = KINDS.index("memcpy"), KINDS.index("memset")
 # Top-level keys only Kineto writes.
 _KINETO_KEYS = (
@@ -70,101 +80,277 @@ _NO_STREAM = 0xFFFFFFFF  # CUPTI's stream id of a device-wide event (Context Syn
 _EPOCH_NS_2001 = 10**18  # ts at or beyond this are wall-clock epoch ns
 _AMD = re.compile(r"\b(?:AMD|Radeon|Instinct)\b")
 _NVIDIA = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN", re.IGNORECASE)
+T = TypeVar("T")
 
 
 def looks_like_kineto(doc: TraceDoc) -> bool:
     """Kineto writes its own top-level keys; failing those, its event cats give it away."""
-    if any(key in doc.top for key in _KINETO_KEYS):
-        return True
-    return any(e.cat is not None and e.cat.lower() in _CATEGORIES for e in doc.events)
+    return _has_kineto_keys(doc.top) or _has_kineto_cats({e.cat for e in doc.events})
 
 
-def read_kineto(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
-    """Read a Kineto trace (``*.pt.trace.json[.gz]``); `doc` skips loading when already decoded."""
-    doc = doc if doc is not None else load_trace_json(path)
-    complete = complete_events(doc)
-    offset, clock = _clock(doc.top, complete.ts_ns)
-    all_cats = category_column([e.cat for e in complete.events])
-    is_span = per_category(all_cats, lambda c: c.lower() == _SPAN_CAT, False, bool)
+def _has_kineto_keys(top: dict[str, Any]) -> bool:
+    return any(key in top for key in _KINETO_KEYS)
+
+
+def _has_kineto_cats(cats: Iterable[str | None]) -> bool:
+    return any(cat is not None and cat.lower() in _CATEGORIES for cat in cats)
+
+
+def read_kineto(
+    path: Path | str,
+    doc: TraceDoc | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+    on_bytes: Callable[[int], None] | None = None,
+    jobs: int = 1,
+) -> TraceRead:
+    """Read a Kineto trace (``*.pt.trace.json[.gz]``): `doc` when already decoded whole, else streamed from `path`."""
+    rows = _Rows.of_doc(doc) if doc is not None else _Rows.of_file(path, chunk_bytes, on_bytes, jobs)
+    return rows.read(path)
+
+
+def read_kineto_json(
+    path: Path | str, chunk_bytes: int = CHUNK_BYTES, on_bytes: Callable[[int], None] | None = None, jobs: int = 1
+) -> TraceRead | None:
+    """Stream a Chrome-trace JSON file as Kineto; None when it is not a Kineto trace (an XProf export, say).
+
+    `jobs` > 1 decodes the chunks in that many processes (`TraceStream.map`); `on_bytes`: see `TraceStream`.
+    """
+    rows = _Rows.of_file(path, chunk_bytes, on_bytes, jobs)
+    return rows.read(path) if rows.kineto else None
+
+
+@dataclass
+class _Chunk:
+    """The rows of one chunk of events as columns: what `_convert` sends back from a worker process.
+
+    ``name`` codes index `names` (the chunk's own strings); ``*_row`` columns hold
+    row numbers within the chunk for the sparse (row, value) columns.
+    """
+
+    columns: dict[str, np.ndarray]
+    names: list[str]
+    rows: int
+    first_ts: int | None
+    kineto_cats: bool
+    warnings: Counter[str]
+
+
+def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
+    """Turn one chunk of decoded events into columns: everything that needs one row only.
+
+    Args only some rows have are read from those rows alone (stream, device,
+    occupancy: device rows; bytes: copies and memsets; size: host calls with a
+    correlation id) and kept sparse, as (row, value) pairs. Rules over names run
+    once per distinct name of the rows they concern.
+    """
+    warnings: Counter[str] = Counter()
+    complete = complete_of(events, exact_ts, warnings)
+    cats = StringPool()
+    cat_codes = cats.encode([e.cat for e in complete.events])
+    # Complete events' cats only; `looks_like_kineto` sees all, and `read_trace` asks it when this says no.
+    kineto_cats = _has_kineto_cats(cats.strings)
+    is_span = cats.lookup(_is_span_cat, False, bool)[cat_codes]
     keep = ~is_span
-    events = list(itertools.compress(complete.events, keep))
-    cats = all_cats[keep]
-
-    names = category_column([e.name for e in events])
-    kind, on_device = _kinds(cats, names)
+    events = _select(complete.events, keep) if is_span.any() else complete.events
+    cat_codes = cat_codes[keep]
+    names = StringPool()
+    name_codes = names.encode([e.name for e in events])
+    kind = cats.lookup(_cat_kind, _KIND_OTHER, np.int8)[cat_codes]
+    on_device = cats.lookup(_cat_on_device, False, bool)[cat_codes]
+    runtime = kind == _KIND_RUNTIME
+    kind[runtime & _by_name(names, name_codes, runtime, is_sync_api, False, bool)] = _KIND_SYNC
     memcpy = kind == _KIND_MEMCPY
 
     args = [e.args or NO_ARGS for e in events]
-    pid = int_column([e.pid for e in events])
     tid = int_column([e.tid for e in events])
+    correlation = int_column([a.correlation for a in args])
+    copies = memcpy | (kind == _KIND_MEMSET)
+    calls = ~on_device & (correlation >= 0)
+    size = int_column([a.size for a in _select(args, calls)])
+    rows = np.arange(len(events))
+    columns = {
+        "ts_ns": complete.ts_ns[keep],
+        "dur_ns": complete.dur_ns[keep],
+        "kind": kind,
+        "on_device": on_device,
+        "thread": np.where(on_device, -1, tid),
+        "name": name_codes,
+        "correlation": correlation,
+        "external_id": _external_ids(args),
+        "copy_kind": _by_name(names, name_codes, memcpy, _copy_kind_code, -1, np.int8),
+        "src_memory": _by_name(names, name_codes, memcpy, _copy_memory_code, -1, np.int8),
+        "device_row": rows[on_device],
+        **_device_columns(_select(events, on_device), _select(args, on_device), tid[on_device]),
+        "copy_row": rows[copies],
+        "copy_bytes": int_column([a.bytes for a in _select(args, copies)]),
+        "call_correlation": correlation[calls][size >= 0],
+        "call_size": size[size >= 0],
+        "span_start": complete.ts_ns[is_span],
+        "span_dur": complete.dur_ns[is_span],
+    }
+    first_ts = int(complete.ts_ns.min()) if len(complete.ts_ns) else None
+    return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings)
+
+
+def _external_ids(args: list[Args]) -> np.ndarray:
+    """Kineto's ``External id``, else the 2021 schema's ``external id`` (-1 when neither says)."""
+    ids = int_column([a.external_id for a in args])
+    missing = ids == -1
+    if missing.any():
+        ids[missing] = int_column([a.external_id_old for a in _select(args, missing)])
+    return ids
+
+
+def _device_columns(events: list[Event], args: list[Args], tid: np.ndarray) -> dict[str, np.ndarray]:
+    """Device id, stream and kernel figures of the device rows of a chunk."""
     device_arg = int_column([a.device for a in args])
     stream = int_column([a.stream for a in args])
     stream = np.where(stream >= 0, stream, tid)  # old schema: only the tid says "stream 7"
     stream[stream == _NO_STREAM] = -1
-    correlation = int_column([a.correlation for a in args])
-    nbytes = _bytes_with_runtime_size(
-        int_column([a.bytes for a in args]),
-        memcpy,
-        ~on_device,
-        correlation,
-        int_column([a.size for a in args]),
-    )
-    n = len(events)
-    rank = _rank(doc.top)
-    host = doc.top.get("host_name") if isinstance(doc.top.get("host_name"), str) else None
-    table = make_event_table(
-        {
-            "ts_ns": complete.ts_ns[keep] + offset,
-            "dur_ns": complete.dur_ns[keep],
-            "kind": pd.Categorical.from_codes(kind, KINDS),
-            "device": _device_labels(np.where(device_arg >= 0, device_arg, pid), on_device),
-            "stream": np.where(on_device, stream, -1),
-            "host": None if host is None else pd.Categorical.from_codes(np.zeros(n, np.int8), [host]),
-            "rank": np.full(n, rank, dtype=np.int64),
-            "thread": np.where(on_device, -1, tid),
-            "name": names,
-            "correlation": correlation,
-            "external_id": int_column([a.external_id if a.external_id != -1 else a.external_id_old for a in args]),
-            "bytes": np.where(memcpy | (kind == _KIND_MEMSET), nbytes, -1),
-            **_copy_columns(names, memcpy),
-            "blocks_per_sm": float_column([a.blocks_per_sm for a in args]),
-            "occupancy_pct": float_column([a.occupancy_pct for a in args]),
-        },
-        n,
-    )
-    metadata = _metadata(doc.top, clock, offset)
-    if is_span.any():
-        starts = complete.ts_ns[is_span] + offset
-        metadata["trace_span_ns"] = (int(starts.min()), int((starts + complete.dur_ns[is_span]).max()))
-    return TraceRead(
-        events=table,
-        input=InputInfo(path=str(path), format="kineto", host=host, rank=rank if rank >= 0 else None, events=n),
-        framework="pytorch",
-        devices=_devices(doc.top, table["device"].cat.categories),
-        metadata=metadata,
-        warnings=doc.warnings,
-    )
-
-
-def _kinds(cats: pd.Categorical, names: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
-    """Kind code of every row and whether it runs on the device, from its cat (and name for syncs)."""
-    kind = per_category(cats, lambda c: KINDS.index(_CATEGORIES.get(c.lower(), _OTHER)[0]), _KIND_OTHER, np.int8)
-    on_device = per_category(cats, lambda c: _CATEGORIES.get(c.lower(), _OTHER)[1], False, bool)
-    kind[(kind == _KIND_RUNTIME) & per_category(names, is_sync_api, False, bool)] = KINDS.index("sync")
-    return kind, on_device
-
-
-def _copy_columns(names: pd.Categorical, memcpy: np.ndarray) -> dict[str, pd.Categorical]:
-    """copy_kind and src_memory of the copy rows, read from the copies' names."""
-    kinds = per_category(names, lambda c: COPY_KINDS.index(copy_kind(c)), -1, np.int8)
-    memory = per_category(names, lambda c: MEMORY_KINDS.index(kineto_copy_memory(c)), -1, np.int8)
     return {
-        "copy_kind": pd.Categorical.from_codes(np.where(memcpy, kinds, -1), COPY_KINDS),
-        "src_memory": pd.Categorical.from_codes(np.where(memcpy, memory, -1), MEMORY_KINDS),
+        "device_id": np.where(device_arg >= 0, device_arg, int_column([e.pid for e in events])),
+        "device_stream": stream,
+        "device_blocks_per_sm": float_column([a.blocks_per_sm for a in args]),
+        "device_occupancy_pct": float_column([a.occupancy_pct for a in args]),
     }
 
 
-def _clock(top: dict[str, Any], ts_ns: np.ndarray) -> tuple[int, str]:
+class _Rows:
+    """The chunks of one file, gathered into columns, and what else the read needs.
+
+    Chunks are converted one by one (`_convert`, here or in worker processes), so
+    a chunk's events can be dropped before the next is decoded; what spans chunks
+    (the clock offset, device labels, copy sizes found on runtime calls, the name
+    categories) is done here, once.
+    """
+
+    def __init__(self, top: dict[str, Any], warnings: Counter[str]) -> None:
+        self.top = top
+        self.warnings = warnings
+        self.columns = ColumnChunks()
+        self.names = StringPool()
+        self.kineto = False
+        self.first_ts: int | None = None
+        self.rows = 0
+
+    @classmethod
+    def of_doc(cls, doc: TraceDoc) -> _Rows:
+        rows = cls(doc.top, doc.warnings)
+        with gc_paused():
+            rows.add(_convert(doc.events, doc.exact_ts))
+        rows.kineto = rows.kineto or _has_kineto_keys(doc.top)
+        return rows
+
+    @classmethod
+    def of_file(cls, path: Path | str, chunk_bytes: int, on_bytes: Callable[[int], None] | None, jobs: int) -> _Rows:
+        """Stream the file; one the stream cannot take apart is decoded whole (`load_trace_json`)."""
+        try:
+            try:
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), jobs)
+            except StreamRestart:  # a chunk was cut inside an event: plain iteration sorts that out
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), 1)
+        except StreamFallback:
+            return cls.of_doc(load_trace_json(path))
+
+    @classmethod
+    def _of_stream(cls, stream: TraceStream, jobs: int) -> _Rows:
+        rows = cls(stream.top, stream.warnings)
+        with gc_paused():
+            if jobs > 1:
+                for chunk in stream.map(_convert, jobs):
+                    rows.add(chunk)
+            else:
+                for events, exact in stream:
+                    rows.add(_convert(events, exact))
+        rows.top = stream.top
+        rows.kineto = rows.kineto or _has_kineto_keys(stream.top)
+        return rows
+
+    def add(self, chunk: _Chunk) -> None:
+        """Append a converted chunk: names translated to this file's codes, row numbers shifted."""
+        columns = chunk.columns
+        columns["name"] = self.names.add(chunk.names)[columns["name"]]
+        columns["device_row"] += self.rows
+        columns["copy_row"] += self.rows
+        self.columns.append(**columns)
+        self.rows += chunk.rows
+        if chunk.first_ts is not None:
+            self.first_ts = chunk.first_ts if self.first_ts is None else min(self.first_ts, chunk.first_ts)
+        self.kineto = self.kineto or chunk.kineto_cats
+        self.warnings.update(chunk.warnings)
+
+    def read(self, path: Path | str) -> TraceRead:
+        """The `TraceRead` of all chunks added."""
+        offset, clock = _clock(self.top, self.first_ts)
+        join = self.columns.join
+        n = self.rows
+        kind = join("kind", np.int8)
+        correlation = join("correlation", np.int64)
+        nbytes = _scatter(n, join("copy_row", np.int64), join("copy_bytes", np.int64), -1)
+        calls = join("call_correlation", np.int64), join("call_size", np.int64)
+        _fill_copy_sizes(nbytes, kind == _KIND_MEMCPY, correlation, *calls)
+        on_device = join("on_device", bool)
+        device_rows = join("device_row", np.int64)
+        ts_ns = join("ts_ns", np.int64)
+        ts_ns += offset
+        rank = _rank(self.top)
+        host = self.top.get("host_name") if isinstance(self.top.get("host_name"), str) else None
+        table = make_event_table(
+            {
+                "ts_ns": ts_ns,
+                "dur_ns": join("dur_ns", np.int64),
+                "kind": pd.Categorical.from_codes(kind, KINDS),
+                "device": _device_labels(join("device_id", np.int64), on_device),
+                "stream": _scatter(n, device_rows, join("device_stream", np.int64), -1),
+                "host": None if host is None else pd.Categorical.from_codes(np.zeros(n, np.int8), [host]),
+                "rank": np.full(n, rank, dtype=np.int64),
+                "thread": join("thread", np.int64),
+                "name": self.names.categorical(join("name", np.int32)),
+                "correlation": correlation,
+                "external_id": join("external_id", np.int64),
+                "bytes": nbytes,
+                "copy_kind": pd.Categorical.from_codes(join("copy_kind", np.int8), COPY_KINDS),
+                "src_memory": pd.Categorical.from_codes(join("src_memory", np.int8), MEMORY_KINDS),
+                "blocks_per_sm": _scatter(n, device_rows, join("device_blocks_per_sm", np.float64), np.nan),
+                "occupancy_pct": _scatter(n, device_rows, join("device_occupancy_pct", np.float64), np.nan),
+            },
+            n,
+        )
+        metadata = _metadata(self.top, clock, offset)
+        span_start, span_dur = join("span_start", np.int64), join("span_dur", np.int64)
+        if len(span_start):
+            metadata["trace_span_ns"] = (int(span_start.min()) + offset, int((span_start + span_dur).max()) + offset)
+        return TraceRead(
+            events=table,
+            input=InputInfo(path=str(path), format="kineto", host=host, rank=rank if rank >= 0 else None, events=n),
+            framework="pytorch",
+            devices=_devices(self.top, table["device"].cat.categories),
+            metadata=metadata,
+            warnings=self.warnings,
+        )
+
+
+def _is_span_cat(cat: str) -> bool:
+    return cat.lower() == _SPAN_CAT
+
+
+def _cat_kind(cat: str) -> int:
+    return KINDS.index(_CATEGORIES.get(cat.lower(), _OTHER)[0])
+
+
+def _cat_on_device(cat: str) -> bool:
+    return _CATEGORIES.get(cat.lower(), _OTHER)[1]
+
+
+def _copy_kind_code(name: str) -> int:
+    return COPY_KINDS.index(copy_kind(name))
+
+
+def _copy_memory_code(name: str) -> int:
+    return MEMORY_KINDS.index(kineto_copy_memory(name))
+
+
+def _clock(top: dict[str, Any], first_ts: int | None) -> tuple[int, str]:
     """Offset that puts ts on the epoch, and what the resulting clock is.
 
     Since 2023 Kineto writes ts relative to ``baseTimeNanoseconds`` (the epoch
@@ -172,36 +358,58 @@ def _clock(top: dict[str, Any], ts_ns: np.ndarray) -> tuple[int, str]:
     precision); older traces write epoch µs directly and have no such key.
     """
     base = top.get("baseTimeNanoseconds")
-    first = int(ts_ns.min()) if len(ts_ns) else 0
+    first = first_ts or 0
     if isinstance(base, int) and base > 0 and first < base:
         return base, "epoch"
     return 0, "epoch" if first >= _EPOCH_NS_2001 else "relative"
 
 
-def _bytes_with_runtime_size(
-    nbytes: np.ndarray, memcpy: np.ndarray, host: np.ndarray, correlation: np.ndarray, size: np.ndarray
-) -> np.ndarray:
-    """Fill copy bytes the device event lacks from its host call's ``size`` arg.
+def _fill_copy_sizes(
+    nbytes: np.ndarray, memcpy: np.ndarray, correlation: np.ndarray, call_correlation: np.ndarray, call_size: np.ndarray
+) -> None:
+    """Fill copy bytes the device event lacks from its host call's ``size`` arg, in place.
 
     ROCm's gpu_memcpy has no ``bytes``; the hipMemcpy* call with the same
-    correlation id carries ``size``. Copies with neither stay -1.
+    correlation id carries ``size`` (`call_*`: the host calls that have one).
+    Copies with neither stay -1.
     """
     need = memcpy & (nbytes < 0) & (correlation >= 0)
     if not need.any():
-        return nbytes
-    known = host & (size >= 0) & (correlation >= 0)
-    lookup = pd.Series(size[known], index=correlation[known])
+        return
+    lookup = pd.Series(call_size, index=call_correlation)
     found = lookup[~lookup.index.duplicated()].reindex(correlation[need]).to_numpy(dtype=np.float64)
-    filled = nbytes.copy()
-    filled[need] = np.where(np.isnan(found), -1, found).astype(np.int64)
-    return filled
+    nbytes[need] = np.where(np.isnan(found), -1, found).astype(np.int64)
+
+
+def _by_name(
+    names: StringPool, codes: np.ndarray, rows: np.ndarray, rule: Callable[[str], T], missing: T, dtype: Any
+) -> np.ndarray:
+    """`rule` of the name of each row in `rows` (`missing` elsewhere), run once per distinct name there."""
+    result = np.full(len(codes), missing, dtype=dtype)
+    if rows.any():
+        distinct, inverse = np.unique(codes[rows], return_inverse=True)
+        values = [rule(names.strings[c]) if c >= 0 else missing for c in distinct.tolist()]
+        result[rows] = np.array(values, dtype=dtype)[inverse.reshape(-1)]
+    return result
+
+
+def _select(items: list[T], mask: np.ndarray) -> list[T]:
+    """The items where `mask` is true."""
+    return list(itertools.compress(items, mask.tolist()))
+
+
+def _scatter(n: int, rows: np.ndarray, values: np.ndarray, missing: Any) -> np.ndarray:
+    """A column of `n` rows holding `values` at `rows` and `missing` elsewhere."""
+    column = np.full(n, missing, dtype=values.dtype)
+    column[rows] = values
+    return column
 
 
 def _device_labels(ids: np.ndarray, on_device: np.ndarray) -> pd.Categorical:
-    """``GPU:<id>`` for device rows (``GPU:?`` when neither args nor pid say), NaN for host rows."""
-    distinct = np.unique(ids[on_device])
-    codes = np.full(len(ids), -1, dtype=np.int64)
-    codes[on_device] = np.searchsorted(distinct, ids[on_device])
+    """``GPU:<id>`` for device rows (`ids`: theirs only; ``GPU:?`` when neither args nor pid say), NaN for host rows."""
+    distinct = np.unique(ids)
+    codes = np.full(len(on_device), -1, dtype=np.int64)
+    codes[on_device] = np.searchsorted(distinct, ids)
     return pd.Categorical.from_codes(codes, categories=[f"GPU:{d}" if d >= 0 else "GPU:?" for d in distinct])
 
 

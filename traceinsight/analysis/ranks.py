@@ -1,0 +1,112 @@
+"""The cross-rank view: how the inputs of a distributed run (ranks, hosts) compare.
+
+In data-parallel training every rank waits for the slowest at each collective,
+so one slow rank costs every other rank's devices idle time. Per input this
+gives its devices' idle fraction (span-weighted) and its own steps (from its
+own markers, as `find_steps` finds them for one input); across inputs, the
+spread of the mean step time and the slowest rank (the largest mean step).
+When some inputs have step markers, only those are compared.
+With fewer than two inputs there is nothing to compare (`rank_view` is None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.devices import span_weighted_idle
+from traceinsight.analysis.steps import Steps, find_steps
+
+if TYPE_CHECKING:
+    from traceinsight.analysis import Analysis
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One input of the run."""
+
+    input_id: int
+    label: str  # "rank 3", else the host name, else the file name
+    rank: int | None
+    host: str | None
+    path: str
+    device_count: int
+    span_ns: int  # summed over the input's devices
+    busy_ns: int
+    idle_fraction: float | None  # span-weighted over its devices; None without device activity
+    steps: Steps
+
+    @property
+    def idle_ns(self) -> int:
+        return self.span_ns - self.busy_ns
+
+
+@dataclass(frozen=True)
+class RankView:
+    """Every input, and how far apart their mean step times are."""
+
+    ranks: list[RankStats]
+    step_mean_min_ns: int | None  # fastest compared input's mean step
+    step_mean_max_ns: int | None
+    slowest: RankStats | None  # largest mean step; None when no input has steps or all are equal
+
+    @property
+    def step_mean_spread_ns(self) -> int | None:
+        if self.step_mean_min_ns is None or self.step_mean_max_ns is None:
+            return None
+        return self.step_mean_max_ns - self.step_mean_min_ns
+
+    @property
+    def step_mean_spread_fraction(self) -> float | None:
+        """How much longer the slowest input's mean step is than the fastest's, relative to the fastest."""
+        spread = self.step_mean_spread_ns
+        if spread is None or not self.step_mean_min_ns:
+            return None
+        return spread / self.step_mean_min_ns
+
+
+def rank_view(analysis: Analysis) -> RankView | None:
+    """The cross-rank view of a run with several inputs, else None."""
+    profile = analysis.profile
+    if len(profile.inputs) < 2:
+        return None
+    ranks = []
+    for input_id, events in enumerate(_split_by_input(profile.events, len(profile.inputs))):
+        info = profile.inputs[input_id]
+        usages = [u for u in analysis.devices if u.input_id == input_id]
+        steps = analysis.steps if analysis.steps.input_id == input_id else find_steps(events)
+        ranks.append(
+            RankStats(
+                input_id=input_id,
+                label=f"rank {info.rank}" if info.rank is not None else info.host or info.path,
+                rank=info.rank,
+                host=info.host,
+                path=info.path,
+                device_count=len(usages),
+                span_ns=sum(u.span_ns for u in usages),
+                busy_ns=sum(u.busy_ns for u in usages),
+                idle_fraction=span_weighted_idle(usages),
+                steps=steps,
+            )
+        )
+    # Marker steps are only compared with marker steps: a whole window is no step.
+    compared = [r for r in ranks if r.steps.source == "marker"] or ranks
+    means = [(r.steps.mean_ns, r) for r in compared if r.steps.mean_ns is not None]
+    if not means:
+        return RankView(ranks, None, None, None)
+    low = min(mean for mean, _ in means)
+    high, slowest = max(means, key=lambda pair: pair[0])  # the first of equals
+    return RankView(ranks, low, high, slowest if high > low else None)
+
+
+def _split_by_input(events: pd.DataFrame, count: int) -> list[pd.DataFrame]:
+    """Each input's rows. Merged tables hold the inputs one after another, so these are slices."""
+    input_id = events["input_id"].to_numpy()
+    if len(input_id) and not (np.diff(input_id) >= 0).all():
+        order = np.argsort(input_id, kind="stable")
+        events, input_id = events.iloc[order], input_id[order]
+    bounds = np.searchsorted(input_id, np.arange(count + 1))
+    return [events.iloc[bounds[i] : bounds[i + 1]] for i in range(count)]

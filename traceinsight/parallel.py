@@ -1,0 +1,131 @@
+"""Run one function over many trace files: here, in a pool of processes, or on a Dask cluster.
+
+Files are independent until they are merged, so each is read where a core is free
+and only its result travels back: the `TraceRead`, whose event table is already
+columnar (numpy arrays and categoricals, about 100 bytes an event), so it pickles
+without a Python object per event. Results come back in the order of the files,
+whatever order they finish in, so the merged profile does not depend on `jobs`.
+
+Dask (``dask[distributed]``, the ``dask`` extra) is imported only when a
+scheduler is asked for: ``"local"`` starts a LocalCluster on this machine, any
+other value is a scheduler address (``tcp://host:8786``) whose workers can read
+the same paths (a shared file system; pass absolute ones).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import partial
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any, TypeVar
+
+from traceinsight.model import TraceError
+
+R = TypeVar("R")
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A `TraceError` raised in a worker, carried back as a value (the exception does not pickle)."""
+
+    path: str
+    reason: str
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def map_files(
+    func: Callable[[Path], R],
+    paths: Sequence[Path],
+    jobs: int = 1,
+    scheduler: str | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> list[R]:
+    """``[func(p) for p in paths]``, `jobs` processes at a time or on the Dask `scheduler`.
+
+    `func` must pickle (a module-level function, or a partial of one). `on_done(i)`
+    is called as each file finishes, in this process. A `TraceError` raised for a
+    file is raised here.
+    """
+    call = partial(_call, func)
+    if scheduler is not None:
+        outcomes = _dask_map(call, paths, scheduler, jobs)
+    elif jobs <= 1 or len(paths) <= 1:
+        outcomes = []
+        for i, path in enumerate(paths):
+            outcomes.append(call(path))
+            if on_done is not None:
+                on_done(i)
+    else:
+        outcomes = _pool_map(call, paths, jobs, on_done)
+    for outcome in outcomes:
+        if isinstance(outcome, _Failed):
+            raise TraceError(outcome.path, outcome.reason)
+    return outcomes
+
+
+def _call(func: Callable[[Path], R], path: Path) -> R | _Failed:
+    try:
+        return func(path)
+    except TraceError as error:
+        return _Failed(error.path, error.reason)
+
+
+def fork_context() -> BaseContext:
+    """How worker processes start: forked where the platform can (no imports to repeat), else its default."""
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+
+
+def _pool_map(
+    call: Callable[[Path], Any], paths: Sequence[Path], jobs: int, on_done: Callable[[int], None] | None
+) -> list[Any]:
+    """One process per file, at most `jobs` at a time."""
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=fork_context()) as pool:
+        futures = {pool.submit(call, path): i for i, path in enumerate(paths)}
+        outcomes: list[Any] = [None] * len(paths)
+        for future in as_completed(futures):
+            outcomes[futures[future]] = future.result()
+            if on_done is not None:
+                on_done(futures[future])
+    return outcomes
+
+
+def _dask_map(call: Callable[[Path], Any], paths: Sequence[Path], scheduler: str, jobs: int) -> list[Any]:
+    """Each file read by a Dask worker; `scheduler` is an address or ``"local"`` (a LocalCluster of `jobs` workers)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise TraceError(
+            "--scheduler", "Dask is not installed: pip install 'dask[distributed]' (or traceinsight[dask])"
+        ) from None
+    cluster = None
+    try:
+        if scheduler == LOCAL:
+            workers = max(1, min(jobs, len(paths)))
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(scheduler, timeout=10)
+    except OSError as error:  # refused, unreachable, timed out
+        if cluster is not None:
+            cluster.close()
+        raise TraceError(scheduler, f"cannot reach the Dask scheduler ({error})") from None
+    try:
+        futures = client.map(call, list(paths), pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
