@@ -18,6 +18,7 @@ Figures measured on the project's 2-core / 24 GB VM are in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import resource
 import subprocess
@@ -90,8 +91,19 @@ def stages(path: Path) -> None:
     print(f"    {'total':22s} {time.perf_counter() - start:7.2f} s")
 
 
+def json_megabytes(path: Path) -> float:
+    """MB of JSON text in the file (decompressed, for .gz)."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size / 1e6
+    total = 0
+    with gzip.open(path) as stream:
+        while block := stream.read(1 << 24):
+            total += len(block)
+    return total / 1e6
+
+
 def measure(path: Path, repeat: int) -> None:
-    size = path.stat().st_size / 1e6
+    size = json_megabytes(path)
     parse, parse_rss, text = run_child([sys.executable, "-c", ORJSON_PARSE, str(path), str(repeat)])
     parse = float(text.split()[-1])
     runs = []
@@ -100,10 +112,10 @@ def measure(path: Path, repeat: int) -> None:
         for _ in range(repeat):
             runs.append(run_child([sys.executable, *command]))
     seconds, rss, _ = min(runs)
-    print(f"{path.name}: {size:,.0f} MB on disk")
+    print(f"{path.name}: {path.stat().st_size / 1e6:,.0f} MB on disk, {size:,.0f} MB of JSON")
     print(f"  orjson.loads (gc off)   {parse:7.2f} s   (its process peaked at {parse_rss:,.0f} MB)")
     print(f"  traceinsight report     {seconds:7.2f} s   = {seconds / parse:.2f} x orjson   peak RSS {rss:,.0f} MB")
-    print(f"                          {'':7s}     {'':14s}   = {rss / size:.2f} x the file size")
+    print(f"                          {'':7s}     {'':14s}   = {rss / size:.2f} x the JSON size")
     print("  stages (one process):")
     print(run_child([sys.executable, "-m", "benchmarks.bench_scale", "--stages", str(path)])[2], end="")
 

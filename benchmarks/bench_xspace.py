@@ -1,6 +1,6 @@
 """How fast `read_xspace` turns real XSpace files into the event table (target: >= 1 M events/s).
 
-    python benchmarks/bench_xspace.py [--repeat 5] [--scale 40]
+    python -m benchmarks.bench_xspace [--repeat 5] [--scale 40]
 
 For each real ``.xplane.pb`` in ../shared/traces: events, file size, best-of-N wall
 time of `read_xspace` (file read included) and events/s. The real files are small
@@ -63,7 +63,7 @@ def main() -> None:
     for path in paths:
         label = str(path.relative_to(SHARED_TRACES))
         label = label if len(label) <= 58 else "..." + label[-55:]
-        runs = [(label, None, path.stat().st_size)]
+        runs: list[tuple[str, bytes | None, int]] = [(label, None, path.stat().st_size)]
         if args.scale > 1:
             big = scaled(path.read_bytes(), args.scale)
             runs.append((f"  x{args.scale} lines", big, len(big)))

@@ -17,7 +17,7 @@ import gzip
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -90,7 +90,7 @@ class Replicator:
             out.write(b"\n}\n")
         return target
 
-    def _write_events(self, out: IO[bytes], copies: int) -> None:
+    def _write_events(self, out: BinaryIO | gzip.GzipFile, copies: int) -> None:
         for k in range(copies):
             if k:
                 out.write(b",\n")

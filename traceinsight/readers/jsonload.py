@@ -11,7 +11,8 @@ Big files are streamed (`TraceStream`): the ``traceEvents`` array is cut into
 chunks of a few MB at event boundaries and each chunk is decoded on its own, so a
 reader turns one chunk's structs into numpy columns and drops them before the next
 is decoded; memory is the columns, not the events. ``.gz`` is decompressed as it
-is read. Any file the stream cannot take apart (no top-level ``traceEvents``
+is read; `TraceStream.map` has worker processes decode the chunks while this one
+reads on. Any file the stream cannot take apart (no top-level ``traceEvents``
 array, a syntax error) is handed to `load_trace_json`, which decodes it whole and
 says what is wrong in the same words as always.
 
@@ -225,7 +226,7 @@ class TraceStream:
     is an event boundary, since the chunk starts at one; otherwise the error lies
     at the end, and an earlier cut point is tried. An error before the end means
     the array closed inside the chunk (then the keys after it are decoded) or the
-    file is broken (`StreamFallback`).
+    file is broken (`StreamFallback`). `map` spreads the decoding over processes.
     """
 
     def __init__(

@@ -4,6 +4,12 @@ Both Kineto schemas are handled: the 2021 one (cats ``Kernel``, ``Memcpy``,
 ``Runtime``, ``Operator``; device tids ``"stream 7"``; integer µs) and the current
 one (``kernel``, ``gpu_memcpy``, ``cuda_runtime``, ``cpu_op``, ...; fractional µs;
 ``baseTimeNanoseconds``). AMD/ROCm traces use the same cats with HIP names.
+
+Files are streamed (`read_kineto_json`, jsonload.TraceStream): each chunk of
+decoded events becomes columns (`_convert`, in a worker process when several
+decode at once) and is dropped; `_Rows` joins the chunks and does what needs all
+rows. A document already decoded whole (`read_kineto(path, doc)`, as `read_trace`
+passes it) goes through the same conversion as one chunk.
 """
 
 from __future__ import annotations
