@@ -157,7 +157,7 @@ def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.Dat
         data[col] = np.full(n, np.nan) if values is None else np.asarray(values, np.float64)
     input_id = columns.get("input_id")
     data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
-    table = pd.DataFrame({col: data[col] for col in COLUMNS})
+    table = pd.DataFrame({col: data[col] for col in COLUMNS}, copy=False)  # the columns are ours: no second copy
     _promote_markers(table)
     return table
 
@@ -175,12 +175,17 @@ def _promote_markers(table: pd.DataFrame) -> None:
     valid = codes >= 0
     wait_rows = host & valid & is_wait_name[np.where(valid, codes, 0)]
     step_rows = host & valid & is_step_name[np.where(valid, codes, 0)]
-    if wait_rows.any():
-        table.loc[wait_rows, "kind"] = "input_wait"
-    if step_rows.any():
-        step_numbers = pd.to_numeric(step_match, errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-        table.loc[step_rows, "kind"] = "step"
-        table.loc[step_rows, "step_id"] = step_numbers[codes[step_rows]]
+    if not (wait_rows.any() or step_rows.any()):
+        return
+    # Whole columns are replaced (the readers' arrays may be read-only views, and are not copied).
+    kind_codes = table["kind"].cat.codes.to_numpy().copy()
+    kind_codes[wait_rows] = KINDS.index("input_wait")
+    kind_codes[step_rows] = KINDS.index("step")
+    table["kind"] = pd.Categorical.from_codes(kind_codes, categories=KINDS)
+    step_numbers = pd.to_numeric(step_match, errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    step_ids = table["step_id"].to_numpy().copy()
+    step_ids[step_rows] = step_numbers[codes[step_rows]]
+    table["step_id"] = step_ids
 
 
 @dataclass
@@ -236,6 +241,14 @@ class Profile:
         """Rows that keep a device busy (kernels, copies, memsets)."""
         ev = self.events
         return ev[ev["kind"].isin(DEVICE_WORK_KINDS).to_numpy() & ev["device"].notna().to_numpy()]
+
+
+def rows_of_input(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
+    """Rows of one input; the table itself when every row is that input's (a single-file run), not a copy."""
+    ids = events["input_id"].to_numpy()
+    if len(ids) == 0 or (ids[0] == input_id and (ids == input_id).all()):
+        return events
+    return events[ids == input_id]
 
 
 def _input_label(info: InputInfo, index: int) -> str:
@@ -296,12 +309,10 @@ def _concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
         if col in _CATEGORY_COLUMNS:
             cats = _CATEGORY_COLUMNS[col]
             if cats is None:
-                union = pd.api.types.union_categoricals([t[col].array for t in tables], ignore_order=True)
-                merged[col] = union
-            else:
-                merged[col] = pd.Categorical(
-                    np.concatenate([t[col].astype(object).to_numpy() for t in tables]), categories=cats
-                )
+                merged[col] = pd.api.types.union_categoricals([t[col].array for t in tables], ignore_order=True)
+            else:  # same fixed categories everywhere: the codes concatenate as they are
+                codes = np.concatenate([t[col].cat.codes.to_numpy() for t in tables])
+                merged[col] = pd.Categorical.from_codes(codes, categories=cats)
         else:
             merged[col] = np.concatenate([t[col].to_numpy() for t in tables])
-    return pd.DataFrame(merged)
+    return pd.DataFrame(merged, copy=False)

@@ -36,6 +36,8 @@ _REPORT_FIELDS: dict[str, type] = {
     "bottlenecks": list,
 }
 _SCHEMA_PREFIX = b"traceinsight."
+_SNIFF_BYTES = 1 << 16
+_MAX_REPORT_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,11 @@ def read_saved_report(path: Path) -> dict[str, Any] | None:
     report missing the fields a comparison needs.
     """
     if not path.is_file() or path.name.lower().endswith((".gz", ".pb")):
+        return None
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    # A trace names its events near the start; a report is far smaller than a trace worth streaming.
+    if b'"traceEvents"' in head or path.stat().st_size > _MAX_REPORT_BYTES:
         return None
     data = path.read_bytes()
     if _SCHEMA_PREFIX not in data:

@@ -28,6 +28,7 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import Intervals, union, union_of
+from traceinsight.model import rows_of_input
 
 CAUSES = ("input_wait", "sync", "host_launch", "other")
 # Host calls that block until the device is done, beyond the `sync` kind.
@@ -75,7 +76,7 @@ class HostContext:
 
 def host_context(events: pd.DataFrame, input_id: int, device: str) -> HostContext:
     """Collect the host-side facts gap causes are judged by, for one input and device."""
-    mine = events[events["input_id"].to_numpy() == input_id]
+    mine = rows_of_input(events, input_id)
     host = mine[mine["device"].isna().to_numpy()]
     kind = host["kind"]
     starts = host["ts_ns"].to_numpy()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceinsight.analysis.steps import Steps
+from traceinsight.model import rows_of_input
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "HIGHLY input-bound"
 MODERATE_INPUT_FRACTION = 0.05  # XProf: "MODERATELY input-bound"
@@ -93,7 +94,7 @@ def _wait_stages(waits: pd.DataFrame) -> list[Stage]:
 
 def input_pipeline(events: pd.DataFrame, steps: Steps) -> InputPipeline:
     """Input wait of the step input, with XProf's verdict and the slowest stages."""
-    mine = events[events["input_id"].to_numpy() == steps.input_id]
+    mine = rows_of_input(events, steps.input_id)
     waits = mine[(mine["kind"] == "input_wait").to_numpy()]
     total = steps.total_ns
     parts = steps.breakdown_total() if steps.items else None

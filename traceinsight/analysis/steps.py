@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.model import rows_of_input
 
 BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
 # A repeating host event must cover this share of the window to be taken as the step.
@@ -161,7 +162,7 @@ def find_steps(events: pd.DataFrame) -> Steps:
         source = "marker"
     else:
         input_id = int(events["input_id"].min())
-        mine = events[events["input_id"].to_numpy() == input_id]
+        mine = rows_of_input(events, input_id)
         window_start = int(mine["ts_ns"].min())
         window_end = int((mine["ts_ns"] + mine["dur_ns"]).max())
         source = "inferred"
@@ -178,7 +179,7 @@ def find_steps(events: pd.DataFrame) -> Steps:
             starts, ends = np.array([window_start]), np.array([window_end])
             label = "whole window (no markers, no repeating pattern)"
         ids = np.arange(len(starts))
-    mine = events[events["input_id"].to_numpy() == input_id]
+    mine = rows_of_input(events, input_id)
     parts = breakdown(mine, starts, ends)
     items = [Step(int(ids[i]), int(starts[i]), int(ends[i] - starts[i]), parts[i]) for i in range(len(starts))]
     return Steps(source, label, input_id, items)
