@@ -20,7 +20,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,17 +110,10 @@ def mutate_bytes(data: bytes, ops: list[tuple[str, int, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-# A jsonload.py bug, pinned by tests/test_robustness.py::test_syntax_error_after_a_damaged_event_is_a_trace_error:
-# remove it from here once that test passes.
-KNOWN_JSON_BUGS: tuple[type[Exception], ...] = (msgspec.DecodeError,)
-
-
-def _read_or_refuse(read: Any, known_bugs: tuple[type[Exception], ...] = ()) -> None:
+def _read_or_refuse(read: Any) -> None:
     try:
         result = read()
     except TraceError:
-        return
-    except known_bugs:
         return
     assert_valid(result)
 
@@ -140,7 +132,7 @@ def test_json_reader_on_mutated_bytes(scratch: Path, seed: int, ops: list[tuple[
     seeds = json_seeds()
     path = scratch / "bytes.pt.trace.json"
     path.write_bytes(mutate_bytes(json.dumps(seeds[seed % len(seeds)]).encode(), ops))
-    _read_or_refuse(lambda: read_trace(path), KNOWN_JSON_BUGS)
+    _read_or_refuse(lambda: read_trace(path))
 
 
 # --------------------------------------------------------------------------- structural mutations: XSpace
@@ -302,7 +294,7 @@ def test_json_reader_on_damaged_events(scratch: Path, seed: int, ops: list[tuple
     seeds = json_seeds()
     path = scratch / "events.pt.trace.json"
     path.write_text(json.dumps(mutate_events(seeds[seed % len(seeds)], ops)))
-    _read_or_refuse(lambda: read_trace(path), KNOWN_JSON_BUGS)
+    _read_or_refuse(lambda: read_trace(path))
 
 
 def test_the_mutators_do_damage() -> None:

@@ -19,7 +19,7 @@ from typing import TextIO
 from traceinsight.discover import Run
 from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
-from traceinsight.readers import JSON_SUFFIXES, read_trace
+from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
 from traceinsight.readers.kineto import read_kineto_json
 
 # Below this much input a progress bar would only flicker.
@@ -36,9 +36,10 @@ def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: i
     A large Kineto file is decoded by `jobs` processes, chunk by chunk.
     """
     if path.name.lower().endswith(JSON_SUFFIXES):
-        read = read_kineto_json(
-            path, on_bytes=on_bytes, jobs=jobs if _json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
-        )
+        with nesting_checked(path):
+            read = read_kineto_json(
+                path, on_bytes=on_bytes, jobs=jobs if _json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
+            )
         if read is not None:
             return read
     return read_trace(path)

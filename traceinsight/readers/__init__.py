@@ -7,6 +7,8 @@ else in Chrome-trace JSON is read as XProf's trace_viewer export.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.model import TraceError, TraceRead
@@ -28,9 +30,22 @@ def is_trace_file(path: Path | str) -> bool:
     return Path(path).name.lower().endswith(TRACE_SUFFIXES)
 
 
+@contextmanager
+def nesting_checked(path: Path | str) -> Iterator[None]:
+    """Turn a decoder's RecursionError (JSON nested thousands deep) into a TraceError."""
+    try:
+        yield
+    except RecursionError:
+        raise TraceError(path, "nested too deeply to read (a damaged or hostile file)") from None
+
+
 def read_trace(path: Path | str) -> TraceRead:
     """Read one trace file with the reader its name and content call for."""
-    path = Path(path)
+    with nesting_checked(path):
+        return _read_trace(Path(path))
+
+
+def _read_trace(path: Path) -> TraceRead:
     name = path.name.lower()
     if name.endswith(XSPACE_SUFFIX):
         from traceinsight.readers.xspace import read_xspace  # protobuf is only needed here

@@ -44,6 +44,7 @@ import pandas as pd
 
 from traceinsight.model import TraceError
 from traceinsight.parallel import fork_context
+from traceinsight.readers._repair import usable_json_times
 
 # Numbers some writers put in strings (ROCm: "size": "2560", "stream": "0x0").
 Number = int | float | str | None
@@ -61,6 +62,8 @@ _NEXT_EVENT = re.compile(rb"\s*,\s*\{")
 _CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
 T = TypeVar("T")
 R = TypeVar("R")
+# One warning for all damaged events (a per-message key would list every field and type seen).
+DAMAGED_EVENTS = "skipped damaged events (missing or wrong-typed fields)"
 # Top-level keys worth keeping; others (e.g. TraceLens' environment dump, which can
 # hold secrets) are never decoded.
 TOP_LEVEL_KEYS = (
@@ -474,8 +477,8 @@ def _decode_items(items: list[msgspec.Raw], event_type: type[Event]) -> tuple[li
     for item in items:
         try:
             events.append(decoder.decode(item))
-        except msgspec.ValidationError as exc:
-            skipped[f"skipped damaged event ({exc})"] += 1
+        except msgspec.ValidationError:
+            skipped[DAMAGED_EVENTS] += 1
     return events, skipped
 
 
@@ -493,7 +496,10 @@ def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any,
         if "UTF-8" in str(exc):
             raise
         raise TraceError(path, _syntax_reason(str(exc), len(raw))) from None
-    doc = _doc_decoder(msgspec.Raw).decode(raw)
+    try:
+        doc = _doc_decoder(msgspec.Raw).decode(raw)
+    except msgspec.DecodeError as exc:  # a syntax error after the damaged event
+        raise TraceError(path, _syntax_reason(str(exc), len(raw))) from None
     doc.traceEvents, skipped = _decode_items(doc.traceEvents, event_type)
     return doc, skipped
 
@@ -538,8 +544,13 @@ def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> 
         timed = [e for e in timed if e.ts is not None]
         ts_us = [e.ts for e in timed]
         warnings["complete events without ts skipped"] += complete - len(timed)
-    ts_ns = np.array([round(t * 1000) for t in ts_us], dtype=np.int64) if exact_ts else us_to_ns(ts_us)
     dur_us: list[Any] = [e.dur for e in timed]
+    usable = usable_json_times(ts_us, dur_us, warnings, "kineto")
+    if not usable.all():  # 1e300 or inf would break the conversion; > 7 days is a counter overflow
+        timed = [e for e, ok in zip(timed, usable, strict=True) if ok]
+        ts_us = [e.ts for e in timed]
+        dur_us = [e.dur for e in timed]
+    ts_ns = np.array([round(t * 1000) for t in ts_us], dtype=np.int64) if exact_ts else us_to_ns(ts_us)
     if None in dur_us:
         dur_us = [0 if d is None else d for d in dur_us]
     dur_ns = us_to_ns(dur_us)
@@ -567,14 +578,15 @@ def int_column(values: Sequence[Any], missing: int = -1) -> np.ndarray:
     except (TypeError, ValueError, OverflowError):
         codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
         parsed = np.array([_parse_number(v, missing) for v in uniques] + [missing], np.float64)[codes]
-        return np.where(np.isnan(parsed), missing, parsed).astype(np.int64)
+        fits = ~np.isnan(parsed) & (np.abs(parsed) < 2.0**63)  # beyond int64 is no id we can use
+        return np.where(fits, parsed, missing).astype(np.int64)
 
 
 def float_column(values: Sequence[Any]) -> np.ndarray:
     """float64 column from decoded numbers, numeric strings and None (NaN)."""
     try:
         return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
         return np.array([_parse_number(v, math.nan) for v in uniques] + [math.nan], np.float64)[codes]
 
@@ -638,6 +650,13 @@ class ColumnChunks:
 
 
 def _parse_number(value: Any, missing: float) -> float:
+    try:
+        return _number(value, missing)
+    except OverflowError:  # an integer beyond a double
+        return missing
+
+
+def _number(value: Any, missing: float) -> float:
     if isinstance(value, int | float):
         return float(value)
     match = _ID_TEXT.match(value) if isinstance(value, str) else None

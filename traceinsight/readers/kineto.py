@@ -35,6 +35,7 @@ from traceinsight.model import (
     make_event_table,
 )
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
+from traceinsight.readers._repair import drop_duplicates, valid_occupancy
 from traceinsight.readers.jsonload import (
     CHUNK_BYTES,
     NO_ARGS,
@@ -317,23 +318,39 @@ class _Rows:
                 "bytes": nbytes,
                 "copy_kind": pd.Categorical.from_codes(join("copy_kind", np.int8), COPY_KINDS),
                 "src_memory": pd.Categorical.from_codes(join("src_memory", np.int8), MEMORY_KINDS),
-                "blocks_per_sm": _scatter(n, device_rows, join("device_blocks_per_sm", np.float64), np.nan),
-                "occupancy_pct": _scatter(n, device_rows, join("device_occupancy_pct", np.float64), np.nan),
+                "blocks_per_sm": _valid_blocks_per_sm(
+                    _scatter(n, device_rows, join("device_blocks_per_sm", np.float64), np.nan), self.warnings
+                ),
+                "occupancy_pct": valid_occupancy(
+                    _scatter(n, device_rows, join("device_occupancy_pct", np.float64), np.nan), self.warnings, "kineto"
+                ),
             },
             n,
         )
+        table = drop_duplicates(table, self.warnings, "kineto")
         metadata = _metadata(self.top, clock, offset)
         span_start, span_dur = join("span_start", np.int64), join("span_dur", np.int64)
         if len(span_start):
             metadata["trace_span_ns"] = (int(span_start.min()) + offset, int((span_start + span_dur).max()) + offset)
         return TraceRead(
             events=table,
-            input=InputInfo(path=str(path), format="kineto", host=host, rank=rank if rank >= 0 else None, events=n),
+            input=InputInfo(
+                path=str(path), format="kineto", host=host, rank=rank if rank >= 0 else None, events=len(table)
+            ),
             framework="pytorch",
             devices=_devices(self.top, table["device"].cat.categories),
             metadata=metadata,
             warnings=self.warnings,
         )
+
+
+def _valid_blocks_per_sm(values: np.ndarray, warnings: Counter[str]) -> np.ndarray:
+    """Blocks per SM are >= 0 and finite; anything else is unknown (NaN), counted."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isnan(values) & ~((values >= 0) & np.isfinite(values))
+    if bad.any():
+        warnings["kineto: impossible blocks-per-SM values ignored"] += int(bad.sum())
+    return np.where(bad, np.nan, values)
 
 
 def _is_span_cat(cat: str) -> bool:
