@@ -21,6 +21,7 @@ from traceinsight.analysis import Analysis  # noqa: E402
 from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
 
 TIMELINE_BINS = 200
+MAX_STEP_BARS = 40
 _BREAKDOWN_COLOURS = {
     "device_compute": "#2e7d32",
     "device_copy": "#1565c0",
@@ -87,19 +88,27 @@ def gap_histogram(report: dict[str, Any]) -> str | None:
 
 
 def step_breakdown(report: dict[str, Any]) -> str | None:
-    """Stacked bars: where each step's time went."""
+    """Stacked bars: where each step's time went (a stacked area past `MAX_STEP_BARS` steps, which
+    would otherwise be hundreds of SVG rectangles)."""
     items = report["steps"]["items"]
     if not items:
         return None
+    x = np.arange(len(items))
+    values = {cat: np.array([s["breakdown"][cat] for s in items]) / 1e6 for cat in BREAKDOWN}
+    labels = [cat.replace("_", " ") for cat in BREAKDOWN]
+    colours = [_BREAKDOWN_COLOURS[cat] for cat in BREAKDOWN]
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(9, 2.8))
-        x = np.arange(len(items))
-        bottom = np.zeros(len(items))
-        for cat in BREAKDOWN:
-            values = np.array([s["breakdown"][cat] for s in items]) / 1e6
-            ax.bar(x, values, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=cat.replace("_", " "), width=0.8)
-            bottom += values
-        ax.set_xticks(x, [str(s["id"]) for s in items], fontsize=7)
+        if len(items) > MAX_STEP_BARS:
+            ax.stackplot(x, *values.values(), labels=labels, colors=colours, step="mid")
+            ticks = x[:: max(1, len(x) // 20)]
+            ax.set_xticks(ticks, [str(items[i]["id"]) for i in ticks], fontsize=7)
+        else:
+            bottom = np.zeros(len(items))
+            for (cat, vals), label in zip(values.items(), labels, strict=True):
+                ax.bar(x, vals, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=label, width=0.8)
+                bottom += vals
+            ax.set_xticks(x, [str(s["id"]) for s in items], fontsize=7)
         ax.set_xlabel("step")
         ax.set_ylabel("time (ms)")
         ax.legend(ncols=3, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.25))
