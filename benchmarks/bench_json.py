@@ -27,25 +27,14 @@ from typing import Any
 import orjson
 
 from benchmarks.replicate import Replicator
+from tests.conftest import KINETO_TRACES, SHARED_TRACES
 from traceinsight.load import read_file
 from traceinsight.readers import read_trace
 from traceinsight.readers.jsonload import load_trace_json, read_json_bytes
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-KINETO = (
-    "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
-    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
-    "kineto/gpu_metrics/gpu_metrics_input.json",
-    "hta/trace_diff/control/control.json.gz",
-    "hta/trace_diff/test/test.json.gz",
-    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "hta/nccl_parser_config/nccl_data.json.gz",
-    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-    "tracelens/b200/eager_trace.json.gz",
-)
+TRACES = SHARED_TRACES
+# The Kineto traces the tests use, minus the tb_plugin counter copy (it only repeats its input).
+KINETO = tuple(t for t in KINETO_TRACES if "expected" not in t)
 REPLICATED_FROM = "hta/nccl_parser_config/nccl_data.json.gz"
 
 

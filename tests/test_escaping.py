@@ -18,7 +18,7 @@ import pytest
 from markupsafe import escape
 
 from tests.report.test_browser import CHROMIUM
-from tests.report.test_browser import _open as open_in_chromium
+from tests.report.test_browser import open_in_chromium
 from tools import synth
 from traceinsight.cli import main
 from traceinsight.readers.xplane_schema import XSpace

@@ -21,7 +21,7 @@ BROWSER_BACKGROUND_HOSTS = re.compile(r"^https?://([\w.-]+\.)?(google\.com|googl
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
 
 
-def _open(page: Path, tmp: Path) -> tuple[str, set[str]]:
+def open_in_chromium(page: Path, tmp: Path) -> tuple[str, set[str]]:
     """The DOM after load and the URLs the browser requested while loading `page`."""
     netlog = tmp / f"{page.stem}.netlog.json"
     result = subprocess.run(
@@ -53,7 +53,7 @@ def _open(page: Path, tmp: Path) -> tuple[str, set[str]]:
 def test_report_renders_and_fetches_nothing(tmp_path):
     html = tmp_path / "report.html"
     assert main(["report", str(SAMPLE_TRACES / "synthetic_gpu" / "input_bound"), "-o", str(html), "-q"]) == 0
-    dom, requests = _open(html, tmp_path)
+    dom, requests = open_in_chromium(html, tmp_path)
     assert requests == set()
     assert 'id="verdict"' in dom and "input_bound" in dom
     assert dom.count("<svg") >= 3
@@ -62,5 +62,5 @@ def test_report_renders_and_fetches_nothing(tmp_path):
 def test_the_network_check_sees_a_remote_fetch(tmp_path):
     control = tmp_path / "control.html"
     control.write_text('<html><body><p>x</p><img src="http://example.invalid/pixel.png"></body></html>')
-    _, requests = _open(control, tmp_path)
+    _, requests = open_in_chromium(control, tmp_path)
     assert "http://example.invalid/pixel.png" in requests
