@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from markupsafe import escape
 
-from tests.report.test_browser import CHROMIUM
-from tests.report.test_browser import open_in_chromium
+from tests.report.test_browser import CHROMIUM, open_in_chromium
 from tools import synth
 from traceinsight.cli import main
 from traceinsight.readers.xplane_schema import XSpace
