@@ -20,7 +20,7 @@ first rule that holds wins:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,7 @@ BLOCKING_HOST_OPS = frozenset(
 )
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 LONGEST_GAPS = 10
+_HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "name", "correlation"]
 # Host kinds worth naming when saying what the host did during a gap.
 _ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
 
@@ -74,27 +75,33 @@ class HostContext:
     activity: pd.DataFrame  # host rows worth naming
 
 
-def host_context(events: pd.DataFrame, input_id: int, device: str) -> HostContext:
-    """Collect the host-side facts gap causes are judged by, for one input and device."""
+def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
+    """Collect the host-side facts gap causes are judged by, for one input (once, for all its devices)."""
     mine = rows_of_input(events, input_id)
-    host = mine[mine["device"].isna().to_numpy()]
+    host = mine.loc[mine["device"].isna().to_numpy(), _HOST_COLUMNS]  # only the columns used: a smaller copy
     kind = host["kind"]
     starts = host["ts_ns"].to_numpy()
     ends = starts + host["dur_ns"].to_numpy()
     wait_mask = (kind == "input_wait").to_numpy()
     sync_mask = ((kind == "sync") | host["name"].isin(BLOCKING_HOST_OPS)).to_numpy()
-    device_sync = mine[((mine["kind"] == "sync") & (mine["device"] == device)).to_numpy()]
-    ds = device_sync["ts_ns"].to_numpy()
-    sync = union_of(
-        union(starts[sync_mask], ends[sync_mask]),
-        union(ds, ds + device_sync["dur_ns"].to_numpy()),
-    )
     launches = host[(kind.isin(("runtime", "sync")).to_numpy()) & (host["correlation"].to_numpy() >= 0)]
     launches = launches.drop_duplicates("correlation").set_index("correlation")
-    activity = host[kind.isin(_ACTIVITY_KINDS).to_numpy()]
+    activity = host.loc[kind.isin(_ACTIVITY_KINDS).to_numpy(), ["ts_ns", "dur_ns", "name"]]
     return HostContext(
-        union(starts[wait_mask], ends[wait_mask]), sync, launches["ts_ns"] + launches["dur_ns"], activity
+        union(starts[wait_mask], ends[wait_mask]),
+        union(starts[sync_mask], ends[sync_mask]),
+        launches["ts_ns"] + launches["dur_ns"],
+        activity,
     )
+
+
+def _with_device_waits(context: HostContext, events: pd.DataFrame, device: str) -> HostContext:
+    """The host context plus the sync waits the device itself recorded (``Stream Wait Event``, ...)."""
+    waits = events[((events["kind"] == "sync") & (events["device"] == device)).to_numpy()]
+    if waits.empty:
+        return context
+    starts = waits["ts_ns"].to_numpy()
+    return replace(context, sync=union_of(context.sync, union(starts, starts + waits["dur_ns"].to_numpy())))
 
 
 def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> np.ndarray:
@@ -128,11 +135,14 @@ def _host_activity(context: HostContext, start: int, end: int, top: int = 3) -> 
 def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGaps]:
     """Gaps, their causes and their distribution, per device."""
     work = device_work(events)
+    contexts: dict[int, HostContext] = {}
     results = []
     for usage in usages:
         rows = work[(work["device"] == usage.id).to_numpy()]
         gaps = usage.busy.gaps()
-        context = host_context(events, usage.input_id, usage.id)
+        if usage.input_id not in contexts:
+            contexts[usage.input_id] = host_context(events, usage.input_id)
+        context = _with_device_waits(contexts[usage.input_id], events, usage.id)
         ts = rows["ts_ns"].to_numpy()
         first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
         next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)

@@ -84,8 +84,9 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
 
 def _launch_join(kernels: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """Each kernel with its launch call's start and duration (NaN where unmatched)."""
-    runtime = events[(events["kind"] == "runtime").to_numpy() & (events["correlation"].to_numpy() >= 0)]
-    launches = runtime[["input_id", "correlation", "ts_ns", "dur_ns"]].drop_duplicates(["input_id", "correlation"])
+    is_launch = (events["kind"] == "runtime").to_numpy() & (events["correlation"].to_numpy() >= 0)
+    launches = events.loc[is_launch, ["input_id", "correlation", "ts_ns", "dur_ns"]]
+    launches = launches.drop_duplicates(["input_id", "correlation"])
     launches = launches.rename(columns={"ts_ns": "launch_ts", "dur_ns": "launch_dur"})
     return kernels[["input_id", "correlation", "ts_ns", "dur_ns"]].merge(
         launches, on=["input_id", "correlation"], how="left"
