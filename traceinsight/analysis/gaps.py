@@ -95,9 +95,9 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
     )
 
 
-def _with_device_waits(context: HostContext, events: pd.DataFrame, device: str) -> HostContext:
+def _with_device_waits(context: HostContext, device_syncs: pd.DataFrame, device: str) -> HostContext:
     """The host context plus the sync waits the device itself recorded (``Stream Wait Event``, ...)."""
-    waits = events[((events["kind"] == "sync") & (events["device"] == device)).to_numpy()]
+    waits = device_syncs[(device_syncs["device"] == device).to_numpy()]
     if waits.empty:
         return context
     starts = waits["ts_ns"].to_numpy()
@@ -135,6 +135,7 @@ def _host_activity(context: HostContext, start: int, end: int, top: int = 3) -> 
 def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGaps]:
     """Gaps, their causes and their distribution, per device."""
     work = device_work(events)
+    device_syncs = events[((events["kind"] == "sync") & events["device"].notna()).to_numpy()]
     contexts: dict[int, HostContext] = {}
     results = []
     for usage in usages:
@@ -142,7 +143,7 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGap
         gaps = usage.busy.gaps()
         if usage.input_id not in contexts:
             contexts[usage.input_id] = host_context(events, usage.input_id)
-        context = _with_device_waits(contexts[usage.input_id], events, usage.id)
+        context = _with_device_waits(contexts[usage.input_id], device_syncs, usage.id)
         ts = rows["ts_ns"].to_numpy()
         first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
         next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)

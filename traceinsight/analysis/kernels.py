@@ -82,12 +82,16 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
     return np.where(codes >= 0, flags[np.clip(codes, 0, None)] if len(flags) else False, False)
 
 
-def _launch_join(kernels: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """Each kernel with its launch call's start and duration (NaN where unmatched)."""
+def _launches(events: pd.DataFrame) -> pd.DataFrame:
+    """Host launch calls (runtime events with a correlation id): input, correlation, start, duration."""
     is_launch = (events["kind"] == "runtime").to_numpy() & (events["correlation"].to_numpy() >= 0)
     launches = events.loc[is_launch, ["input_id", "correlation", "ts_ns", "dur_ns"]]
     launches = launches.drop_duplicates(["input_id", "correlation"])
-    launches = launches.rename(columns={"ts_ns": "launch_ts", "dur_ns": "launch_dur"})
+    return launches.rename(columns={"ts_ns": "launch_ts", "dur_ns": "launch_dur"})
+
+
+def _launch_join(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """Each kernel with its launch call's start and duration (NaN where unmatched)."""
     return kernels[["input_id", "correlation", "ts_ns", "dur_ns"]].merge(
         launches, on=["input_id", "correlation"], how="left"
     )
@@ -99,27 +103,36 @@ def kernel_stats(
     """Kernel statistics for each device in `usages`."""
     work = device_work(events)
     kernels_all = work[(work["kind"] == "kernel").to_numpy()]
+    # Name rules once for all devices, over the kernel names only.
+    names = kernels_all["name"].cat.remove_unused_categories()
+    tc = _name_flags(names, TENSOR_CORE_PATTERN)
+    kernels_all = kernels_all.assign(
+        tensor_core=tc,
+        eligible=_name_flags(names, TENSOR_CORE_ELIGIBLE_PATTERN) | tc,
+        communication=_name_flags(names, COMMUNICATION_PATTERN),
+    )
+    launches = _launches(events)  # once for all devices
     return [
         _device_kernel_stats(
-            usage.id, kernels_all[(kernels_all["device"] == usage.id).to_numpy()], events, small_threshold_ns
+            usage.id, kernels_all[(kernels_all["device"] == usage.id).to_numpy()], launches, small_threshold_ns
         )
         for usage in usages
     ]
 
 
 def _device_kernel_stats(
-    device: str, kernels: pd.DataFrame, events: pd.DataFrame, small_threshold_ns: int
+    device: str, kernels: pd.DataFrame, launches: pd.DataFrame, small_threshold_ns: int
 ) -> KernelStats:
     dur = kernels["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
-    joined = _launch_join(kernels, events)
+    joined = _launch_join(kernels, launches)
     matched = joined["launch_ts"].notna().to_numpy()
     delay = (joined["ts_ns"] - (joined["launch_ts"] + joined["launch_dur"])).to_numpy(dtype=float)[matched]
     delay = np.clip(delay, 0, None)
     shorter = int((joined["dur_ns"].to_numpy()[matched] < joined["launch_dur"].to_numpy()[matched]).sum())
-    tc = _name_flags(kernels["name"], TENSOR_CORE_PATTERN)
-    eligible = _name_flags(kernels["name"], TENSOR_CORE_ELIGIBLE_PATTERN) | tc
-    comm = _name_flags(kernels["name"], COMMUNICATION_PATTERN)
+    tc = kernels["tensor_core"].to_numpy()
+    eligible = kernels["eligible"].to_numpy()
+    comm = kernels["communication"].to_numpy()
     occ = kernels["occupancy_pct"].to_numpy()
     has_occ = ~np.isnan(occ)
     bps = kernels["blocks_per_sm"].to_numpy()
