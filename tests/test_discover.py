@@ -28,7 +28,7 @@ def logdir(tmp_path):
 
 def test_newest_run_with_all_its_hosts(logdir):
     run = discover(logdir)
-    assert run.name == "2026_01_02_00_00_00"
+    assert run.name == "logs/2026_01_02_00_00_00"
     assert [f.name for f in run.files] == ["host-a.xplane.pb", "host-b.xplane.pb"]
 
 

@@ -48,11 +48,11 @@ def _candidate_files(root: Path) -> list[Path]:
 
 
 def _run_name(folder: Path, base: Path) -> str:
-    """The folder under `base`, without TensorBoard's `plugins/profile/` (`<logdir>/<run>` reads better)."""
+    """`<logdir>/<run>`: the logdir's name and the folder under it, without TensorBoard's `plugins/profile/`."""
     if folder == base:
         return folder.resolve().name or str(folder)
     parts = [p for p in folder.relative_to(base).parts if p not in ("plugins", "profile")]
-    return "/".join(parts) or folder.name
+    return "/".join([base.resolve().name, *parts])
 
 
 def _sort_key(run: Run) -> tuple[float, str]:

@@ -37,9 +37,9 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         f"{steps['count']} step(s) ({steps['source']}: {escape_control(steps['marker'])}), "
         f"mean step {fmt_ns(steps['mean_ns'])}",
         "  " + verdict_sentence(report),
-        "",
-        f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}",
     ]
+    if report["devices"]:
+        lines += ["", f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]
     for d in report["devices"]:
         h2d = d["copies"]["h2d"]
         lines.append(
