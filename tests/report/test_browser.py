@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -50,12 +50,18 @@ def open_in_chromium(page: Path, tmp: Path) -> tuple[str, set[str]]:
     return result.stdout, {u for u in urls if not u.startswith("file:") and not BROWSER_BACKGROUND_HOSTS.match(u)}
 
 
-def test_report_renders_and_fetches_nothing(tmp_path):
+@pytest.mark.parametrize(
+    "trace", ["sample:synthetic_gpu/input_bound", "shared:kineto/resnet50_num_workers_0"], ids=lambda t: t.split(":")[1]
+)
+def test_report_renders_and_fetches_nothing(tmp_path, trace):
+    where, relative = trace.split(":")
+    path = SAMPLE_TRACES / relative if where == "sample" else shared_trace(relative)
     html = tmp_path / "report.html"
-    assert main(["report", str(SAMPLE_TRACES / "synthetic_gpu" / "input_bound"), "-o", str(html), "-q"]) == 0
+    assert main(["report", str(path), "-o", str(html), "-q"]) == 0
     dom, requests = open_in_chromium(html, tmp_path)
     assert requests == set()
-    assert 'id="verdict"' in dom and "input_bound" in dom
+    assert 'id="verdict"' in dom and re.findall(r'id="bottleneck-(\w+)"', dom)[0] == "input_bound"
+    assert "num_workers" in dom
     assert dom.count("<svg") >= 3
 
 
