@@ -15,7 +15,7 @@ import orjson
 
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.copies import REPORTED_COPY_KINDS, copy_totals
+from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.devices import span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.kernels import KernelStats
@@ -66,7 +66,7 @@ def _kernels(k: KernelStats) -> dict[str, Any]:
     }
 
 
-def _copy(stats: Any) -> dict[str, Any]:
+def _copy(stats: CopyStats) -> dict[str, Any]:
     return {
         "count": stats.count,
         "total_ns": stats.total_ns,
