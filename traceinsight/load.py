@@ -20,14 +20,13 @@ from traceinsight.discover import Run
 from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
 from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
+from traceinsight.readers.jsonload import json_size_guess
 from traceinsight.readers.kineto import read_kineto_json
 
 # Below this much input a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 32 << 20
-# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow
-# (for .gz, guessed from the size on disk: Kineto JSON packs about tenfold).
+# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
 PARALLEL_FILE_MIN_BYTES = 32 << 20
-_GZIP_RATIO_GUESS = 8
 
 
 def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
@@ -38,21 +37,11 @@ def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: i
     if path.name.lower().endswith(JSON_SUFFIXES):
         with nesting_checked(path):
             read = read_kineto_json(
-                path, on_bytes=on_bytes, jobs=jobs if _json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
+                path, on_bytes=on_bytes, jobs=jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
             )
         if read is not None:
             return read
     return read_trace(path)
-
-
-def _json_size_guess(path: Path) -> int:
-    """About how many bytes of JSON the file holds (0 when it cannot be read: the reader then says why)."""
-    try:
-        with path.open("rb") as file:
-            packed = file.read(2) == b"\x1f\x8b"
-        return path.stat().st_size * (_GZIP_RATIO_GUESS if packed else 1)
-    except OSError:
-        return 0
 
 
 def _read(path: Path, base: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.intervals import Intervals, exposed, union
+from traceinsight.model import COPY_KINDS, kind_mask
 
 REPORTED_COPY_KINDS = ("h2d", "d2h", "d2d", "p2p")
 
@@ -51,16 +52,17 @@ def copy_stats(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceCo
     results = []
     for usage in usages:
         rows = work[(work["device"] == usage.id).to_numpy()]
-        kind = rows["kind"].to_numpy()
         ts = rows["ts_ns"].to_numpy()
         end = ts + rows["dur_ns"].to_numpy()
-        kernels = union(ts[kind == "kernel"], end[kind == "kernel"])
-        copy_kind = rows["copy_kind"].to_numpy()
+        kernel = kind_mask(rows, "kernel")
+        kernels = union(ts[kernel], end[kernel])
+        memcpy = kind_mask(rows, "memcpy")
+        copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS (make_event_table fixes them)
         copies = {}
         for ck in REPORTED_COPY_KINDS:
-            mask = (kind == "memcpy") & (copy_kind == ck)
+            mask = memcpy & (copy_kind == COPY_KINDS.index(ck))
             copies[ck] = _copy_stats(rows[mask], union(ts[mask], end[mask]), kernels)
-        memset = kind == "memset"
+        memset = kind_mask(rows, "memset")
         results.append(DeviceCopies(usage.id, copies, int(memset.sum()), int(rows["dur_ns"].to_numpy()[memset].sum())))
     return results
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import Intervals, union
-from traceinsight.model import DEVICE_WORK_KINDS
+from traceinsight.model import DEVICE_WORK_KINDS, kind_mask
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class DeviceUsage:
 
 def device_work(events: pd.DataFrame) -> pd.DataFrame:
     """Rows that make a device busy, sorted by start."""
-    mask = events["kind"].isin(DEVICE_WORK_KINDS).to_numpy() & events["device"].notna().to_numpy()
+    mask = kind_mask(events, *DEVICE_WORK_KINDS) & events["device"].notna().to_numpy()
     return events.loc[mask].sort_values("ts_ns", kind="stable")
 
 

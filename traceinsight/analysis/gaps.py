@@ -28,7 +28,7 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import Intervals, union, union_of
-from traceinsight.model import rows_of_input
+from traceinsight.model import kind_mask, rows_of_input
 
 CAUSES = ("input_wait", "sync", "host_launch", "other")
 # Host calls that block until the device is done, beyond the `sync` kind.
@@ -37,7 +37,6 @@ BLOCKING_HOST_OPS = frozenset(
 )
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 LONGEST_GAPS = 10
-_HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "name", "correlation"]
 # Host kinds worth naming when saying what the host did during a gap.
 _ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
 
@@ -67,31 +66,39 @@ class DeviceGaps:
 
 @dataclass(frozen=True)
 class HostContext:
-    """What the host of one input was doing, as unions, plus launch times by correlation."""
+    """What the host of one input was doing, as unions, plus launch ends by correlation.
+
+    `rows` is the input's part of the event table (not a copy) and `activity` marks
+    its host rows worth naming; names are looked up only for the longest gaps.
+    """
 
     input_wait: Intervals
     sync: Intervals
     launch_end: pd.Series  # correlation -> end of the launch call (ns)
-    activity: pd.DataFrame  # host rows worth naming
+    rows: pd.DataFrame
+    activity: np.ndarray
 
 
 def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
-    """Collect the host-side facts gap causes are judged by, for one input (once, for all its devices)."""
+    """Collect the host-side facts gap causes are judged by, for one input (once, for all its devices).
+
+    Masks over the input's columns, not selected copies of its host rows: those are most of a trace.
+    """
     mine = rows_of_input(events, input_id)
-    host = mine.loc[mine["device"].isna().to_numpy(), _HOST_COLUMNS]  # only the columns used: a smaller copy
-    kind = host["kind"]
-    starts = host["ts_ns"].to_numpy()
-    ends = starts + host["dur_ns"].to_numpy()
-    wait_mask = (kind == "input_wait").to_numpy()
-    sync_mask = ((kind == "sync") | host["name"].isin(BLOCKING_HOST_OPS)).to_numpy()
-    launches = host[(kind.isin(("runtime", "sync")).to_numpy()) & (host["correlation"].to_numpy() >= 0)]
-    launches = launches.drop_duplicates("correlation").set_index("correlation")
-    activity = host.loc[kind.isin(_ACTIVITY_KINDS).to_numpy(), ["ts_ns", "dur_ns", "name"]]
+    host = mine["device"].isna().to_numpy()
+    starts = mine["ts_ns"].to_numpy()
+    ends = starts + mine["dur_ns"].to_numpy()
+    correlation = mine["correlation"].to_numpy()
+    wait = host & kind_mask(mine, "input_wait")
+    sync = host & (kind_mask(mine, "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
+    launch = host & kind_mask(mine, "runtime", "sync") & (correlation >= 0)
+    launch_end = pd.Series(ends[launch], index=correlation[launch])
     return HostContext(
-        union(starts[wait_mask], ends[wait_mask]),
-        union(starts[sync_mask], ends[sync_mask]),
-        launches["ts_ns"] + launches["dur_ns"],
-        activity,
+        union(starts[wait], ends[wait]),
+        union(starts[sync], ends[sync]),
+        launch_end[~launch_end.index.duplicated()],  # the first launch of a correlation id
+        mine,
+        host & kind_mask(mine, *_ACTIVITY_KINDS),
     )
 
 
@@ -106,9 +113,10 @@ def _with_device_waits(context: HostContext, device_syncs: pd.DataFrame, device:
 
 def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> np.ndarray:
     """The cause of each gap (see the module docstring for the rules)."""
-    launch_end = context.launch_end.reindex(next_correlation).to_numpy(dtype=float, na_value=np.nan)
-    known = ~np.isnan(launch_end)
-    queued_in_time = known & (launch_end <= gaps.starts)
+    launch = context.launch_end.index.get_indexer(next_correlation)  # -1 where no launch is known
+    known = launch >= 0
+    launch_ends = np.append(context.launch_end.to_numpy(), np.iinfo(np.int64).max)  # index -1: never ended
+    queued_in_time = launch_ends[launch] <= gaps.starts  # int64 ns: epoch times exceed a double's precision
     waited = context.input_wait.covered_between(gaps.starts, gaps.ends) > 0
     synced = context.sync.covered_between(gaps.starts, gaps.ends) > 0
     return np.select(
@@ -118,24 +126,35 @@ def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostConte
     )
 
 
-def _host_activity(context: HostContext, start: int, end: int, top: int = 3) -> list[str]:
-    """The host events that overlapped a gap most (innermost first on ties), as 'name (x ms)'."""
-    act = context.activity
-    s = act["ts_ns"].to_numpy()
-    e = s + act["dur_ns"].to_numpy()
-    overlap = np.minimum(e, end) - np.maximum(s, start)
-    hit = overlap > 0
-    if not hit.any():
+def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[list[str]]:
+    """For each of a few disjoint windows, the host events that overlapped it most (innermost first on
+    ties), as 'name (x ms)'."""
+    if not len(starts):
         return []
-    rows = pd.DataFrame({"name": act["name"].to_numpy()[hit], "overlap": overlap[hit], "dur": (e - s)[hit]})
-    best = rows.sort_values(["overlap", "dur"], ascending=[False, True]).drop_duplicates("name").head(top)
-    return [f"{name} ({ov / 1e6:.2f} ms)" for name, ov in zip(best["name"], best["overlap"], strict=True)]
+    rows = context.rows
+    row_starts = rows["ts_ns"].to_numpy()
+    row_ends = row_starts + rows["dur_ns"].to_numpy()
+    # A row overlaps some window exactly when it overlaps the last window starting before it ends.
+    order = np.argsort(starts)
+    window_starts, window_ends = starts[order], ends[order]
+    last = np.searchsorted(window_starts, row_ends, side="left") - 1
+    hit = np.flatnonzero(context.activity & (last >= 0) & (window_ends[np.maximum(last, 0)] > row_starts))
+    s, e = row_starts[hit], row_ends[hit]
+    names = rows["name"].take(hit).to_numpy()  # the hit rows' names only, not a string per row
+    result = []
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        overlap = np.minimum(e, end) - np.maximum(s, start)
+        inside = overlap > 0
+        found = pd.DataFrame({"name": names[inside], "overlap": overlap[inside], "dur": (e - s)[inside]})
+        best = found.sort_values(["overlap", "dur"], ascending=[False, True]).drop_duplicates("name").head(top)
+        result.append([f"{name} ({ov / 1e6:.2f} ms)" for name, ov in zip(best["name"], best["overlap"], strict=True)])
+    return result
 
 
 def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGaps]:
     """Gaps, their causes and their distribution, per device."""
     work = device_work(events)
-    device_syncs = events[((events["kind"] == "sync") & events["device"].notna()).to_numpy()]
+    device_syncs = events[kind_mask(events, "sync") & events["device"].notna().to_numpy()]
     contexts: dict[int, HostContext] = {}
     results = []
     for usage in usages:
@@ -157,15 +176,16 @@ def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostCo
     by_cause = {cause: int(durations[causes == cause].sum()) for cause in CAUSES}
     histogram = duration_histogram(durations, HISTOGRAM_EDGES_NS)
     order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
+    activity = _host_activity(context, gaps.starts[order], gaps.ends[order])
     longest = [
         Gap(
             device=device,
             start_ns=int(gaps.starts[i]),
             dur_ns=int(durations[i]),
             cause=str(causes[i]),
-            host_activity=_host_activity(context, int(gaps.starts[i]), int(gaps.ends[i])),
+            host_activity=names,
         )
-        for i in order
+        for i, names in zip(order, activity, strict=True)
     ]
     has = len(durations) > 0
     return DeviceGaps(

@@ -19,6 +19,7 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import exposed, union
+from traceinsight.model import kind_mask, rows_of_input
 
 DEFAULT_SMALL_KERNEL_NS = 10_000
 TOP_KERNELS = 15
@@ -82,19 +83,16 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
     return np.where(codes >= 0, flags[np.clip(codes, 0, None)] if len(flags) else False, False)
 
 
-def _launches(events: pd.DataFrame) -> pd.DataFrame:
-    """Host launch calls (runtime events with a correlation id): input, correlation, start, duration."""
-    is_launch = (events["kind"] == "runtime").to_numpy() & (events["correlation"].to_numpy() >= 0)
-    launches = events.loc[is_launch, ["input_id", "correlation", "ts_ns", "dur_ns"]]
-    launches = launches.drop_duplicates(["input_id", "correlation"])
-    return launches.rename(columns={"ts_ns": "launch_ts", "dur_ns": "launch_dur"})
-
-
-def _launch_join(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
-    """Each kernel with its launch call's start and duration (NaN where unmatched)."""
-    return kernels[["input_id", "correlation", "ts_ns", "dur_ns"]].merge(
-        launches, on=["input_id", "correlation"], how="left"
+def _launches(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
+    """One input's host launch calls (runtime events with a correlation id): start and duration by correlation."""
+    mine = rows_of_input(events, input_id)
+    correlation = mine["correlation"].to_numpy()
+    is_launch = kind_mask(mine, "runtime") & (correlation >= 0)
+    launches = pd.DataFrame(
+        {"launch_ts": mine["ts_ns"].to_numpy()[is_launch], "launch_dur": mine["dur_ns"].to_numpy()[is_launch]},
+        index=correlation[is_launch],
     )
+    return launches[~launches.index.duplicated()]  # the first call of a correlation id
 
 
 def kernel_stats(
@@ -111,13 +109,14 @@ def kernel_stats(
         eligible=_name_flags(names, TENSOR_CORE_ELIGIBLE_PATTERN) | tc,
         communication=_name_flags(names, COMMUNICATION_PATTERN),
     )
-    launches = _launches(events)  # once for all devices
-    return [
-        _device_kernel_stats(
-            usage.id, kernels_all[(kernels_all["device"] == usage.id).to_numpy()], launches, small_threshold_ns
-        )
-        for usage in usages
-    ]
+    launches: dict[int, pd.DataFrame] = {}  # once per input, for all its devices
+    results = []
+    for usage in usages:
+        if usage.input_id not in launches:
+            launches[usage.input_id] = _launches(events, usage.input_id)
+        kernels = kernels_all[(kernels_all["device"] == usage.id).to_numpy()]
+        results.append(_device_kernel_stats(usage.id, kernels, launches[usage.input_id], small_threshold_ns))
+    return results
 
 
 def _device_kernel_stats(
@@ -125,11 +124,12 @@ def _device_kernel_stats(
 ) -> KernelStats:
     dur = kernels["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
-    joined = _launch_join(kernels, launches)
-    matched = joined["launch_ts"].notna().to_numpy()
-    delay = (joined["ts_ns"] - (joined["launch_ts"] + joined["launch_dur"])).to_numpy(dtype=float)[matched]
-    delay = np.clip(delay, 0, None)
-    shorter = int((joined["dur_ns"].to_numpy()[matched] < joined["launch_dur"].to_numpy()[matched]).sum())
+    launch = launches.index.get_indexer(kernels["correlation"].to_numpy())  # -1 where no launch is known
+    matched = launch >= 0
+    launch_dur = launches["launch_dur"].to_numpy()[launch[matched]]
+    launch_end = launches["launch_ts"].to_numpy()[launch[matched]] + launch_dur  # int64: epoch ns exceed a double
+    delay = np.clip(kernels["ts_ns"].to_numpy()[matched] - launch_end, 0, None)
+    shorter = int((dur[matched] < launch_dur).sum())
     tc = kernels["tensor_core"].to_numpy()
     eligible = kernels["eligible"].to_numpy()
     comm = kernels["communication"].to_numpy()
@@ -175,7 +175,8 @@ def _exposed_communication(kernels: pd.DataFrame, comm: np.ndarray) -> int:
 def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray) -> list[TopKernel]:
     if kernels.empty:
         return []
-    frame = pd.DataFrame({"name": kernels["name"].to_numpy(), "dur": kernels["dur_ns"].to_numpy(), "tc": tc})
+    # Grouped by the categorical itself: its codes, not a string per kernel, are hashed.
+    frame = pd.DataFrame({"name": kernels["name"].array, "dur": kernels["dur_ns"].to_numpy(), "tc": tc})
     grouped = frame.groupby("name", observed=True, sort=False).agg(
         count=("dur", "size"), total=("dur", "sum"), tc=("tc", "any")
     )

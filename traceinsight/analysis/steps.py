@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of
-from traceinsight.model import rows_of_input
+from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
 
 BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
 # A repeating host event must cover this share of the window to be taken as the step.
@@ -124,16 +124,15 @@ def _activity_bursts(device_busy: Intervals) -> tuple[np.ndarray, np.ndarray] | 
 
 def _category_unions(events: pd.DataFrame) -> list[Intervals]:
     """Unions of each breakdown category (all but idle) for one input's events."""
-    kind = events["kind"].to_numpy()
     host = events["device"].isna().to_numpy()
     starts = events["ts_ns"].to_numpy()
     ends = starts + events["dur_ns"].to_numpy()
     masks = [
-        (kind == "kernel") & ~host,
-        ((kind == "memcpy") | (kind == "memset")) & ~host,
-        ((kind == "runtime") | (kind == "sync")) & host,
-        (kind == "input_wait") & host,
-        (kind == "cpu_op") & host,
+        kind_mask(events, "kernel") & ~host,
+        kind_mask(events, "memcpy", "memset") & ~host,
+        kind_mask(events, "runtime", "sync") & host,
+        kind_mask(events, "input_wait") & host,
+        kind_mask(events, "cpu_op") & host,
     ]
     return [union(starts[m], ends[m]) for m in masks]
 
@@ -166,7 +165,7 @@ def find_steps(events: pd.DataFrame) -> Steps:
         window_start = int(mine["ts_ns"].min())
         window_end = int((mine["ts_ns"] + mine["dur_ns"]).max())
         source = "inferred"
-        work = mine[mine["kind"].isin(("kernel", "memcpy", "memset")).to_numpy() & mine["device"].notna().to_numpy()]
+        work = mine[kind_mask(mine, *DEVICE_WORK_KINDS) & mine["device"].notna().to_numpy()]
         repeating = _repeating_host_event(mine[mine["device"].isna().to_numpy()], window_end - window_start)
         bursts = None if repeating else _activity_bursts(union(work["ts_ns"], work["ts_ns"] + work["dur_ns"]))
         if repeating:

@@ -26,6 +26,7 @@ import gc
 import gzip
 import itertools
 import math
+import os
 import re
 import zlib
 from collections import Counter, deque
@@ -59,6 +60,7 @@ _BYTE_POSITION = re.compile(r"^(.*?)\s*\(byte (\d+)\)$")
 CHUNK_BYTES = 4 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NEXT_EVENT = re.compile(rb"\s*,\s*\{")
+_GZIP_RATIO_GUESS = 8
 _CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
 T = TypeVar("T")
 R = TypeVar("R")
@@ -633,20 +635,50 @@ class StringPool:
         return pd.Categorical.from_codes(codes, categories=self.strings)
 
 
-class ColumnChunks:
-    """Per-chunk numpy arrays of named columns, joined once at the end."""
+class ColumnBuffers:
+    """Named numpy columns filled chunk by chunk, in buffers that grow by doubling.
 
-    def __init__(self) -> None:
-        self._parts: dict[str, list[np.ndarray]] = {}
+    Capacity not yet written costs address space, not memory (the OS maps a page
+    in when it is first written), so buffers sized for the whole file up front
+    (`expected_rows`) are filled without ever being copied, and `column` returns a
+    view. Joining per-chunk arrays at the end instead would hold each column twice.
+    """
+
+    def __init__(self, expected_rows: int = 1 << 16) -> None:
+        self._capacity = max(1, expected_rows)
+        self._buffers: dict[str, np.ndarray] = {}
+        self._sizes: dict[str, int] = {}
 
     def append(self, **columns: np.ndarray) -> None:
         for name, values in columns.items():
-            self._parts.setdefault(name, []).append(values)
+            size = self._sizes.get(name, 0)
+            end = size + len(values)
+            buffer = self._buffers.get(name)
+            if buffer is None or end > len(buffer):
+                grown = np.empty(max(end, 2 * len(buffer) if buffer is not None else self._capacity), values.dtype)
+                if buffer is not None:
+                    grown[:size] = buffer[:size]
+                self._buffers[name] = buffer = grown
+            buffer[size:end] = values
+            self._sizes[name] = end
 
-    def join(self, name: str, dtype: Any) -> np.ndarray:
-        """One column, all chunks in order; its parts are dropped, so the columns are held once plus one."""
-        parts = self._parts.pop(name, [])
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+    def column(self, name: str, dtype: Any) -> np.ndarray:
+        """The rows appended to one column, in order (a view of its buffer; empty `dtype` if none were)."""
+        buffer = self._buffers.get(name)
+        return np.zeros(0, dtype) if buffer is None else buffer[: self._sizes[name]]
+
+
+def json_size_guess(path: Path | str) -> int:
+    """About how many bytes of JSON a file holds (0 when it cannot be read: the reader then says why).
+
+    For ``.gz``, guessed from the size on disk: Kineto JSON packs about eightfold.
+    """
+    try:
+        with open(path, "rb") as file:
+            packed = file.read(2) == b"\x1f\x8b"
+        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if packed else 1)
+    except OSError:
+        return 0
 
 
 def _parse_number(value: Any, missing: float) -> float:

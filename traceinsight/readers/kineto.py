@@ -40,7 +40,7 @@ from traceinsight.readers.jsonload import (
     CHUNK_BYTES,
     NO_ARGS,
     Args,
-    ColumnChunks,
+    ColumnBuffers,
     Event,
     StreamFallback,
     StreamRestart,
@@ -51,6 +51,7 @@ from traceinsight.readers.jsonload import (
     float_column,
     gc_paused,
     int_column,
+    json_size_guess,
     load_trace_json,
 )
 
@@ -83,6 +84,8 @@ _KINETO_KEYS = (
     "distributedInfo",
     "baseTimeNanoseconds",
 )
+# A lower bound on the JSON of one event (Kineto writes 200-400 bytes): sizes the column buffers.
+_FEWEST_BYTES_PER_EVENT = 64
 _NO_STREAM = 0xFFFFFFFF  # CUPTI's stream id of a device-wide event (Context Sync)
 _EPOCH_NS_2001 = 10**18  # ts at or beyond this are wall-clock epoch ns
 _AMD = re.compile(r"\b(?:AMD|Radeon|Instinct)\b")
@@ -231,10 +234,10 @@ class _Rows:
     categories) is done here, once.
     """
 
-    def __init__(self, top: dict[str, Any], warnings: Counter[str]) -> None:
+    def __init__(self, top: dict[str, Any], warnings: Counter[str], expected_rows: int = 1 << 16) -> None:
         self.top = top
         self.warnings = warnings
-        self.columns = ColumnChunks()
+        self.columns = ColumnBuffers(expected_rows)
         self.names = StringPool()
         self.kineto = False
         self.first_ts: int | None = None
@@ -251,17 +254,18 @@ class _Rows:
     @classmethod
     def of_file(cls, path: Path | str, chunk_bytes: int, on_bytes: Callable[[int], None] | None, jobs: int) -> _Rows:
         """Stream the file; one the stream cannot take apart is decoded whole (`load_trace_json`)."""
+        rows = json_size_guess(path) // _FEWEST_BYTES_PER_EVENT
         try:
             try:
-                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), jobs)
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), jobs, rows)
             except StreamRestart:  # a chunk was cut inside an event: plain iteration sorts that out
-                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), 1)
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), 1, rows)
         except StreamFallback:
             return cls.of_doc(load_trace_json(path))
 
     @classmethod
-    def _of_stream(cls, stream: TraceStream, jobs: int) -> _Rows:
-        rows = cls(stream.top, stream.warnings)
+    def _of_stream(cls, stream: TraceStream, jobs: int, expected_rows: int) -> _Rows:
+        rows = cls(stream.top, stream.warnings, expected_rows)
         with gc_paused():
             if jobs > 1:
                 for chunk in stream.map(_convert, jobs):
@@ -289,47 +293,49 @@ class _Rows:
     def read(self, path: Path | str) -> TraceRead:
         """The `TraceRead` of all chunks added."""
         offset, clock = _clock(self.top, self.first_ts)
-        join = self.columns.join
+        column = self.columns.column
         n = self.rows
-        kind = join("kind", np.int8)
-        correlation = join("correlation", np.int64)
-        nbytes = _scatter(n, join("copy_row", np.int64), join("copy_bytes", np.int64), -1)
-        calls = join("call_correlation", np.int64), join("call_size", np.int64)
+        kind = column("kind", np.int8)
+        correlation = column("correlation", np.int64)
+        nbytes = _scatter(n, column("copy_row", np.int64), column("copy_bytes", np.int64), -1)
+        calls = column("call_correlation", np.int64), column("call_size", np.int64)
         _fill_copy_sizes(nbytes, kind == _KIND_MEMCPY, correlation, *calls)
-        on_device = join("on_device", bool)
-        device_rows = join("device_row", np.int64)
-        ts_ns = join("ts_ns", np.int64)
+        on_device = column("on_device", bool)
+        device_rows = column("device_row", np.int64)
+        ts_ns = column("ts_ns", np.int64)
         ts_ns += offset
         rank = _rank(self.top)
         host = self.top.get("host_name") if isinstance(self.top.get("host_name"), str) else None
         table = make_event_table(
             {
                 "ts_ns": ts_ns,
-                "dur_ns": join("dur_ns", np.int64),
+                "dur_ns": column("dur_ns", np.int64),
                 "kind": pd.Categorical.from_codes(kind, KINDS),
-                "device": _device_labels(join("device_id", np.int64), on_device),
-                "stream": _scatter(n, device_rows, join("device_stream", np.int64), -1),
+                "device": _device_labels(column("device_id", np.int64), on_device),
+                "stream": _scatter(n, device_rows, column("device_stream", np.int64), -1),
                 "host": None if host is None else pd.Categorical.from_codes(np.zeros(n, np.int8), [host]),
                 "rank": np.full(n, rank, dtype=np.int64),
-                "thread": join("thread", np.int64),
-                "name": self.names.categorical(join("name", np.int32)),
+                "thread": column("thread", np.int64),
+                "name": self.names.categorical(column("name", np.int32)),
                 "correlation": correlation,
-                "external_id": join("external_id", np.int64),
+                "external_id": column("external_id", np.int64),
                 "bytes": nbytes,
-                "copy_kind": pd.Categorical.from_codes(join("copy_kind", np.int8), COPY_KINDS),
-                "src_memory": pd.Categorical.from_codes(join("src_memory", np.int8), MEMORY_KINDS),
+                "copy_kind": pd.Categorical.from_codes(column("copy_kind", np.int8), COPY_KINDS),
+                "src_memory": pd.Categorical.from_codes(column("src_memory", np.int8), MEMORY_KINDS),
                 "blocks_per_sm": _valid_blocks_per_sm(
-                    _scatter(n, device_rows, join("device_blocks_per_sm", np.float64), np.nan), self.warnings
+                    _scatter(n, device_rows, column("device_blocks_per_sm", np.float64), np.nan), self.warnings
                 ),
                 "occupancy_pct": valid_occupancy(
-                    _scatter(n, device_rows, join("device_occupancy_pct", np.float64), np.nan), self.warnings, "kineto"
+                    _scatter(n, device_rows, column("device_occupancy_pct", np.float64), np.nan),
+                    self.warnings,
+                    "kineto",
                 ),
             },
             n,
         )
         table = drop_duplicates(table, self.warnings, "kineto")
         metadata = _metadata(self.top, clock, offset)
-        span_start, span_dur = join("span_start", np.int64), join("span_dur", np.int64)
+        span_start, span_dur = column("span_start", np.int64), column("span_dur", np.int64)
         if len(span_start):
             metadata["trace_span_ns"] = (int(span_start.min()) + offset, int((span_start + span_dur).max()) + offset)
         return TraceRead(
