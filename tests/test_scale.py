@@ -261,6 +261,26 @@ def test_real_trace_decoded_by_two_processes(monkeypatch: pytest.MonkeyPatch) ->
     assert len(opened) == 1  # no restart
 
 
+def test_real_plain_trace_decoded_from_byte_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain file's chunks go to the workers as byte ranges they read themselves; same read, no restart."""
+    plain = tmp_path / "nccl.pt.trace.json"
+    plain.write_bytes(gzip.decompress(shared_trace("hta/nccl_parser_config/nccl_data.json.gz").read_bytes()))
+    ranges: list[jsonload.ByteRange] = []
+    real = jsonload.ByteRange.read_bracketed
+
+    def recording(self: jsonload.ByteRange) -> bytearray:
+        ranges.append(self)
+        return real(self)
+
+    monkeypatch.setattr(jsonload.ByteRange, "read_bracketed", recording)
+    opened = _count_opens(monkeypatch)
+    _assert_same_read(read_kineto_json(plain, chunk_bytes=1 << 16, jobs=2), read_kineto(plain, load_trace_json(plain)))
+    assert len(opened) == 1  # no restart
+    # The ranges decoded here, if any (the workers' are in other processes), are chunks in file order.
+    assert all(r.end - r.start <= 1 << 16 for r in ranges)
+    assert all(a.end < b.start for a, b in zip(ranges, ranges[1:], strict=False))
+
+
 def test_what_the_hand_made_documents_hold(tmp_path: Path) -> None:
     """The cases above are what they claim to be (counted by hand from EVENTS)."""
     read = read_kineto_json(_write(tmp_path, DOCS["keys around"]), chunk_bytes=5)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from traceinsight.discover import Run
+from traceinsight.memory import release_free_memory
 from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
 from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
@@ -78,7 +79,9 @@ def load_run(
     finally:
         if bar:
             bar.close()
-    return merge_reads(reads, name=run.name)
+    profile = merge_reads(reads, name=run.name)
+    release_free_memory()  # what decoding left free in the heap, before the analyses allocate
+    return profile
 
 
 class Progress:

@@ -45,7 +45,7 @@ class Analysed:
     """One analysed run: its files (never to be overwritten), the analysis (for charts) and the report."""
 
     run: Run
-    analysis: Analysis
+    analysis: Analysis  # without its event table (`Analysis.without_events`)
     report: dict[str, Any]
 
 
@@ -62,7 +62,9 @@ def analyse_path(
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)
     analysis = analyze(load_run(run, path, jobs, scheduler, progress), small_kernel_ns=small_kernel_ns)
-    return Analysed(run, analysis, build_report(analysis, find_bottlenecks(analysis)))
+    report = build_report(analysis, find_bottlenecks(analysis))
+    # Rendering needs the results only: the event table is let go before matplotlib starts.
+    return Analysed(run, analysis.without_events(), report)
 
 
 def read_saved_report(path: Path) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ unions) and bundles the results; findings and renderers only read an `Analysis`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.devices import DeviceUsage, device_usage
@@ -34,6 +34,10 @@ class Analysis:
         if self.window_start_ns is None or self.window_end_ns is None:
             return 0
         return self.window_end_ns - self.window_start_ns
+
+    def without_events(self) -> Analysis:
+        """The same results over an empty event table: what renderers need, without most of a big trace's memory."""
+        return replace(self, profile=replace(self.profile, events=self.profile.events.iloc[:0]))
 
 
 def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysis:

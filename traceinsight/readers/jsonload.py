@@ -61,6 +61,7 @@ CHUNK_BYTES = 4 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NEXT_EVENT = re.compile(rb"\s*,\s*\{")
 _GZIP_RATIO_GUESS = 8
+_CUT_LOOKBEHIND = 1 << 16  # bytes before a chunk's end searched for its cut point
 _CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
 T = TypeVar("T")
 R = TypeVar("R")
@@ -246,6 +247,7 @@ class TraceStream:
         self._buf = b""
         self._eof = False
         self._header = b""
+        self._read = 0  # bytes of JSON read into the buffer so far
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
         self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
@@ -266,6 +268,7 @@ class TraceStream:
             else:
                 parts.append(block)
                 have += len(block)
+                self._read += len(block)
         self._buf = b"".join(parts)
 
     def _find_events(self) -> None:
@@ -339,45 +342,109 @@ class TraceStream:
     def map(self, convert: Callable[[list[Event], bool], R], jobs: int) -> Iterator[R]:
         """``convert(events, exact_ts)`` of every chunk, in order, decoded and converted by `jobs` processes.
 
-        This process reads the file and cuts it at the last cut point of each
-        buffer, unchecked, hands the chunks to ``jobs - 1`` worker processes and
-        decodes one itself whenever they are all busy. A chunk that is not whole
+        This process cuts the array at the last cut point before each chunk's end,
+        unchecked, hands the chunks to ``jobs - 1`` worker processes and decodes one
+        itself whenever they are all busy. A plain file's chunks go out as byte
+        ranges that the workers read themselves (no copy through a pipe); a
+        ``.gz`` file's are decompressed here and sent. A chunk that is not whole
         events (a cut inside one, invalid UTF-8) raises `StreamRestart`: iterate a
         new stream instead, which sorts those out. The end of the array is decoded
         here. `convert` and its results must pickle.
         """
         workers = max(1, jobs - 1)
+        self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
+        self._find_events()
+        pieces = self._pieces() if _is_gzip(self.path) else self._ranges()
         with ProcessPoolExecutor(max_workers=workers, mp_context=fork_context()) as pool:
-            self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
-            self._find_events()
             pending: deque[Future[tuple[R, Counter[str]] | None]] = deque()
-            while not self._eof or pending:
-                self._fill(self.chunk_bytes)
-                cut = None if self._eof else next(_cut_points(self._buf), None)
-                if cut is not None:
-                    piece, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
-                    if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each
-                        pending.append(pool.submit(_decode_and_convert, piece, convert))
-                    else:  # every worker is busy: decode this one here meanwhile
-                        pending.append(Future())
-                        pending[-1].set_result(_decode_and_convert(piece, convert))
-                elif not self._eof:
-                    self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
-                while pending and (pending[0].done() or self._eof or len(pending) > 3 * jobs):
-                    outcome = pending.popleft().result()
-                    if outcome is None:
-                        raise StreamRestart
-                    self.warnings.update(outcome[1])
-                    yield outcome[0]
+            for piece in pieces:
+                if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each
+                    pending.append(pool.submit(_decode_and_convert, piece, convert))
+                else:  # every worker is busy: decode this one here meanwhile
+                    pending.append(Future())
+                    pending[-1].set_result(_decode_and_convert(piece, convert))
+                while pending and (pending[0].done() or len(pending) > 3 * jobs):
+                    yield self._result(pending.popleft())
+            while pending:
+                yield self._result(pending.popleft())
         while self._blocks is not None:
             events, exact = self._next_chunk()
             if events:
                 yield convert(events, exact)
 
+    def _result(self, future: Future[tuple[R, Counter[str]] | None]) -> R:
+        outcome = future.result()
+        if outcome is None:
+            raise StreamRestart
+        self.warnings.update(outcome[1])
+        return outcome[0]
 
-def _decode_piece(piece: bytes | memoryview) -> tuple[list[Event], bool, Counter[str]]:
+    def _pieces(self) -> Iterator[bytes]:
+        """Chunks of the buffer, each up to the last cut point in it, until the file has been read."""
+        while not self._eof:
+            self._fill(self.chunk_bytes)
+            cut = None if self._eof else next(_cut_points(self._buf), None)
+            if cut is not None:
+                piece, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
+                yield piece
+            elif not self._eof:
+                self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
+
+    def _ranges(self) -> Iterator[ByteRange]:
+        """Byte ranges of a plain file, each up to the last cut point before its end; the file's last
+        chunk is left in the buffer. Here only a little text before each end is read, to find the cut."""
+        start = self._read - len(self._buf)  # where the buffer begins in the file
+        with open(self.path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            while (cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size)) is not None:
+                yield ByteRange(str(self.path), start, cut[0])
+                start = cut[1]
+                if self.on_bytes is not None:
+                    self.on_bytes(start)
+            self._buf = os.pread(file.fileno(), size - start, start)
+        self._blocks, self._eof = iter(()), True
+
+
+def _cut_before(fd: int, start: int, end: int, size: int) -> tuple[int, int] | None:
+    """The last cut point (end of a chunk, start of the next) in bytes [start, end) of a file, else past
+    `end` for an event longer than a chunk; None when the rest of the file from `start` is the last chunk."""
+    look = _CUT_LOOKBEHIND
+    while end < size:
+        back = min(look, end - start)
+        window = os.pread(fd, back, end - back)
+        cut = next(_cut_points(window), None)
+        if cut is not None:
+            return end - back + cut[0], end - back + cut[1]
+        if back < end - start:
+            look *= 4
+        else:
+            end += end - start  # no cut point in the whole chunk: take a longer one
+    return None
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes [start, end) of a file: a chunk of events that a worker process reads itself."""
+
+    path: str
+    start: int
+    end: int
+
+    def read_bracketed(self) -> bytearray:
+        """``[`` + the bytes + ``]``: the chunk as a JSON array, read straight into one buffer."""
+        size = self.end - self.start
+        buffer = bytearray(size + 2)
+        buffer[0], buffer[-1] = ord("["), ord("]")
+        with open(self.path, "rb") as file:
+            file.seek(self.start)
+            if file.readinto(memoryview(buffer)[1:-1]) != size:
+                raise OSError(f"{self.path} changed while it was read")
+        return buffer
+
+
+def _decode_piece(piece: bytes | memoryview | ByteRange) -> tuple[list[Event], bool, Counter[str]]:
     """Events of a chunk of the array, whether their ts are exact, what was skipped; msgspec.DecodeError if broken."""
-    wrapped = b"".join((b"[", piece, b"]"))
+    wrapped = piece.read_bracketed() if isinstance(piece, ByteRange) else b"".join((b"[", piece, b"]"))
     events, skipped = _decode_chunk(wrapped, Event)
     exact = _needs_exact_ts(events, sample=256)
     if exact:
@@ -385,7 +452,9 @@ def _decode_piece(piece: bytes | memoryview) -> tuple[list[Event], bool, Counter
     return events, exact, skipped
 
 
-def _decode_and_convert(piece: bytes, convert: Callable[[list[Event], bool], R]) -> tuple[R, Counter[str]] | None:
+def _decode_and_convert(
+    piece: bytes | ByteRange, convert: Callable[[list[Event], bool], R]
+) -> tuple[R, Counter[str]] | None:
     """`TraceStream.map`'s work in a worker process; None when the piece is not whole events."""
     with gc_paused():
         try:
@@ -393,6 +462,14 @@ def _decode_and_convert(piece: bytes, convert: Callable[[list[Event], bool], R])
         except msgspec.DecodeError:
             return None
         return convert(events, exact), skipped
+
+
+def _is_gzip(path: Path | str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the reader says why when it opens the file
 
 
 def _file_blocks(path: Path | str, size: int, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
@@ -430,7 +507,7 @@ def _cut_points(buf: bytes) -> Iterator[tuple[int, int]]:
             yield end + 1, after.end() - 1
 
 
-def _decode_chunk(wrapped: bytes, event_type: type[Event]) -> tuple[list[Event], Counter[str]]:
+def _decode_chunk(wrapped: bytes | bytearray, event_type: type[Event]) -> tuple[list[Event], Counter[str]]:
     """Events of a JSON array; damaged ones skipped and counted. Syntax errors raise msgspec.DecodeError."""
     try:
         return _list_decoder(event_type).decode(wrapped), Counter()

@@ -17,7 +17,6 @@ import jinja2
 from markupsafe import Markup, escape
 
 from traceinsight.analysis import Analysis
-from traceinsight.report.charts import all_charts
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.terminal import verdict_sentence
 
@@ -52,6 +51,10 @@ def environment() -> jinja2.Environment:
 
 
 def render_html(report: dict[str, Any], analysis: Analysis) -> str:
+    # matplotlib costs about 30 MB and 0.3 s to import: only when a page with charts is drawn, so loading
+    # a big trace runs without it and `diff` never pays for it.
+    from traceinsight.report.charts import all_charts
+
     charts = {name: Markup(svg) if svg else None for name, svg in all_charts(report, analysis).items()}
     return (
         environment().get_template("report.html").render(report=report, charts=charts, verdict=verdict_sentence(report))
