@@ -249,12 +249,14 @@ class Profile:
     name: str = ""
 
 
-def rows_of_input(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
-    """Rows of one input; the table itself when every row is that input's (a single-file run), not a copy."""
+def rows_of_input(events: pd.DataFrame, input_id: int, columns: list[str] | None = None) -> pd.DataFrame:
+    """Rows of one input, only `columns` when given (a copy of fewer columns is a smaller copy); the table
+    itself, not a copy, when every row is that input's (a single-file run)."""
+    table = events if columns is None else events[columns]
     ids = events["input_id"].to_numpy()
     if len(ids) == 0 or (ids[0] == input_id and (ids == input_id).all()):
-        return events
-    return events[ids == input_id]
+        return table
+    return table[ids == input_id]
 
 
 def _input_label(info: InputInfo, index: int) -> str:

@@ -1,5 +1,9 @@
 """Charts: inline SVG, and long runs drawn as areas rather than hundreds of bars."""
 
+import numpy as np
+
+from traceinsight.analysis import analyze
+from traceinsight.model import Profile, make_event_table
 from traceinsight.report import charts
 
 
@@ -15,3 +19,28 @@ def test_step_chart_bars_then_areas():
     assert few.count('<g id="patch_') >= 10 * len(charts.BREAKDOWN)  # one rectangle per step and part
     assert many.count('<g id="patch_') < 200  # a few areas, not 1,200 rectangles
     assert charts.step_breakdown({"steps": {"items": []}}) is None
+
+
+def _analysis(devices: int):
+    """One 1 ms kernel per device, device d busy from d ms on: its busy share is known per time bin."""
+    n = devices
+    events = make_event_table(
+        {
+            "ts_ns": np.arange(n, dtype=np.int64) * 1_000_000,
+            "dur_ns": np.full(n, 1_000_000, np.int64),
+            "kind": ["kernel"] * n,
+            "device": [f"GPU:{d:02d}" for d in range(n)],
+            "stream": np.full(n, 7),
+            "name": ["gemm"] * n,
+        }
+    )
+    return analyze(Profile(events=events, inputs=[]))
+
+
+def test_timeline_is_one_band_per_device_then_a_heatmap():
+    few = charts.utilisation_timeline(_analysis(3))
+    assert all(f"GPU:{d:02d}" in few for d in range(3)) and "<image" not in few
+    assert few.count('<g id="FillBetweenPolyCollection_') + few.count('<g id="PolyCollection_') == 3  # one band each
+    many = charts.utilisation_timeline(_analysis(charts.MAX_TIMELINE_BANDS + 6))
+    assert "<image" in many and "% busy" in many  # one raster row per device, and its colour scale
+    assert many.count('<g id="FillBetweenPolyCollection_') + many.count('<g id="PolyCollection_') == 0

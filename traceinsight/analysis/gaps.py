@@ -37,6 +37,7 @@ BLOCKING_HOST_OPS = frozenset(
 )
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 LONGEST_GAPS = 10
+_HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation"]
 # Host kinds worth naming when saying what the host did during a gap.
 _ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
 
@@ -72,6 +73,7 @@ class HostContext:
     its host rows worth naming; names are looked up only for the longest gaps.
     """
 
+    input_id: int
     input_wait: Intervals
     sync: Intervals
     launch_end: pd.Series  # correlation -> end of the launch call (ns)
@@ -84,7 +86,7 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
 
     Masks over the input's columns, not selected copies of its host rows: those are most of a trace.
     """
-    mine = rows_of_input(events, input_id)
+    mine = rows_of_input(events, input_id, _HOST_COLUMNS)
     host = mine["device"].isna().to_numpy()
     starts = mine["ts_ns"].to_numpy()
     ends = starts + mine["dur_ns"].to_numpy()
@@ -94,6 +96,7 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
     launch = host & kind_mask(mine, "runtime", "sync") & (correlation >= 0)
     launch_end = pd.Series(ends[launch], index=correlation[launch])
     return HostContext(
+        input_id,
         union(starts[wait], ends[wait]),
         union(starts[sync], ends[sync]),
         launch_end[~launch_end.index.duplicated()],  # the first launch of a correlation id
@@ -138,16 +141,19 @@ def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, t
     order = np.argsort(starts)
     window_starts, window_ends = starts[order], ends[order]
     last = np.searchsorted(window_starts, row_ends, side="left") - 1
-    hit = np.flatnonzero(context.activity & (last >= 0) & (window_ends[np.maximum(last, 0)] > row_starts))
-    s, e = row_starts[hit], row_ends[hit]
-    names = rows["name"].take(hit).to_numpy()  # the hit rows' names only, not a string per row
+    hit = context.activity & (last >= 0) & (window_ends[np.maximum(last, 0)] > row_starts)
+    hit &= rows["name"].cat.codes.to_numpy() >= 0
+    rows_hit = np.flatnonzero(hit)
+    s, e, codes = row_starts[rows_hit], row_ends[rows_hit], rows["name"].cat.codes.to_numpy()[rows_hit]
+    names = rows["name"].cat.categories
     result = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         overlap = np.minimum(e, end) - np.maximum(s, start)
-        inside = overlap > 0
-        found = pd.DataFrame({"name": names[inside], "overlap": overlap[inside], "dur": (e - s)[inside]})
-        best = found.sort_values(["overlap", "dur"], ascending=[False, True]).drop_duplicates("name").head(top)
-        result.append([f"{name} ({ov / 1e6:.2f} ms)" for name, ov in zip(best["name"], best["overlap"], strict=True)])
+        inside = np.flatnonzero(overlap > 0)
+        ranked = inside[np.lexsort(((e - s)[inside], -overlap[inside]))]  # most overlap, then shortest
+        _, first = np.unique(codes[ranked], return_index=True)  # each name's best row
+        best = ranked[np.sort(first)[:top]]
+        result.append([f"{names[codes[i]]} ({overlap[i] / 1e6:.2f} ms)" for i in best.tolist()])
     return result
 
 
@@ -155,14 +161,14 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGap
     """Gaps, their causes and their distribution, per device."""
     work = device_work(events)
     device_syncs = events[kind_mask(events, "sync") & events["device"].notna().to_numpy()]
-    contexts: dict[int, HostContext] = {}
+    shared: HostContext | None = None  # the current input's (an input's devices come one after another)
     results = []
     for usage in usages:
         rows = work[(work["device"] == usage.id).to_numpy()]
         gaps = usage.busy.gaps()
-        if usage.input_id not in contexts:
-            contexts[usage.input_id] = host_context(events, usage.input_id)
-        context = _with_device_waits(contexts[usage.input_id], device_syncs, usage.id)
+        if shared is None or shared.input_id != usage.input_id:
+            shared = host_context(events, usage.input_id)
+        context = _with_device_waits(shared, device_syncs, usage.id)
         ts = rows["ts_ns"].to_numpy()
         first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
         next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)

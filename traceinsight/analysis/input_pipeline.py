@@ -94,7 +94,7 @@ def _wait_stages(waits: pd.DataFrame) -> list[Stage]:
 
 def input_pipeline(events: pd.DataFrame, steps: Steps) -> InputPipeline:
     """Input wait of the step input, with XProf's verdict and the slowest stages."""
-    mine = rows_of_input(events, steps.input_id)
+    mine = rows_of_input(events, steps.input_id, ["dur_ns", "kind", "name"])
     waits = mine[(mine["kind"] == "input_wait").to_numpy()]
     total = steps.total_ns
     parts = steps.breakdown_total() if steps.items else None

@@ -85,7 +85,7 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
 
 def _launches(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
     """One input's host launch calls (runtime events with a correlation id): start and duration by correlation."""
-    mine = rows_of_input(events, input_id)
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "correlation"])
     correlation = mine["correlation"].to_numpy()
     is_launch = kind_mask(mine, "runtime") & (correlation >= 0)
     launches = pd.DataFrame(
@@ -113,7 +113,7 @@ def kernel_stats(
     results = []
     for usage in usages:
         if usage.input_id not in launches:
-            launches[usage.input_id] = _launches(events, usage.input_id)
+            launches = {usage.input_id: _launches(events, usage.input_id)}  # an input's devices come together
         kernels = kernels_all[(kernels_all["device"] == usage.id).to_numpy()]
         results.append(_device_kernel_stats(usage.id, kernels, launches[usage.input_id], small_threshold_ns))
     return results

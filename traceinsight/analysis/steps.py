@@ -178,7 +178,6 @@ def find_steps(events: pd.DataFrame) -> Steps:
             starts, ends = np.array([window_start]), np.array([window_end])
             label = "whole window (no markers, no repeating pattern)"
         ids = np.arange(len(starts))
-    mine = rows_of_input(events, input_id)
-    parts = breakdown(mine, starts, ends)
+    parts = breakdown(rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"]), starts, ends)
     items = [Step(int(ids[i]), int(starts[i]), int(ends[i] - starts[i]), parts[i]) for i in range(len(starts))]
     return Steps(source, label, input_id, items)

@@ -21,6 +21,8 @@ from traceinsight.analysis import Analysis  # noqa: E402
 from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
 
 TIMELINE_BINS = 200
+MAX_TIMELINE_BANDS = 24
+_BUSY = "#2e7d32"
 MAX_STEP_BARS = 40
 _BREAKDOWN_COLOURS = {
     "device_compute": "#2e7d32",
@@ -49,24 +51,43 @@ def _svg(fig: Any) -> str:
 
 
 def utilisation_timeline(analysis: Analysis) -> str | None:
-    """Busy share over time per device, with step starts marked."""
+    """Busy share over time per device, with step starts marked, in one axes: a band per device, or a
+    heatmap past `MAX_TIMELINE_BANDS` devices (a run of hundreds of ranks stays one small drawing)."""
     if not analysis.devices or analysis.window_start_ns is None:
         return None
     start, end = analysis.window_start_ns, analysis.window_end_ns or analysis.window_start_ns + 1
     edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
     centres_ms = (edges[:-1] + np.diff(edges) / 2 - start) / 1e6
+    busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in analysis.devices])
+    rows = len(analysis.devices)
+    labels = [usage.id for usage in analysis.devices]
     with plt.rc_context(_STYLE):
-        rows = len(analysis.devices)
-        fig, axes = plt.subplots(rows, 1, figsize=(9, 0.9 + 0.7 * rows), sharex=True, squeeze=False)
-        for ax, usage in zip(axes[:, 0], analysis.devices, strict=True):
-            busy = np.diff(usage.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1)
-            ax.fill_between(centres_ms, busy * 100, step="mid", color="#2e7d32", alpha=0.8, linewidth=0)
-            ax.set_ylim(0, 100)
-            ax.set_ylabel(usage.id, rotation=0, ha="right", va="center")
-            ax.set_yticks([0, 100])
-            step_ms = [(step.start_ns - start) / 1e6 for step in analysis.steps.items]
-            ax.vlines(step_ms, 0, 100, colors="#555", linewidth=0.6, linestyles=":")  # one collection, not N lines
-        axes[-1, 0].set_xlabel("time since start of trace (ms); dotted lines: step starts; green: % busy")
+        bands = rows <= MAX_TIMELINE_BANDS
+        fig, ax = plt.subplots(figsize=(9, 0.9 + rows * 0.45 if bands else 1.5 + min(rows, 64) * 0.12))
+        if bands:
+            for row, share in enumerate(busy):
+                base = rows - 1 - row  # first device on top
+                ax.fill_between(centres_ms, base, base + 0.85 * share, step="mid", color=_BUSY, linewidth=0)
+            ax.set_yticks(np.arange(rows) + 0.42, labels[::-1])
+            ax.set_ylim(0, rows)
+            note = "band height: % busy (0-100), per device"
+        else:
+            image = ax.imshow(
+                busy * 100,
+                aspect="auto",
+                cmap="Greens",
+                vmin=0,
+                vmax=100,
+                interpolation="nearest",
+                extent=(0, centres_ms[-1] + centres_ms[0], rows, 0),
+            )
+            ticks = np.arange(0, rows, max(1, rows // 16))
+            ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
+            fig.colorbar(image, ax=ax, label="% busy", fraction=0.03)
+            note = "colour: % busy, one row per device"
+        step_ms = [(step.start_ns - start) / 1e6 for step in analysis.steps.items]
+        ax.vlines(step_ms, 0, rows, colors="#555", linewidth=0.6, linestyles=":")  # one collection, not N lines
+        ax.set_xlabel(f"time since start of trace (ms); dotted lines: step starts; {note}")
         return _svg(fig)
 
 
