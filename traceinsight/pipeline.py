@@ -10,6 +10,7 @@ outputs and turns crossed `--fail-on` thresholds into the exit code.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -56,12 +57,18 @@ def analyse_path(
     jobs: int = 1,
     scheduler: str | None = None,
     progress: TextIO | None = None,
+    on_loaded: Callable[[], None] | None = None,
 ) -> Analysed:
-    """Find the run under `path`, read and analyse it, and build its report (`load_run` takes the last three)."""
+    """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
+    `scheduler` and `progress`; `on_loaded()` is called once the traces are read, before the analyses)."""
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)
-    analysis = analyze(load_run(run, path, jobs, scheduler, progress), small_kernel_ns=small_kernel_ns)
+    profile = load_run(run, path, jobs, scheduler, progress)
+    if on_loaded is not None:
+        on_loaded()
+    analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
+    del profile  # the analysis holds it; `without_events` below must be able to free its table
     report = build_report(analysis, find_bottlenecks(analysis))
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analysed(run, analysis.without_events(), report)

@@ -5,6 +5,7 @@ import numpy as np
 from traceinsight.analysis import analyze
 from traceinsight.model import Profile, make_event_table
 from traceinsight.report import charts
+from traceinsight.report.painter import ChartPainter
 
 
 def _steps(n: int) -> dict:
@@ -44,3 +45,14 @@ def test_timeline_is_one_band_per_device_then_a_heatmap():
     many = charts.utilisation_timeline(_analysis(charts.MAX_TIMELINE_BANDS + 6))
     assert "<image" in many and "% busy" in many  # one raster row per device, and its colour scale
     assert many.count('<g id="FillBetweenPolyCollection_') + many.count('<g id="PolyCollection_') == 0
+
+
+def test_painter_process_draws_what_this_process_draws():
+    """The charts drawn in the painter's own process are the page's charts, byte for byte."""
+    analysis = _analysis(2)
+    report = {"steps": {"items": _steps(3)["steps"]["items"]}, "devices": []}
+    here = ChartPainter(parallel=False).paint(report, analysis)
+    with ChartPainter(parallel=True) as painter:
+        painter.warm_up()
+        there = painter.paint(report, analysis)
+    assert here == there and here["timeline"] and here["steps"]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
-from traceinsight.analysis.intervals import Intervals, union, union_of
+from traceinsight.analysis.intervals import Intervals, union, union_of, union_of_rows
 from traceinsight.model import kind_mask, rows_of_input
 
 CAUSES = ("input_wait", "sync", "host_launch", "other")
@@ -88,17 +88,16 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
     """
     mine = rows_of_input(events, input_id, _HOST_COLUMNS)
     host = mine["device"].isna().to_numpy()
-    starts = mine["ts_ns"].to_numpy()
-    ends = starts + mine["dur_ns"].to_numpy()
+    starts, durations = mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy()
     correlation = mine["correlation"].to_numpy()
     wait = host & kind_mask(mine, "input_wait")
     sync = host & (kind_mask(mine, "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
     launch = host & kind_mask(mine, "runtime", "sync") & (correlation >= 0)
-    launch_end = pd.Series(ends[launch], index=correlation[launch])
+    launch_end = pd.Series(starts[launch] + durations[launch], index=correlation[launch])
     return HostContext(
         input_id,
-        union(starts[wait], ends[wait]),
-        union(starts[sync], ends[sync]),
+        union_of_rows(starts, durations, wait),
+        union_of_rows(starts, durations, sync),
         launch_end[~launch_end.index.duplicated()],  # the first launch of a correlation id
         mine,
         host & kind_mask(mine, *_ACTIVITY_KINDS),
@@ -137,12 +136,10 @@ def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, t
     rows = context.rows
     row_starts = rows["ts_ns"].to_numpy()
     row_ends = row_starts + rows["dur_ns"].to_numpy()
-    # A row overlaps some window exactly when it overlaps the last window starting before it ends.
-    order = np.argsort(starts)
-    window_starts, window_ends = starts[order], ends[order]
-    last = np.searchsorted(window_starts, row_ends, side="left") - 1
-    hit = context.activity & (last >= 0) & (window_ends[np.maximum(last, 0)] > row_starts)
-    hit &= rows["name"].cat.codes.to_numpy() >= 0
+    hit = np.zeros(len(rows), dtype=bool)
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):  # a few windows: masks, not indices
+        hit |= (row_starts < end) & (row_ends > start)
+    hit &= context.activity & (rows["name"].cat.codes.to_numpy() >= 0)
     rows_hit = np.flatnonzero(hit)
     s, e, codes = row_starts[rows_hit], row_ends[rows_hit], rows["name"].cat.codes.to_numpy()[rows_hit]
     names = rows["name"].cat.categories

@@ -63,23 +63,34 @@ EMPTY = Intervals(np.zeros(0, np.int64), np.zeros(0, np.int64))
 def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Merge possibly overlapping intervals into a disjoint sorted union.
 
-    Intervals that touch are merged (a zero-length hole is not a gap).
+    Intervals that touch are merged (a zero-length hole is not a gap). Empty and
+    reversed intervals add nothing: sorted in with the rest, they never raise the
+    running end, so each is a group of its own that the last step drops. Three
+    arrays of the input's length are made, no more (this runs on most of a trace).
     """
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if len(starts) == 0:
+    order = np.argsort(starts, kind="stable")  # timsort: traces come nearly sorted
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.asarray(ends, dtype=np.int64)[order]
+    del order
+    if len(s) == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    running_end = np.maximum.accumulate(e)
+    np.maximum.accumulate(e, out=e)  # the running end; at a group's last interval, the group's end
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
-    new_group[1:] = s[1:] > running_end[:-1]
+    np.greater(s[1:], e[:-1], out=new_group[1:])
     first = np.flatnonzero(new_group)
-    merged_ends = np.maximum.reduceat(e, first)
-    return Intervals(s[first], merged_ends)
+    del new_group
+    merged_starts, merged_ends = s[first], e[np.append(first[1:] - 1, len(s) - 1)]
+    keep = merged_ends > merged_starts
+    return (
+        Intervals(merged_starts[keep], merged_ends[keep]) if not keep.all() else Intervals(merged_starts, merged_ends)
+    )
+
+
+def union_of_rows(starts: np.ndarray, durations: np.ndarray, rows: np.ndarray) -> Intervals:
+    """`union` of the [start, start + duration) of the `rows` (a mask), without an end for every row."""
+    picked = starts[rows]
+    return union(picked, picked + durations[rows])
 
 
 def union_of(*parts: Intervals) -> Intervals:

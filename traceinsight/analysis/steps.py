@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
 
 BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
@@ -125,8 +125,7 @@ def _activity_bursts(device_busy: Intervals) -> tuple[np.ndarray, np.ndarray] | 
 def _category_unions(events: pd.DataFrame) -> list[Intervals]:
     """Unions of each breakdown category (all but idle) for one input's events."""
     host = events["device"].isna().to_numpy()
-    starts = events["ts_ns"].to_numpy()
-    ends = starts + events["dur_ns"].to_numpy()
+    starts, durations = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
     masks = [
         kind_mask(events, "kernel") & ~host,
         kind_mask(events, "memcpy", "memset") & ~host,
@@ -134,7 +133,7 @@ def _category_unions(events: pd.DataFrame) -> list[Intervals]:
         kind_mask(events, "input_wait") & host,
         kind_mask(events, "cpu_op") & host,
     ]
-    return [union(starts[m], ends[m]) for m in masks]
+    return [union_of_rows(starts, durations, m) for m in masks]
 
 
 def breakdown(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> list[dict[str, int]]:

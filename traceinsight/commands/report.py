@@ -13,6 +13,7 @@ from traceinsight.pipeline import analyse_path, finish
 from traceinsight.report.html import render_html
 from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
+from traceinsight.report.painter import ChartPainter
 from traceinsight.report.terminal import render_terminal
 
 DEFAULT_HTML = "traceinsight-report.html"
@@ -80,17 +81,19 @@ class ReportCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
-        analysed = analyse_path(
-            args.path,
-            args.run,
-            small_kernel_ns=int(round(args.small_kernel_us * 1000)),
-            jobs=args.jobs,
-            scheduler=args.scheduler,
-            progress=progress_stream(args.quiet),
-        )
-        report = analysed.report
+        with ChartPainter(parallel=args.jobs > 1) as painter:
+            analysed = analyse_path(
+                args.path,
+                args.run,
+                small_kernel_ns=int(round(args.small_kernel_us * 1000)),
+                jobs=args.jobs,
+                scheduler=args.scheduler,
+                progress=progress_stream(args.quiet),
+                on_loaded=painter.warm_up,
+            )
+            report = analysed.report
+            outputs = {args.output: render_html(report, analysed.analysis, painter)}
         crossed = [msg for t in thresholds if (msg := t.check(report))]
-        outputs = {args.output: render_html(report, analysed.analysis)}
         if args.json:
             outputs[args.json] = dumps(report) + "\n"
         if args.markdown:

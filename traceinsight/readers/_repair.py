@@ -51,7 +51,9 @@ def usable_times(ts_ok: np.ndarray, dur_ns: np.ndarray, warnings: Counter[str], 
     return ~(bad_ts | bad_dur)
 
 
-def usable_json_times(ts_us: Sequence[Any], dur_us: Sequence[Any], warnings: Counter[str], prefix: str) -> np.ndarray:
+def usable_json_times(
+    ts_us: Sequence[Any] | np.ndarray, dur_us: Sequence[Any], warnings: Counter[str], prefix: str
+) -> np.ndarray:
     """`usable_times` of JSON events from their ts and dur as decoded (µs: int, float, Decimal; None if absent).
 
     Run before the µs are converted to int64 ns, which inf or 1e300 would break.
@@ -63,7 +65,7 @@ def usable_json_times(ts_us: Sequence[Any], dur_us: Sequence[Any], warnings: Cou
         return usable_times(ts_ok, np.nan_to_num(dur, nan=0.0) * 1000, warnings, prefix)
 
 
-def _floats(values: Sequence[Any]) -> np.ndarray:
+def _floats(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """float64 of decoded JSON numbers: None -> NaN, ints beyond a double -> ±inf. (JSON has no NaN literal.)"""
     try:
         return np.array(values, dtype=np.float64)
@@ -94,13 +96,16 @@ def near_window(
     return ~far
 
 
+_MORE_HASHED = (("kind", 0x27D4EB2F), ("name", 0x165667B1), ("correlation", 0x1B873593), ("external_id", 0xCC9E2D51))
+
+
 def drop_duplicates(table: pd.DataFrame, warnings: Counter[str], prefix: str) -> pd.DataFrame:
     """The table without exact repeats of a row (every column equal), counted in `warnings`.
 
-    Rows are first matched on a hash of start, duration, stream and thread (one
-    integer column, cheap); only rows sharing that with another row are compared in
-    full. Most traces have no repeat at all, which a sort of the hashes shows without
-    the memory of a hash table.
+    Rows are first matched on a hash of their main columns (one integer column,
+    cheap); only rows sharing that with another row are compared in full. Most
+    traces have no repeat at all, which a sort of the hashes shows without the
+    memory of a hash table.
     """
     key = _row_hash(table)
     key.sort()
@@ -116,7 +121,8 @@ def drop_duplicates(table: pd.DataFrame, warnings: Counter[str], prefix: str) ->
 
 
 def _row_hash(table: pd.DataFrame) -> np.ndarray:
-    """A hash of each row's start, duration, stream and thread, built in one array plus one temporary."""
+    """A hash of each row's start, duration, stream, thread, kind, name and ids, built in one array plus
+    one temporary. (Start and place alone collide often: an op and the annotation around it.)"""
     with np.errstate(over="ignore"):  # the hash wraps around, as hashes do
         key = np.multiply(table["ts_ns"].to_numpy(), np.int64(0x9E3779B1))
         part = np.multiply(table["dur_ns"].to_numpy(), np.int64(0x85EBCA77))
@@ -124,6 +130,10 @@ def _row_hash(table: pd.DataFrame) -> np.ndarray:
         np.multiply(table["stream"].to_numpy(), np.int64(0xC2B2AE3D), out=part)
         key += part
         key += table["thread"].to_numpy()
+        for column, factor in _MORE_HASHED:  # rows alike in time and place, told apart by what they are
+            values = table[column].cat.codes.to_numpy() if column in ("kind", "name") else table[column].to_numpy()
+            np.multiply(values, np.int64(factor), out=part)
+            key += part
     return key
 
 

@@ -66,6 +66,7 @@ from traceinsight.readers.jsonload import (
     TraceDoc,
     category_column,
     complete_events,
+    exact_times,
     float_column,
     int_column,
     load_trace_json,
@@ -168,7 +169,9 @@ def _drop_impossible_times(path: Path | str, doc: TraceDoc) -> None:
     When that is every one of them, the file is not a trace with a few damaged events: TraceError.
     """
     complete = [e for e in doc.events if e.ph == "X"]
-    keep = usable_json_times([e.ts for e in complete], [e.dur for e in complete], doc.warnings, "chrome")
+    literals: list[Any] = [e.ts for e in complete]  # Raw literals in a document that needs exact ts
+    ts = exact_times(literals)[1] if doc.exact_ts else literals
+    keep = usable_json_times(ts, [e.dur for e in complete], doc.warnings, "chrome")
     if keep.all():
         return
     if not keep.any():

@@ -53,6 +53,8 @@ Number = int | float | str | None
 # Beyond 2**43 µs (~102 days) a double holds a µs timestamp to worse than 1 ns, so
 # an absolute-epoch float like 1712195495519689.047 cannot be read exactly as one.
 _EXACT_LIMIT_US = 2.0**43
+_EXACT_LIMIT_NS_US = 2.0**62 / 1000  # µs beyond which ns leave int64 (such events are dropped as impossible)
+_EXACT_BLOCK = 1 << 15  # rows whose ts literals are read at a time
 # Old Kineto thread ids ("stream 7"), hex ids ("0x0"), plain numbers in strings.
 _ID_TEXT = re.compile(r"^\s*(?:[A-Za-z]+\s+)?([-+]?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?))\s*$")
 _BYTE_POSITION = re.compile(r"^(.*?)\s*\(byte (\d+)\)$")
@@ -128,9 +130,10 @@ class Event(msgspec.Struct, gc=False):
 
 
 class ExactEvent(Event, gc=False):
-    """`Event` whose ts keeps every decimal digit (absolute-epoch float µs, see `_EXACT_LIMIT_US`)."""
+    """`Event` whose ts is the literal as written (absolute-epoch float µs, see `_EXACT_LIMIT_US`):
+    `exact_times` reads its digits. Empty when the event has no ts."""
 
-    ts: int | Decimal | None = None  # type: ignore[assignment]  # msgspec reads the literal's digits
+    ts: msgspec.Raw = msgspec.Raw()  # type: ignore[assignment]
 
 
 @dataclass
@@ -248,6 +251,7 @@ class TraceStream:
         self._eof = False
         self._header = b""
         self._read = 0  # bytes of JSON read into the buffer so far
+        self._exact = False  # whether the last chunk decoded needed exact ts
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
         self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
@@ -335,9 +339,9 @@ class TraceStream:
 
     def _decode(self, piece: bytes | memoryview) -> tuple[list[Event], bool]:
         """The events of one chunk; raises msgspec.DecodeError when `piece` is not whole events."""
-        events, exact, skipped = _decode_piece(piece)
+        events, self._exact, skipped = _decode_piece(piece, self._exact)
         self.warnings.update(skipped)
-        return events, exact
+        return events, self._exact
 
     def map(self, convert: Callable[[list[Event], bool], R], jobs: int) -> Iterator[R]:
         """``convert(events, exact_ts)`` of every chunk, in order, decoded and converted by `jobs` processes.
@@ -356,13 +360,13 @@ class TraceStream:
         self._find_events()
         pieces = self._pieces() if _is_gzip(self.path) else self._ranges()
         with ProcessPoolExecutor(max_workers=workers, mp_context=fork_context()) as pool:
-            pending: deque[Future[tuple[R, Counter[str]] | None]] = deque()
+            pending: deque[Future[tuple[R, Counter[str], bool] | None]] = deque()
             for piece in pieces:
                 if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each
-                    pending.append(pool.submit(_decode_and_convert, piece, convert))
+                    pending.append(pool.submit(_decode_and_convert, piece, convert, self._exact))
                 else:  # every worker is busy: decode this one here meanwhile
                     pending.append(Future())
-                    pending[-1].set_result(_decode_and_convert(piece, convert))
+                    pending[-1].set_result(_decode_and_convert(piece, convert, self._exact))
                 while pending and (pending[0].done() or len(pending) > 3 * jobs):
                     yield self._result(pending.popleft())
             while pending:
@@ -372,12 +376,13 @@ class TraceStream:
             if events:
                 yield convert(events, exact)
 
-    def _result(self, future: Future[tuple[R, Counter[str]] | None]) -> R:
+    def _result(self, future: Future[tuple[R, Counter[str], bool] | None]) -> R:
         outcome = future.result()
         if outcome is None:
             raise StreamRestart
-        self.warnings.update(outcome[1])
-        return outcome[0]
+        result, skipped, self._exact = outcome
+        self.warnings.update(skipped)
+        return result
 
     def _pieces(self) -> Iterator[bytes]:
         """Chunks of the buffer, each up to the last cut point in it, until the file has been read."""
@@ -442,9 +447,18 @@ class ByteRange:
         return buffer
 
 
-def _decode_piece(piece: bytes | memoryview | ByteRange) -> tuple[list[Event], bool, Counter[str]]:
-    """Events of a chunk of the array, whether their ts are exact, what was skipped; msgspec.DecodeError if broken."""
+def _decode_piece(
+    piece: bytes | memoryview | ByteRange, exact_hint: bool = False
+) -> tuple[list[Event], bool, Counter[str]]:
+    """Events of a chunk of the array, whether their ts are exact, what was skipped; msgspec.DecodeError if broken.
+
+    `exact_hint`: the chunk before needed exact ts, so this one is decoded that way
+    at once (a writer keeps one format); otherwise a sample of the chunk decides.
+    """
     wrapped = piece.read_bracketed() if isinstance(piece, ByteRange) else b"".join((b"[", piece, b"]"))
+    if exact_hint:
+        events, skipped = _decode_chunk(wrapped, ExactEvent)
+        return events, True, skipped
     events, skipped = _decode_chunk(wrapped, Event)
     exact = _needs_exact_ts(events, sample=256)
     if exact:
@@ -453,15 +467,15 @@ def _decode_piece(piece: bytes | memoryview | ByteRange) -> tuple[list[Event], b
 
 
 def _decode_and_convert(
-    piece: bytes | ByteRange, convert: Callable[[list[Event], bool], R]
-) -> tuple[R, Counter[str]] | None:
+    piece: bytes | ByteRange, convert: Callable[[list[Event], bool], R], exact_hint: bool
+) -> tuple[R, Counter[str], bool] | None:
     """`TraceStream.map`'s work in a worker process; None when the piece is not whole events."""
     with gc_paused():
         try:
-            events, exact, skipped = _decode_piece(piece)
+            events, exact, skipped = _decode_piece(piece, exact_hint)
         except msgspec.DecodeError:
             return None
-        return convert(events, exact), skipped
+        return convert(events, exact), skipped, exact
 
 
 def _is_gzip(path: Path | str) -> bool:
@@ -617,6 +631,8 @@ def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> 
     are Decimals, scaled one by one). Negative durations become 0 (counted in warnings).
     """
     timed = [e for e in events if e.ph == "X"]
+    if exact_ts:
+        return _complete_exact(timed, warnings)
     ts_us: list[Any] = [e.ts for e in timed]
     if None in ts_us:
         complete = len(timed)
@@ -629,7 +645,28 @@ def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> 
         timed = [e for e, ok in zip(timed, usable, strict=True) if ok]
         ts_us = [e.ts for e in timed]
         dur_us = [e.dur for e in timed]
-    ts_ns = np.array([round(t * 1000) for t in ts_us], dtype=np.int64) if exact_ts else us_to_ns(ts_us)
+    return CompleteEvents(events=timed, ts_ns=us_to_ns(ts_us), dur_ns=_dur_ns(dur_us, warnings))
+
+
+def _complete_exact(timed: list[Any], warnings: Counter[str]) -> CompleteEvents:
+    """`complete_of` for events whose ts are literals (`ExactEvent`)."""
+    ts_ns, ts_us, numbers = exact_times([e.ts for e in timed])
+    present = ~np.isnan(ts_us)
+    if not numbers.all():
+        warnings[DAMAGED_EVENTS] += int((~numbers).sum())
+    if not (present | ~numbers).all():
+        warnings["complete events without ts skipped"] += int((~present & numbers).sum())
+    dur_us: list[Any] = [e.dur for e in timed]
+    keep = present & usable_json_times(ts_us, dur_us, warnings, "kineto")
+    if not keep.all():
+        timed = list(itertools.compress(timed, keep.tolist()))
+        dur_us = list(itertools.compress(dur_us, keep.tolist()))
+        ts_ns = ts_ns[keep]
+    return CompleteEvents(events=timed, ts_ns=ts_ns, dur_ns=_dur_ns(dur_us, warnings))
+
+
+def _dur_ns(dur_us: list[Any], warnings: Counter[str]) -> np.ndarray:
+    """Durations (µs as decoded, None when absent: 0) as int64 ns; negative ones become 0, counted."""
     if None in dur_us:
         dur_us = [0 if d is None else d for d in dur_us]
     dur_ns = us_to_ns(dur_us)
@@ -637,7 +674,75 @@ def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> 
     if negative:
         warnings["negative durations set to 0"] += negative
         dur_ns = np.maximum(dur_ns, 0)
-    return CompleteEvents(events=timed, ts_ns=ts_ns, dur_ns=dur_ns)
+    return dur_ns
+
+
+def exact_times(literals: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """JSON µs literals as int64 ns, exactly as written; their float µs (NaN where absent or not a
+    number); whether each is a number or absent (False: a string of no number, a list, ...).
+
+    A double rounds epoch µs to a quarter µs, and Decimal is slow, so numpy reads
+    the digits: block by block of rows, the text as a matrix of characters, the
+    integer part by Horner's rule over its columns, then up to three decimals.
+    Literals of another shape (an exponent, more decimals, a number in a string)
+    go one by one through Decimal.
+    """
+    n = len(literals)
+    ns, us, numbers = np.zeros(n, np.int64), np.full(n, np.nan), np.ones(n, bool)
+    for start in range(0, n, _EXACT_BLOCK):
+        block = slice(start, min(n, start + _EXACT_BLOCK))
+        ns[block], us[block], plain = _plain_literals(literals[block])
+        for i in (np.flatnonzero(~plain) + start).tolist():
+            ns[i], us[i], numbers[i] = _literal(bytes(literals[i]))
+    return ns, us, numbers
+
+
+def _plain_literals(literals: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ns and float µs of literals like ``-1712195495519689.047`` (up to 2**62 ns, at most 3 decimals),
+    and which literals have that shape (the others' figures are meaningless)."""
+    text = np.frombuffer(b"\n".join(literals) + b"\n", np.uint8)
+    ends = np.flatnonzero(text == ord("\n"))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts
+    columns = np.arange(max(1, int(lengths.max())))
+    inside = columns < lengths[:, None]
+    chars = np.where(inside, text[np.minimum(starts[:, None] + columns, len(text) - 1)], 0).astype(np.int64)
+    negative = chars[:, 0] == ord("-")
+    is_dot = chars == ord(".")
+    dot = np.where(is_dot.any(1), is_dot.argmax(1), lengths)
+    int_digits, decimals = dot - negative, np.maximum(lengths - dot - 1, 0)
+    is_digit = (chars >= ord("0")) & (chars <= ord("9"))
+    stray = inside & ~is_digit & ~is_dot
+    stray[:, 0] &= ~negative
+    plain = ~stray.any(1) & (is_dot.sum(1) <= 1) & (int_digits >= 1) & (int_digits <= 18) & (decimals <= 3)
+    digits = np.where(is_digit, chars - ord("0"), 0)
+    whole = np.zeros(len(lengths), np.int64)
+    for column in columns.tolist():  # Horner's rule, one column of characters at a time
+        part = (column >= negative) & (column < dot)
+        whole = np.where(part, whole * 10 + digits[:, column], whole)
+    rows = np.arange(len(lengths))
+    fraction = np.zeros(len(lengths), np.int64)
+    for place in (1, 2, 3):
+        at = dot + place
+        fraction = fraction * 10 + np.where(at < lengths, digits[rows, np.minimum(at, columns[-1])], 0)
+    plain &= whole < _EXACT_LIMIT_NS_US  # beyond, ns would overflow: `_literal` calls the time impossible
+    ns = np.where(negative, -1, 1) * (np.where(plain, whole, 0) * 1000 + fraction)
+    return ns, ns / 1000, plain
+
+
+def _literal(text: bytes) -> tuple[int, float, bool]:
+    """ns, float µs and whether it is a number (or absent) for one literal `_plain_literals` could not read."""
+    if text in (b"", b"null"):
+        return 0, math.nan, True
+    try:
+        value = msgspec.json.decode(text)
+        exact = Decimal(value.strip() if isinstance(value, str) else text.decode())
+        if isinstance(value, bool) or not isinstance(value, int | float | str) or not exact.is_finite():
+            raise ValueError
+    except (msgspec.DecodeError, ArithmeticError, ValueError):
+        return 0, math.nan, False
+    us = float(exact)
+    return (round(exact * 1000) if abs(us) < _EXACT_LIMIT_NS_US else 0), us, True
 
 
 def us_to_ns(values: Sequence[float]) -> np.ndarray:

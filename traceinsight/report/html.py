@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 
 from traceinsight.analysis import Analysis
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.painter import ChartPainter
 from traceinsight.report.terminal import verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -50,12 +51,10 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render_html(report: dict[str, Any], analysis: Analysis) -> str:
-    # matplotlib costs about 30 MB and 0.3 s to import: only when a page with charts is drawn, so loading
-    # a big trace runs without it and `diff` never pays for it.
-    from traceinsight.report.charts import all_charts
-
-    charts = {name: Markup(svg) if svg else None for name, svg in all_charts(report, analysis).items()}
+def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainter | None = None) -> str:
+    """The page; its charts drawn by `painter` (in its own process), else here."""
+    drawn = (painter or ChartPainter(parallel=False)).paint(report, analysis)
+    charts = {name: Markup(svg) if svg else None for name, svg in drawn.items()}
     return (
         environment().get_template("report.html").render(report=report, charts=charts, verdict=verdict_sentence(report))
     )
