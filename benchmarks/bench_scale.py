@@ -27,8 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.replicate import DEFAULT_SOURCE, Replicator
-
 ORJSON_PARSE = """
 import gc, sys, time, orjson
 raw = open(sys.argv[1], "rb").read()
@@ -43,7 +41,7 @@ print(best)
 
 
 def run_child(argv: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB) and stdout of a child process."""
+    """Wall seconds, peak RSS (MB, 10**6 bytes, like file sizes) and stdout of a child process."""
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -54,17 +52,18 @@ def run_child(argv: list[str]) -> tuple[float, float, str]:
         text = out.read().decode()
     if child.returncode:
         raise RuntimeError(f"{argv} failed ({child.returncode}): {text}")
-    return seconds, usage.ru_maxrss / 1024, text
+    return seconds, usage.ru_maxrss * 1024 / 1e6, text
 
 
 def stages(path: Path) -> None:
-    """Time each step of `report` in this process (run by the benchmark in a child)."""
+    """Time each step of `report` in this process (run by the benchmark in a child), as the command runs them:
+    charts drawn by a forked process that imports matplotlib while this one analyses."""
     start = last = time.perf_counter()
 
     def mark(label: str) -> None:
         nonlocal last
         now = time.perf_counter()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
         print(f"    {label:22s} {now - last:7.2f} s   peak RSS {peak:6.0f} MB")
         last = now
 
@@ -75,20 +74,25 @@ def stages(path: Path) -> None:
     from traceinsight.parallel import default_jobs
     from traceinsight.report.html import render_html
     from traceinsight.report.json import build_report, dumps
+    from traceinsight.report.painter import ChartPainter
 
     mark("imports")
-    profile = load_run(discover(path), path, jobs=default_jobs())
-    mark(f"load ({len(profile.events):,} rows)")
-    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"    {'':22s} {'':7s}     loading's worker process peaked at {workers:,.0f} MB")
-    analysis = analyze(profile)
-    mark("analyze")
-    report = build_report(analysis, find_bottlenecks(analysis))
-    dumps(report)
-    mark("findings + JSON")
-    render_html(report, analysis)
-    mark("HTML")
-    print(f"    {'total':22s} {time.perf_counter() - start:7.2f} s")
+    with ChartPainter(parallel=default_jobs() > 1) as painter:
+        profile = load_run(discover(path), path, jobs=default_jobs())
+        rows = len(profile.events)
+        mark(f"load ({rows:,} rows)")
+        painter.warm_up()
+        analysis = analyze(profile)
+        del profile
+        mark("analyze")
+        report = build_report(analysis, find_bottlenecks(analysis))
+        dumps(report)
+        mark("findings + JSON")
+        render_html(report, analysis.without_events(), painter)
+        mark("HTML")
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e6
+    total = time.perf_counter() - start
+    print(f"    {'total':22s} {total:7.2f} s   (the largest other process peaked at {workers:,.0f} MB)")
 
 
 def json_megabytes(path: Path) -> float:
@@ -125,13 +129,20 @@ def main() -> None:
     parser.add_argument("--mb", type=float, nargs="+", default=[300.0], help="trace sizes (uncompressed MB)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--gz", action="store_true", help="write .json.gz instead of .json")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, help="the real trace to replicate (default: replicate.DEFAULT_SOURCE)")
+    parser.add_argument("--file", type=Path, nargs="+", help="measure these traces as they are (no replica)")
     parser.add_argument("--stages", type=Path, help=argparse.SUPPRESS)  # the child of `measure`
     args = parser.parse_args()
     if args.stages:
         stages(args.stages)
         return
-    replicator = Replicator(args.source)
+    for path in args.file or []:
+        measure(path, args.repeat)
+    if args.file:
+        return
+    from benchmarks.replicate import DEFAULT_SOURCE, Replicator  # here: the --stages child times its imports
+
+    replicator = Replicator(args.source or DEFAULT_SOURCE)
     with tempfile.TemporaryDirectory() as tmp:
         for mb in args.mb:
             path = Path(tmp) / f"big{mb:.0f}.pt.trace.json{'.gz' if args.gz else ''}"

@@ -154,10 +154,8 @@ def kernel_histogram(report: dict[str, Any]) -> str | None:
         return _svg(fig)
 
 
-def all_charts(report: dict[str, Any], analysis: Analysis) -> dict[str, str | None]:
-    return {
-        "timeline": utilisation_timeline(analysis),
-        "gaps": gap_histogram(report),
-        "steps": step_breakdown(report),
-        "kernels": kernel_histogram(report),
-    }
+def draw(name: str, report: dict[str, Any], analysis: Analysis) -> str | None:
+    """One chart ("timeline", "steps", "gaps", "kernels"), as inline SVG; None when the run has nothing to show."""
+    if name == "timeline":
+        return utilisation_timeline(analysis)
+    return {"steps": step_breakdown, "gaps": gap_histogram, "kernels": kernel_histogram}[name](report)

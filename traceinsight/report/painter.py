@@ -1,11 +1,12 @@
-"""The page's charts, drawn in a process of their own while this one analyses.
+"""The page's charts, drawn in processes of their own while this one analyses.
 
 matplotlib takes about 0.3 s and 30 MB to import, and the four charts another
-0.4 s to draw, all after the analyses: on a trace of a few hundred MB, a fifth of
-the run. A `ChartPainter` forks a process at the start of a command, while this
-one is still small; once the traces are read, `warm_up` has it import matplotlib
-while this process analyses on the other core, and `paint` hands it the results
-to draw. With one job (or where processes cannot be forked) it draws here.
+0.4 s to draw: on a trace of a few hundred MB, a fifth of the run if done after
+the analyses. A `ChartPainter` forks a painting process at the start of a
+command, while this one is still small. Once the traces are read, `warm_up` has
+it import matplotlib on the core the analyses leave free; `paint` has it fork a
+helper that inherits the import and draws half the charts while it draws the
+other half. With one job it draws here.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from traceinsight.analysis import Analysis
 from traceinsight.parallel import fork_context
 
 Charts = dict[str, str | None]
+# The page's charts (`charts.draw`), the slowest first; the painter draws every other one, its helper the rest.
+CHART_NAMES = ("steps", "timeline", "gaps", "kernels")
 
 
 class ChartPainter:
-    """Draws `charts.all_charts` in a forked process when `parallel`, else in this one."""
+    """Draws the `CHART_NAMES` charts in a forked painting process (and its helper) when `parallel`, else here."""
 
     def __init__(self, parallel: bool) -> None:
         self._pool = ProcessPoolExecutor(1, mp_context=fork_context()) if parallel else None
@@ -37,8 +40,8 @@ class ChartPainter:
     def paint(self, report: dict[str, Any], analysis: Analysis) -> Charts:
         """The charts of one report, as inline SVG (None for a chart the run has no data for)."""
         if self._pool is None:
-            return _paint(report, analysis)
-        return self._pool.submit(_paint, report, analysis).result()
+            return _draw_all(report, analysis, helper=False)
+        return self._pool.submit(_draw_all, report, analysis, True).result()
 
     def __enter__(self) -> ChartPainter:
         return self
@@ -54,8 +57,15 @@ def _import_charts() -> None:
     import traceinsight.report.charts  # noqa: F401  # the import is the work
 
 
-def _paint(report: dict[str, Any], analysis: Analysis) -> Charts:
+def _draw_all(report: dict[str, Any], analysis: Analysis, helper: bool) -> Charts:
+    """Every chart; with a `helper`, a fork of this process (matplotlib already imported) draws every other one."""
     # matplotlib is imported only where a page is drawn: loading a big trace runs without its 30 MB.
-    from traceinsight.report.charts import all_charts
+    from traceinsight.report.charts import draw
 
-    return all_charts(report, analysis)
+    if not helper:
+        return {name: draw(name, report, analysis) for name in CHART_NAMES}
+    with ProcessPoolExecutor(1, mp_context=fork_context()) as pool:
+        theirs = {name: pool.submit(draw, name, report, analysis) for name in CHART_NAMES[1::2]}
+        mine = {name: draw(name, report, analysis) for name in CHART_NAMES[::2]}
+        drawn = {**mine, **{name: future.result() for name, future in theirs.items()}}
+    return {name: drawn[name] for name in CHART_NAMES}
