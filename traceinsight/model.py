@@ -16,7 +16,7 @@ device         category            accelerator id ("GPU:0", "TPU:1", "<host-or-r
                                    when a run has several inputs); NaN for host events
 stream         int64               stream / device line id; -1 for host events
 host           category            host name of the input, NaN if unknown
-rank           int64               distributed rank of the input, -1 if unknown
+rank           int32               distributed rank of the input, -1 if unknown
 thread         int64               OS thread / host line id; -1 for device events
 name           category            event name as the profiler wrote it (never altered)
 correlation    int64               host launch <-> device activity id; -1 if none
@@ -24,11 +24,14 @@ external_id    int64               Kineto op <-> runtime link ("External id"); -
 bytes          int64   bytes       bytes moved by a memcpy/memset; -1 if unknown
 copy_kind      category            "h2d" | "d2h" | "d2d" | "p2p" | "other" for memcpy, else NaN
 src_memory     category            "pageable" | "pinned" | "device" | "unknown" for memcpy
-step_id        int64               step number of a `step` event; -1 otherwise
-blocks_per_sm  float64             kernel blocks per SM where the trace says, else NaN
-occupancy_pct  float64  %          kernel (estimated or theoretical) occupancy, else NaN
+step_id        int32               step number of a `step` event; -1 otherwise (and beyond int32)
+blocks_per_sm  float32             kernel blocks per SM where the trace says, else NaN
+occupancy_pct  float32  %          kernel (estimated or theoretical) occupancy, else NaN
 input_id       int16               index into `Profile.inputs`
 =============  ==========  ======  ==========================================================
+
+Columns that are rarely set or small by nature are 32-bit: the table is most of
+the memory a big trace takes (about 80 bytes a row).
 
 Kinds: ``kernel``, ``memcpy``, ``memset`` are device work (the only kinds that make a
 device busy); ``sync`` is a synchronisation (host API or device wait: never work);
@@ -68,14 +71,14 @@ MEMORY_KINDS = ("pageable", "pinned", "device", "unknown")
 FORMATS = ("xspace", "kineto", "chrome")
 FRAMEWORKS = ("tensorflow", "jax", "pytorch", "unknown")
 
-_INT_COLUMNS: dict[str, int] = {
-    "stream": -1,
-    "rank": -1,
-    "thread": -1,
-    "correlation": -1,
-    "external_id": -1,
-    "bytes": -1,
-    "step_id": -1,
+_INT_COLUMNS: dict[str, type[np.signedinteger[Any]]] = {
+    "stream": np.int64,
+    "rank": np.int32,
+    "thread": np.int64,
+    "correlation": np.int64,
+    "external_id": np.int64,
+    "bytes": np.int64,
+    "step_id": np.int32,
 }
 _FLOAT_COLUMNS = ("blocks_per_sm", "occupancy_pct")
 _CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {
@@ -116,7 +119,7 @@ INPUT_WAIT_PATTERN = re.compile(
     r"|enumerate\(DataPipe\)#.*)$"
 )
 # PyTorch's step marker; the number is the step id.
-PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")  # 18 digits fit int64
+PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d{1,9})$")  # 9 digits fit int32
 _HOST_KINDS_TO_PROMOTE = ("cpu_op", "annotation", "python", "other")
 
 
@@ -149,17 +152,29 @@ def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.Dat
             data[col] = values if cats is None else values.set_categories(cats)
         else:
             data[col] = pd.Categorical(values, categories=cats)
-    for col, missing in _INT_COLUMNS.items():
+    for col, dtype in _INT_COLUMNS.items():
         values = columns.get(col)
-        data[col] = np.full(n, missing, np.int64) if values is None else np.asarray(values, np.int64)
+        data[col] = np.full(n, -1, dtype) if values is None else _ints(values, dtype)
     for col in _FLOAT_COLUMNS:
         values = columns.get(col)
-        data[col] = np.full(n, np.nan) if values is None else np.asarray(values, np.float64)
+        data[col] = np.full(n, np.nan, np.float32) if values is None else np.asarray(values, np.float32)
     input_id = columns.get("input_id")
     data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
     table = pd.DataFrame({col: data[col] for col in COLUMNS}, copy=False)  # the columns are ours: no second copy
     _promote_markers(table)
     return table
+
+
+def _ints(values: Any, dtype: type[np.signedinteger[Any]]) -> np.ndarray:
+    """`values` as `dtype`; those it cannot hold are unknown (-1), not wrapped around."""
+    array = np.asarray(values)
+    if array.dtype == dtype:
+        return array
+    array = array.astype(np.int64, copy=False)
+    info = np.iinfo(dtype)
+    if len(array) and (array.min() < info.min or array.max() > info.max):
+        array = np.where((array >= info.min) & (array <= info.max), array, -1)
+    return array.astype(dtype)
 
 
 def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:

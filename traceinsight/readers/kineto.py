@@ -314,7 +314,7 @@ class _Rows:
                 "device": _device_labels(column("device_id", np.int64), on_device),
                 "stream": _scatter(n, device_rows, column("device_stream", np.int64), -1),
                 "host": None if host is None else pd.Categorical.from_codes(np.zeros(n, np.int8), [host]),
-                "rank": np.full(n, rank, dtype=np.int64),
+                "rank": np.full(n, rank, dtype=np.int32),
                 "thread": column("thread", np.int64),
                 "name": self.names.categorical(column("name", np.int32)),
                 "correlation": correlation,
@@ -323,10 +323,11 @@ class _Rows:
                 "copy_kind": pd.Categorical.from_codes(column("copy_kind", np.int8), COPY_KINDS),
                 "src_memory": pd.Categorical.from_codes(column("src_memory", np.int8), MEMORY_KINDS),
                 "blocks_per_sm": _valid_blocks_per_sm(
-                    _scatter(n, device_rows, column("device_blocks_per_sm", np.float64), np.nan), self.warnings
+                    _scatter(n, device_rows, _float32(column("device_blocks_per_sm", np.float64)), np.nan),
+                    self.warnings,
                 ),
                 "occupancy_pct": valid_occupancy(
-                    _scatter(n, device_rows, column("device_occupancy_pct", np.float64), np.nan),
+                    _scatter(n, device_rows, _float32(column("device_occupancy_pct", np.float64)), np.nan),
                     self.warnings,
                     "kineto",
                 ),
@@ -443,9 +444,16 @@ def _device_labels(ids: np.ndarray, on_device: np.ndarray) -> pd.Categorical:
 
 
 def _rank(top: dict[str, Any]) -> int:
+    """``distributedInfo.rank``; -1 when absent or no rank (not an int32 >= 0)."""
     info = top.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) else -1
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 2**31 else -1
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    """The table's float columns are float32 (`model`); what a double holds beyond that range is infinite."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32)
 
 
 def _metadata(top: dict[str, Any], clock: str, offset: int) -> dict[str, Any]:
