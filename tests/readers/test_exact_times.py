@@ -42,3 +42,15 @@ def test_absent_and_non_numbers():
 def test_beyond_int64_ns_is_impossible_not_wrapped():
     ns, us, numbers = exact_times([msgspec.Raw(b"9999999999999999.5"), msgspec.Raw(b"99999999999999999999")])
     assert numbers.all() and (us > 2.0**62 / 1000).all()  # the loader then drops them as impossible times
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 16), st.integers(0, 3), st.data())
+def test_literals_of_one_layout_match_decimal(digits: int, decimals: int, data: st.DataObject) -> None:
+    """A writer's own layout (same length, dot in the same place) takes the reshaping fast path."""
+    low, high = 10 ** (digits - 1) if digits > 1 else 0, min(10**digits - 1, 4 * 10**15)  # ns within int64
+    wholes = data.draw(st.lists(st.integers(low, high), min_size=1))
+    fractions = data.draw(st.lists(st.integers(0, 10**decimals - 1), min_size=len(wholes), max_size=len(wholes)))
+    texts = [f"{w}.{f:0{decimals}d}" if decimals else str(w) for w, f in zip(wholes, fractions, strict=True)]
+    ns, _, numbers = exact_times([msgspec.Raw(t.encode()) for t in texts])
+    assert ns.tolist() == [round(Decimal(t) * 1000) for t in texts] and numbers.all()

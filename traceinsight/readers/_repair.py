@@ -59,13 +59,13 @@ def usable_json_times(
     Run before the µs are converted to int64 ns, which inf or 1e300 would break.
     Absent values pass (the loader skips events without ts and gives dur 0).
     """
-    ts, dur = _floats(ts_us), _floats(dur_us)
+    ts, dur = floats(ts_us), floats(dur_us)
     with np.errstate(invalid="ignore", over="ignore"):
         ts_ok = np.isnan(ts) | possible_ts(ts * 1000)
         return usable_times(ts_ok, np.nan_to_num(dur, nan=0.0) * 1000, warnings, prefix)
 
 
-def _floats(values: Sequence[Any] | np.ndarray) -> np.ndarray:
+def floats(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """float64 of decoded JSON numbers: None -> NaN, ints beyond a double -> ±inf. (JSON has no NaN literal.)"""
     try:
         return np.array(values, dtype=np.float64)

@@ -46,7 +46,7 @@ import pandas as pd
 
 from traceinsight.model import TraceError
 from traceinsight.parallel import fork_context
-from traceinsight.readers._repair import usable_json_times
+from traceinsight.readers._repair import floats, usable_json_times
 
 fast_gzip: ModuleType = gzip  # the standard library's, where ISA-L's wheels are missing
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (gzip.BadGzipFile, zlib.error)
@@ -639,23 +639,22 @@ def complete_of(events: list[Event], exact_ts: bool, warnings: Counter[str]) -> 
 
     Conversion is exact: whole µs and the fraction are scaled separately, so no
     ``ts * 1000`` product ever exceeds a double's integer range (`exact_ts`: ts
-    are Decimals, scaled one by one). Negative durations become 0 (counted in warnings).
+    are literals, read digit by digit by `exact_times`). Negative durations become
+    0 (counted in warnings).
     """
     timed = [e for e in events if e.ph == "X"]
     if exact_ts:
         return _complete_exact(timed, warnings)
-    ts_us: list[Any] = [e.ts for e in timed]
-    if None in ts_us:
-        complete = len(timed)
-        timed = [e for e in timed if e.ts is not None]
-        ts_us = [e.ts for e in timed]
-        warnings["complete events without ts skipped"] += complete - len(timed)
+    ts_us = floats([e.ts for e in timed])  # once: checked, then converted
+    present = ~np.isnan(ts_us)
+    if not present.all():
+        warnings["complete events without ts skipped"] += int((~present).sum())
     dur_us: list[Any] = [e.dur for e in timed]
-    usable = usable_json_times(ts_us, dur_us, warnings, "kineto")
-    if not usable.all():  # 1e300 or inf would break the conversion; > 7 days is a counter overflow
-        timed = [e for e, ok in zip(timed, usable, strict=True) if ok]
-        ts_us = [e.ts for e in timed]
-        dur_us = [e.dur for e in timed]
+    keep = present & usable_json_times(ts_us, dur_us, warnings, "kineto")
+    if not keep.all():  # 1e300 or inf would break the conversion; > 7 days is a counter overflow
+        timed = list(itertools.compress(timed, keep.tolist()))
+        dur_us = list(itertools.compress(dur_us, keep.tolist()))
+        ts_us = ts_us[keep]
     return CompleteEvents(events=timed, ts_ns=us_to_ns(ts_us), dur_ns=_dur_ns(dur_us, warnings))
 
 
@@ -712,6 +711,9 @@ def _plain_literals(literals: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.nda
     """ns and float µs of literals like ``-1712195495519689.047`` (up to 2**62 ns, at most 3 decimals),
     and which literals have that shape (the others' figures are meaningless)."""
     text = np.frombuffer(b"\n".join(literals) + b"\n", np.uint8)
+    uniform = _uniform_literals(text, len(literals))
+    if uniform is not None:
+        return uniform
     ends = np.flatnonzero(text == ord("\n"))
     starts = np.concatenate(([0], ends[:-1] + 1))
     lengths = ends - starts
@@ -741,6 +743,31 @@ def _plain_literals(literals: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.nda
     return ns, ns / 1000, plain
 
 
+def _uniform_literals(text: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_plain_literals` of `count` newline-ended literals when all have one layout (``1712195495519689.047``:
+    same length, the dot in the same place, no sign), as a writer of epoch µs gives them; else None."""
+    width = len(text) // count if count else 0
+    if width < 2 or width * count != len(text):
+        return None
+    chars = text.reshape(count, width)
+    dot = int(np.argmax(chars[0] == ord("."))) if ord(".") in chars[0] else width - 1
+    decimals = width - 2 - dot
+    layout = np.full(width, ord("0"), np.uint8)
+    layout[dot], layout[-1] = ord("."), ord("\n")
+    fixed = layout != ord("0")  # the dot and newline columns, which must hold exactly those
+    digits = chars - np.uint8(ord("0"))  # wraps below "0": any non-digit is then above 9
+    if not (
+        0 < dot <= 16 and decimals <= 3 and (chars[:, fixed] == layout[fixed]).all() and (digits[:, ~fixed] <= 9).all()
+    ):
+        return None
+    whole = digits[:, :dot].astype(np.int64) @ (10 ** np.arange(dot - 1, -1, -1, dtype=np.int64))
+    fraction = digits[:, dot + 1 : dot + 1 + decimals].astype(np.int64) @ (10 ** np.arange(2, 2 - decimals, -1))
+    if (whole >= _EXACT_LIMIT_NS_US).any():
+        return None
+    ns = whole * 1000 + fraction
+    return ns, ns / 1000, np.ones(count, dtype=bool)
+
+
 def _literal(text: bytes) -> tuple[int, float, bool]:
     """ns, float µs and whether it is a number (or absent) for one literal `_plain_literals` could not read."""
     if text in (b"", b"null"):
@@ -756,7 +783,7 @@ def _literal(text: bytes) -> tuple[int, float, bool]:
     return (round(exact * 1000) if abs(us) < _EXACT_LIMIT_NS_US else 0), us, True
 
 
-def us_to_ns(values: Sequence[float]) -> np.ndarray:
+def us_to_ns(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """µs (int or float) to int64 ns, rounding to the nearest ns without float overflow."""
     us = np.asarray(values, dtype=np.float64)
     whole = np.floor(us)
