@@ -63,7 +63,7 @@ def utilisation_timeline(analysis: Analysis) -> str | None:
     labels = [usage.id for usage in analysis.devices]
     with plt.rc_context(_STYLE):
         bands = rows <= MAX_TIMELINE_BANDS
-        fig, ax = plt.subplots(figsize=(9, 0.9 + rows * 0.45 if bands else 1.5 + min(rows, 64) * 0.12))
+        fig, ax = plt.subplots(figsize=(9, 0.9 + max(1.2, rows * 0.45) if bands else 1.5 + min(rows, 64) * 0.12))
         if bands:
             for row, share in enumerate(busy):
                 base = rows - 1 - row  # first device on top
