@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import shared_trace
+from traceinsight.load import read_file
 from traceinsight.model import TraceError, TraceRead
-from traceinsight.readers import read_trace
+from traceinsight.readers import jsonload, kineto, read_trace
 
 XSPACE = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 _CONVERT = """
@@ -217,3 +218,20 @@ def test_hand_built_export(tmp_path: Path) -> None:
 def test_json_that_is_neither_kineto_nor_xprof_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="neither a Kineto trace nor an XProf"):
         _read(tmp_path, [_meta("process_name", 1, "Browser"), _x(1, 1, "Paint")])
+
+
+def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report` first streams JSON as Kineto; an XProf export is told apart by its first events and then
+    read once, whole, by the Chrome reader (not decoded twice)."""
+    decoded: list[int] = []
+    real = jsonload._decode_piece
+
+    def counting(piece: Any, exact_hint: bool = False) -> Any:
+        decoded.append(len(piece))
+        return real(piece, exact_hint)
+
+    monkeypatch.setattr(jsonload, "_decode_piece", counting)
+    monkeypatch.setattr(kineto, "_ROWS_TO_TELL_KINETO", 2_000)  # this export has 20,631 complete events
+    assert kineto.read_kineto_json(export, chunk_bytes=1 << 16) is None
+    assert sum(decoded) < export.stat().st_size / 4  # its first events, not the file
+    assert read_file(export).input.format == "chrome"

@@ -84,6 +84,9 @@ _KINETO_KEYS = (
     "distributedInfo",
     "baseTimeNanoseconds",
 )
+# Complete events seen without a Kineto cat (nor Kineto's keys) before a streamed file is taken for another
+# kind of Chrome trace: Kineto's first events already carry its cats.
+_ROWS_TO_TELL_KINETO = 10_000
 # A lower bound on the JSON of one event (Kineto writes 200-400 bytes): sizes the column buffers.
 _FEWEST_BYTES_PER_EVENT = 64
 _NO_STREAM = 0xFFFFFFFF  # CUPTI's stream id of a device-wide event (Context Sync)
@@ -121,7 +124,8 @@ def read_kineto(
 def read_kineto_json(
     path: Path | str, chunk_bytes: int = CHUNK_BYTES, on_bytes: Callable[[int], None] | None = None, jobs: int = 1
 ) -> TraceRead | None:
-    """Stream a Chrome-trace JSON file as Kineto; None when it is not a Kineto trace (an XProf export, say).
+    """Stream a Chrome-trace JSON file as Kineto; None when it is not a Kineto trace (an XProf export, say),
+    which its first thousands of events tell.
 
     `jobs` > 1 decodes the chunks in that many processes (`TraceStream.map`); `on_bytes`: see `TraceStream`.
     """
@@ -267,12 +271,13 @@ class _Rows:
     def _of_stream(cls, stream: TraceStream, jobs: int, expected_rows: int) -> _Rows:
         rows = cls(stream.top, stream.warnings, expected_rows)
         with gc_paused():
-            if jobs > 1:
-                for chunk in stream.map(_convert, jobs):
-                    rows.add(chunk)
-            else:
-                for events, exact in stream:
-                    rows.add(_convert(events, exact))
+            chunks = stream.map(_convert, jobs) if jobs > 1 else (_convert(*chunk) for chunk in stream)
+            for chunk in chunks:
+                rows.add(chunk)
+                if rows.rows >= _ROWS_TO_TELL_KINETO and not rows.kineto and not _has_kineto_keys(stream.top):
+                    # Neither Kineto's keys before the events nor its cats in thousands of events: an XProf
+                    # export, say. Stop here: `read_trace` decodes it once, as what it is.
+                    return rows
         rows.top = stream.top
         rows.kineto = rows.kineto or _has_kineto_keys(stream.top)
         return rows
