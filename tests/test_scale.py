@@ -391,3 +391,18 @@ def test_progress_draws_at_most_ten_times_a_second() -> None:
         bar.show(done)
     bar.show(1000)
     assert out.getvalue().count("\r") <= 3
+
+
+def test_a_file_cut_short_while_it_is_read_is_a_trace_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte range that can no longer be read (the file shrank) sends the read back to the plain stream,
+    which names the file and what is wrong, as for any truncated trace."""
+    path = _write(tmp_path, DOCS["spaced"])
+    real = jsonload.ByteRange.read_bracketed
+
+    def shrinking(self: jsonload.ByteRange) -> bytearray:
+        path.write_bytes(DOCS["spaced"][: len(DOCS["spaced"]) // 2])
+        return real(self)
+
+    monkeypatch.setattr(jsonload.ByteRange, "read_bracketed", shrinking)
+    with pytest.raises(TraceError, match="invalid JSON|truncated|ends early"):
+        read_kineto_json(path, chunk_bytes=64, jobs=2)

@@ -480,11 +480,12 @@ def _decode_piece(
 def _decode_and_convert(
     piece: bytes | ByteRange, convert: Callable[[list[Event], bool], R], exact_hint: bool
 ) -> tuple[R, Counter[str], bool] | None:
-    """`TraceStream.map`'s work in a worker process; None when the piece is not whole events."""
+    """`TraceStream.map`'s work in a worker process; None when the piece is not whole events, or its
+    byte range could not be read (the file changed): the plain re-read then says what is wrong."""
     with gc_paused():
         try:
             events, exact, skipped = _decode_piece(piece, exact_hint)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, OSError):
             return None
         return convert(events, exact), skipped, exact
 
