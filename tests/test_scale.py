@@ -406,3 +406,25 @@ def test_a_file_cut_short_while_it_is_read_is_a_trace_error(tmp_path: Path, monk
     monkeypatch.setattr(jsonload.ByteRange, "read_bracketed", shrinking)
     with pytest.raises(TraceError, match="invalid JSON|truncated|ends early"):
         read_kineto_json(path, chunk_bytes=64, jobs=2)
+
+
+def test_the_event_table_is_freed_before_the_page_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`analyse_path` hands renderers the results only: nothing keeps the trace's event table alive."""
+    import gc
+    import weakref
+
+    from traceinsight import pipeline
+
+    tables: list[weakref.ref[Any]] = []
+    real = pipeline.load_run
+
+    def recording(*args: Any) -> Any:
+        profile = real(*args)
+        tables.append(weakref.ref(profile.events))
+        return profile
+
+    monkeypatch.setattr(pipeline, "load_run", recording)
+    analysed = pipeline.analyse_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
+    gc.collect()
+    assert analysed.report["totals"]["kernel_count"] > 0 and analysed.analysis.profile.events.empty
+    assert tables and tables[0]() is None

@@ -68,7 +68,6 @@ def analyse_path(
     if on_loaded is not None:
         on_loaded()
     analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
-    del profile  # the analysis holds it now: `without_events` below can free its table
     report = build_report(analysis, find_bottlenecks(analysis))
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analysed(run, analysis.without_events(), report)
