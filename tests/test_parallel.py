@@ -8,18 +8,21 @@ and the slowest rank are known from the timelines' ground truth.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import shared_trace
 from tools.synth import GpuTimeline, TimelineBuilder
 from traceinsight.cli import main
 from traceinsight.model import TraceError
 from traceinsight.parallel import map_files
 
 RANKS = 8
+XSPACE_GPU = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 
 
 def _timeline(rank: int) -> GpuTimeline:
@@ -140,3 +143,35 @@ def test_without_dask_the_scheduler_option_says_what_to_install(
     code, _ = _report(rank_dir[0], tmp_path, "--scheduler", "local")
     err = capsys.readouterr().err
     assert code == 2 and "Dask is not installed: pip install 'dask[distributed]'" in err
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        # Two hosts' XSpace: the steps come from a device Steps line, named with its host's prefix.
+        {"plugins/profile/r/w1.xplane.pb": XSPACE_GPU, "plugins/profile/r/w0.xplane.pb": XSPACE_GPU},
+        # A CPU-only rank (no devices at all) beside two GPU ones of other makes and schemas.
+        {
+            "a.pt.trace.json.gz": "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+            "b.pt.trace.json.gz": "hta/nccl_parser_config/nccl_data.json.gz",
+            "c.pt.trace.json.gz": "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+        },
+    ],
+    ids=["xspace-steps-lines", "cpu-only-and-gpu-ranks"],
+)
+def test_inputs_analysed_apart_give_the_json_of_the_merged_table(files: dict[str, str], tmp_path: Path) -> None:
+    """With several files and jobs, each input is analysed where it is read and the results merged
+    (`merge_analyses`); one job analyses the merged table. The reports are the same."""
+    run = tmp_path / "run"
+    for name, source in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared_trace(source), run / name)
+    reports = []
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        out.mkdir()
+        code, report = _report(run, out, "--jobs", jobs)
+        assert code == 0
+        reports.append(report)
+    assert reports[0] == reports[1]
+    assert len(reports[0]["inputs"]) == len(files) and reports[0]["steps"]["count"] > 0

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from traceinsight.discover import Run
 from traceinsight.memory import release_free_memory
@@ -24,6 +24,7 @@ from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
 from traceinsight.readers.jsonload import json_size_guess
 from traceinsight.readers.kineto import read_kineto_json
 
+R = TypeVar("R")
 # Below this much input a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 32 << 20
 # From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
@@ -45,7 +46,8 @@ def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: i
     return read_trace(path)
 
 
-def _read(path: Path, base: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+def read_input(path: Path, base: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+    """`read_file`, its path recorded relative to the folder `base` (see `input_base`)."""
     read = read_file(path, on_bytes, jobs)
     try:
         read.input.path = str(path.relative_to(base))
@@ -64,24 +66,50 @@ def load_run(
     `scheduler` (an address or ``"local"``). `progress`: where to draw a
     progress bar while a large run is read (a terminal), or None.
     """
-    base = (base if base.is_dir() else base.parent).absolute()
-    files = [f.absolute() for f in run.files]
-    sizes = [f.stat().st_size for f in files]
-    bar = Progress(sum(sizes), progress) if progress is not None and sum(sizes) >= PROGRESS_MIN_BYTES else None
-    try:
-        if scheduler is None and (jobs <= 1 or len(files) <= 1):  # here, with a bar that moves within files
-            reads = []
-            for path, size in zip(files, sizes, strict=True):
-                reads.append(_read(path, base, bar.within_next(size) if bar else None, jobs))
-        else:
-            on_done = None if bar is None else lambda i: bar.finished(sizes[i])
-            reads = map_files(partial(_read, base=base), files, jobs, scheduler, on_done)
-    finally:
-        if bar:
-            bar.close()
+    if reads_in_parallel(run, jobs, scheduler):
+        reads = map_run(partial(read_input, base=input_base(base)), run, jobs, scheduler, progress)
+    else:  # here, with a bar that moves within files
+        files = [f.absolute() for f in run.files]
+        sizes = [f.stat().st_size for f in files]
+        bar = _bar(sizes, progress)
+        try:
+            reads = [
+                read_input(path, input_base(base), bar.within_next(size) if bar else None, jobs)
+                for path, size in zip(files, sizes, strict=True)
+            ]
+        finally:
+            if bar:
+                bar.close()
     profile = merge_reads(reads, name=run.name)
     release_free_memory()  # what decoding left free in the heap, before the analyses allocate
     return profile
+
+
+def input_base(path: Path) -> Path:
+    """The folder input paths are recorded relative to: the path the user gave, or its folder."""
+    return (path if path.is_dir() else path.parent).absolute()
+
+
+def reads_in_parallel(run: Run, jobs: int, scheduler: str | None) -> bool:
+    """Whether the files of `run` are mapped over processes or a cluster (`map_run`), not read here one by one."""
+    return scheduler is not None or (jobs > 1 and len(run.files) > 1)
+
+
+def map_run(func: Callable[[Path], R], run: Run, jobs: int, scheduler: str | None, progress: TextIO | None) -> list[R]:
+    """``func(path)`` of every file of `run`, `jobs` processes at a time or on the Dask `scheduler`, in file
+    order, with a progress bar that moves file by file."""
+    files = [f.absolute() for f in run.files]
+    sizes = [f.stat().st_size for f in files]
+    bar = _bar(sizes, progress)
+    try:
+        return map_files(func, files, jobs, scheduler, None if bar is None else lambda i: bar.finished(sizes[i]))
+    finally:
+        if bar:
+            bar.close()
+
+
+def _bar(sizes: list[int], progress: TextIO | None) -> Progress | None:
+    return Progress(sum(sizes), progress) if progress is not None and sum(sizes) >= PROGRESS_MIN_BYTES else None
 
 
 class Progress:

@@ -282,6 +282,14 @@ def _input_label(info: InputInfo, index: int) -> str:
     return f"input{index}"
 
 
+def input_labels(inputs: list[InputInfo]) -> list[str]:
+    """The prefix of each input's device ids in a run of several (``rank3``, a host name, ``input2``), unique."""
+    labels = [_input_label(info, i) for i, info in enumerate(inputs)]
+    if len(set(labels)) < len(labels):
+        labels = [f"{label}#{i}" for i, label in enumerate(labels)]
+    return labels
+
+
 def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     """Merge per-file reads of one run into a `Profile`.
 
@@ -291,9 +299,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     if not reads:
         raise ValueError("merge_reads needs at least one read")
     several = len(reads) > 1
-    labels = [_input_label(r.input, i) for i, r in enumerate(reads)]
-    if several and len(set(labels)) < len(labels):
-        labels = [f"{label}#{i}" for i, label in enumerate(labels)]
+    labels = input_labels([r.input for r in reads])
     tables = []
     devices: dict[str, DeviceInfo] = {}
     warnings: Counter[str] = Counter()
@@ -325,6 +331,16 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     )
 
 
+def _alike(columns: list[pd.Categorical]) -> list[pd.Categorical]:
+    """Categoricals whose categories share one dtype: an input without any value (no devices: a CPU-only
+    trace) has empty categories of the default dtype, which `union_categoricals` refuses beside strings."""
+    dtypes = [c.categories.dtype for c in columns if len(c.categories)]
+    if not dtypes:
+        return columns
+    empty = pd.Index([], dtype=dtypes[0])
+    return [c if len(c.categories) else pd.Categorical.from_codes(c.codes, categories=empty) for c in columns]
+
+
 def _concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate event tables keeping categorical columns categorical."""
     merged: dict[str, Any] = {}
@@ -332,7 +348,7 @@ def _concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
         if col in _CATEGORY_COLUMNS:
             cats = _CATEGORY_COLUMNS[col]
             if cats is None:
-                merged[col] = pd.api.types.union_categoricals([t[col].array for t in tables], ignore_order=True)
+                merged[col] = pd.api.types.union_categoricals(_alike([t[col].array for t in tables]), ignore_order=True)
             else:  # same fixed categories everywhere: the codes concatenate as they are
                 codes = np.concatenate([t[col].cat.codes.to_numpy() for t in tables])
                 merged[col] = pd.Categorical.from_codes(codes, categories=cats)

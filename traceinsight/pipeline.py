@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis import Analysis, analyze, merge_analyses
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.discover import Run, discover
 from traceinsight.findings import find_bottlenecks
-from traceinsight.load import load_run
-from traceinsight.model import TraceError
+from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel
+from traceinsight.model import TraceError, TraceRead, merge_reads
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.output import check_output, write_atomic
 
@@ -64,13 +65,30 @@ def analyse_path(
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)
-    profile = load_run(run, path, jobs, scheduler, progress)
-    if on_loaded is not None:
-        on_loaded()
-    analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
+    if reads_in_parallel(run, jobs, scheduler):
+        # Each input is read and analysed where it is read (a process, a Dask worker): only its results
+        # travel back, so the run's tables are never all in this process.
+        if on_loaded is not None:
+            on_loaded()
+        read_and_analyse = partial(_read_and_analyse, base=input_base(path), small_kernel_ns=small_kernel_ns)
+        parts = map_run(read_and_analyse, run, jobs, scheduler, progress)
+        profile = merge_reads([read for read, _ in parts], name=run.name)
+        analysis = merge_analyses(profile, [part for _, part in parts])
+    else:
+        profile = load_run(run, path, jobs, scheduler, progress)
+        if on_loaded is not None:
+            on_loaded()
+        analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
     report = build_report(analysis, find_bottlenecks(analysis))
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analysed(run, analysis.without_events(), report)
+
+
+def _read_and_analyse(path: Path, base: Path, small_kernel_ns: int) -> tuple[TraceRead, Analysis]:
+    """One input read and analysed alone (`merge_analyses` puts the run together), without its event table."""
+    read = read_input(path, base)
+    analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
+    return replace(read, events=read.events.iloc[:0]), analysis
 
 
 def read_saved_report(path: Path) -> dict[str, Any] | None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pandas as pd
+
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.devices import DeviceUsage, device_usage
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
-from traceinsight.analysis.steps import Steps, find_steps
-from traceinsight.model import Profile
+from traceinsight.analysis.steps import Steps, device_line_label, find_steps
+from traceinsight.model import Profile, input_labels, rows_of_input
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Analysis:
     copies: list[DeviceCopies]
     steps: Steps
     input_pipeline: InputPipeline
+    input_steps: list[Steps]  # each input's own steps, as `find_steps` finds them for it alone
 
     @property
     def window_ns(self) -> int:
@@ -56,4 +59,70 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         copies=copy_stats(events, usages),
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
+        input_steps=_input_steps(events, len(profile.inputs), steps),
     )
+
+
+def _input_steps(events: pd.DataFrame, inputs: int, steps: Steps) -> list[Steps]:
+    """Each input's steps (the cross-rank view compares them); the run's own for the input they come from."""
+    if inputs < 2:
+        return [steps]
+    return [steps if steps.input_id == i else find_steps(rows_of_input(events, i)) for i in range(inputs)]
+
+
+def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
+    """The analysis of a run of several inputs from each input's own (`analyze` of a one-input profile,
+    done where the input was read), equal to `analyze` of the merged table.
+
+    Devices, gaps, kernels and copies are per device (in input order, ids prefixed
+    as `merge_reads` does), gap causes per input. The run's steps are those of the
+    first input with host step markers, else of the device Steps line first by
+    name, else those inferred for the first input with events, as `find_steps`
+    chooses. `profile` is the merged run's; its event table may be empty.
+    """
+    if len(parts) == 1:
+        return replace(parts[0], profile=profile)
+    labels = input_labels(profile.inputs)
+
+    def device(i: int, local: str) -> str:
+        return f"{labels[i]}/{local}"
+
+    steps = [_steps_of_input(part.steps, i, labels[i]) for i, part in enumerate(parts)]
+    run_input = _run_steps_input(steps)
+    starts = [p.window_start_ns for p in parts if p.window_start_ns is not None]
+    ends = [p.window_end_ns for p in parts if p.window_end_ns is not None]
+    return Analysis(
+        profile=profile,
+        window_start_ns=min(starts) if starts else None,
+        window_end_ns=max(ends) if ends else None,
+        devices=[replace(u, id=device(i, u.id), input_id=i) for i, p in enumerate(parts) for u in p.devices],
+        gaps=[
+            replace(g, device=device(i, g.device), longest=[replace(x, device=device(i, x.device)) for x in g.longest])
+            for i, p in enumerate(parts)
+            for g in p.gaps
+        ],
+        kernels=[replace(k, device=device(i, k.device)) for i, p in enumerate(parts) for k in p.kernels],
+        copies=[replace(c, device=device(i, c.device)) for i, p in enumerate(parts) for c in p.copies],
+        steps=steps[run_input],
+        input_pipeline=parts[run_input].input_pipeline,
+        input_steps=steps,
+    )
+
+
+def _steps_of_input(steps: Steps, input_id: int, label: str) -> Steps:
+    """One input's own steps as the run sees them: its index, and a Steps line's device prefixed."""
+    if steps.device is None:
+        return replace(steps, input_id=input_id)
+    device = f"{label}/{steps.device}"
+    return replace(steps, input_id=input_id, device=device, marker=device_line_label(device))
+
+
+def _run_steps_input(steps: list[Steps]) -> int:
+    """Which input's steps are the run's (`find_steps`' order of preference)."""
+    host = [i for i, s in enumerate(steps) if s.source == "marker" and s.device is None]
+    if host:
+        return host[0]
+    lines = [(s.device, i) for i, s in enumerate(steps) if s.device is not None]
+    if lines:
+        return min(lines)[1]
+    return next((i for i, s in enumerate(steps) if s.source != "none"), 0)

@@ -14,11 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
 from traceinsight.analysis.devices import span_weighted_idle
-from traceinsight.analysis.steps import Steps, find_steps
+from traceinsight.analysis.steps import Steps
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -74,10 +71,9 @@ def rank_view(analysis: Analysis) -> RankView | None:
     if len(profile.inputs) < 2:
         return None
     ranks = []
-    for input_id, events in enumerate(_split_by_input(profile.events, len(profile.inputs))):
-        info = profile.inputs[input_id]
+    for input_id, info in enumerate(profile.inputs):
         usages = [u for u in analysis.devices if u.input_id == input_id]
-        steps = analysis.steps if analysis.steps.input_id == input_id else find_steps(events)
+        steps = analysis.input_steps[input_id]
         ranks.append(
             RankStats(
                 input_id=input_id,
@@ -100,13 +96,3 @@ def rank_view(analysis: Analysis) -> RankView | None:
     low = min(mean for mean, _ in means)
     high, slowest = max(means, key=lambda pair: pair[0])  # the first of equals
     return RankView(ranks, low, high, slowest if high > low else None)
-
-
-def _split_by_input(events: pd.DataFrame, count: int) -> list[pd.DataFrame]:
-    """Each input's rows. Merged tables hold the inputs one after another, so these are slices."""
-    input_id = events["input_id"].to_numpy()
-    if len(input_id) and not (np.diff(input_id) >= 0).all():
-        order = np.argsort(input_id, kind="stable")
-        events, input_id = events.iloc[order], input_id[order]
-    bounds = np.searchsorted(input_id, np.arange(count + 1))
-    return [events.iloc[bounds[i] : bounds[i + 1]] for i in range(count)]

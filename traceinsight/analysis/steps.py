@@ -48,6 +48,7 @@ class Steps:
     marker: str  # what exactly the steps were taken from, for people
     input_id: int
     items: list[Step]
+    device: str | None = None  # the device whose Steps line gave them, when one did
 
     @property
     def count(self) -> int:
@@ -75,8 +76,15 @@ def _bounds(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return starts, starts + rows["dur_ns"].to_numpy(), rows["step_id"].to_numpy()
 
 
-def _marker_steps(events: pd.DataFrame) -> tuple[int, str, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Host step markers (first input that has them), else a device Steps line."""
+def device_line_label(device: str) -> str:
+    """How steps taken from a device's Steps line say so."""
+    return f"Steps line of {device}"
+
+
+def _marker_steps(
+    events: pd.DataFrame,
+) -> tuple[int, str, str | None, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Host step markers (first input that has them), else a device Steps line (and that device)."""
     steps = events[(events["kind"] == "step").to_numpy()]
     host = steps[steps["device"].isna().to_numpy()]
     if not host.empty:
@@ -84,12 +92,12 @@ def _marker_steps(events: pd.DataFrame) -> tuple[int, str, np.ndarray, np.ndarra
         mine = host[host["input_id"].to_numpy() == input_id].drop_duplicates("step_id")
         names = mine["name"].astype(str)
         label = "ProfilerStep#N" if names.str.startswith("ProfilerStep").all() else f"step marker '{names.iloc[0]}'"
-        return (input_id, label, *_bounds(mine))
+        return (input_id, label, None, *_bounds(mine))
     device = steps[steps["device"].notna().to_numpy()]
     if not device.empty:
         first = device["device"].astype(str).min()
         mine = device[(device["device"] == first).to_numpy()].drop_duplicates("step_id")
-        return (int(mine["input_id"].iloc[0]), f"Steps line of {first}", *_bounds(mine))
+        return (int(mine["input_id"].iloc[0]), device_line_label(first), first, *_bounds(mine))
     return None
 
 
@@ -155,8 +163,9 @@ def find_steps(events: pd.DataFrame) -> Steps:
     if events.empty:
         return Steps("none", "no events", 0, [])
     marked = _marker_steps(events)
+    device = None
     if marked is not None:
-        input_id, label, starts, ends, ids = marked
+        input_id, label, device, starts, ends, ids = marked
         source = "marker"
     else:
         input_id = int(events["input_id"].min())
@@ -179,4 +188,4 @@ def find_steps(events: pd.DataFrame) -> Steps:
         ids = np.arange(len(starts))
     parts = breakdown(rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"]), starts, ends)
     items = [Step(int(ids[i]), int(starts[i]), int(ends[i] - starts[i]), parts[i]) for i in range(len(starts))]
-    return Steps(source, label, input_id, items)
+    return Steps(source, label, input_id, items, device)
