@@ -2,6 +2,8 @@
 
 `analyze` runs them in order (devices first; everything else reads its busy
 unions) and bundles the results; findings and renderers only read an `Analysis`.
+`merge_analyses` gives the same `Analysis` for a run of several inputs from each
+input's own, so inputs can be analysed where they are read.
 """
 
 from __future__ import annotations
