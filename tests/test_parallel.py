@@ -13,11 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from tests.conftest import shared_trace
 from tools.synth import GpuTimeline, TimelineBuilder
 from traceinsight.cli import main
+from traceinsight.discover import discover
+from traceinsight.load import load_run
 from traceinsight.model import TraceError
 from traceinsight.parallel import map_files
 
@@ -175,3 +178,13 @@ def test_inputs_analysed_apart_give_the_json_of_the_merged_table(files: dict[str
         reports.append(report)
     assert reports[0] == reports[1]
     assert len(reports[0]["inputs"]) == len(files) and reports[0]["steps"]["count"] > 0
+
+
+def test_load_run_reads_the_files_in_processes_into_the_same_table(rank_dir) -> None:
+    """`load_run` (the library's way to get a run's merged table) maps files over processes with jobs > 1:
+    the table is the one read file by file here."""
+    folder = rank_dir[0]
+    here = load_run(discover(folder), folder, jobs=1)
+    apart = load_run(discover(folder), folder, jobs=2)
+    pd.testing.assert_frame_equal(apart.events, here.events)
+    assert [i.rank for i in apart.inputs] == list(range(RANKS))

@@ -66,15 +66,16 @@ def load_run(
     `scheduler` (an address or ``"local"``). `progress`: where to draw a
     progress bar while a large run is read (a terminal), or None.
     """
+    base = input_base(base)
     if reads_in_parallel(run, jobs, scheduler):
-        reads = map_run(partial(read_input, base=input_base(base)), run, jobs, scheduler, progress)
+        reads = map_run(partial(read_input, base=base), run, jobs, scheduler, progress)
     else:  # here, with a bar that moves within files
         files = [f.absolute() for f in run.files]
         sizes = [f.stat().st_size for f in files]
         bar = _bar(sizes, progress)
         try:
             reads = [
-                read_input(path, input_base(base), bar.within_next(size) if bar else None, jobs)
+                read_input(path, base, bar.within_next(size) if bar else None, jobs)
                 for path, size in zip(files, sizes, strict=True)
             ]
         finally:

@@ -61,7 +61,8 @@ def analyse_path(
     on_loaded: Callable[[], None] | None = None,
 ) -> Analysed:
     """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
-    `scheduler` and `progress`; `on_loaded()` is called once the traces are read, before the analyses)."""
+    `scheduler` and `progress`). `on_loaded()` is called before the analyses: once the traces are read
+    here, or as the workers that read and analyse the inputs start."""
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
     run = discover(path, run_name)

@@ -895,9 +895,7 @@ def json_size_guess(path: Path | str) -> int:
     For ``.gz``, guessed from the size on disk: Kineto JSON packs about eightfold.
     """
     try:
-        with open(path, "rb") as file:
-            packed = file.read(2) == b"\x1f\x8b"
-        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if packed else 1)
+        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if _is_gzip(path) else 1)
     except OSError:
         return 0
 

@@ -11,7 +11,7 @@ other half. With one job it draws here.
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 from typing import Any
 
@@ -28,14 +28,15 @@ class ChartPainter:
 
     def __init__(self, parallel: bool) -> None:
         self._pool = ProcessPoolExecutor(1, mp_context=fork_context()) if parallel else None
-        self._warm: Future[None] | None = None
+        self._warm = False
         if self._pool is not None:
             self._pool.submit(int)  # fork now, while this process holds no trace
 
     def warm_up(self) -> None:
         """Start importing matplotlib in the painting process (call once the traces are read)."""
-        if self._pool is not None and self._warm is None:
-            self._warm = self._pool.submit(_import_charts)
+        if self._pool is not None and not self._warm:
+            self._warm = True
+            self._pool.submit(_import_charts)
 
     def paint(self, report: dict[str, Any], analysis: Analysis) -> Charts:
         """The charts of one report, as inline SVG (None for a chart the run has no data for)."""
