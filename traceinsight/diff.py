@@ -2,7 +2,7 @@
 
 Pure functions over the `--json` report contract (../shared/notes/report-json.md), so a
 baseline report saved by an earlier CI job compares with a fresh trace exactly as two
-traces do. Three parts:
+traces do. Four parts:
 
 * ``changes``: headline metrics (`RUN_METRICS`) and per-device ones (`DEVICE_METRICS`,
   devices matched by id), each named by its JSON path in the report, with NEW - BASE,
@@ -10,6 +10,19 @@ traces do. Three parts:
 * ``bottlenecks``: added, removed, or changed in cost, by id.
 * ``kernels``: the kernels whose total time changed most, matched by a normalised name
   (`normalise_kernel_name`), over the reports' top kernels of every device.
+* ``projections``: did BASE's what-if come true? ``{checks: [...], headline: {...} | null}``
+  (`projection_checks`, `headline_check`). A check per BASE bottleneck that has a ``projection`` and is
+  gone in NEW or costs less there (``time_ns`` or ``fraction`` smaller); the headline when BASE has a
+  top-level ``projection``. Each compares what BASE projected with the mean steps both runs measured:
+  ``projected_step_ns_before``, ``projected_step_ns_after``, ``projected_saving_ns``, ``projected_speedup``
+  (from the projection), ``measured_step_ns_before`` / ``measured_step_ns_after`` (BASE / NEW
+  ``steps.mean_ns``), ``measured_saving_ns`` (before - after), ``measured_speedup`` (before / after) and
+  ``error`` (projected step after / measured step after - 1: below 0 the projection promised more than
+  came). A check adds ``id``, ``basis`` ("measured" | "estimated") and ``status`` ("gone" | "shrunk");
+  the headline adds ``applied`` (the ids BASE applied), ``addressed`` (those of them gone or shrunk in
+  NEW), ``projected_gpu_util_after`` and ``measured_gpu_util_before`` / ``measured_gpu_util_after``
+  (``totals.gpu_util``). Anything unknown (no mean step, a zero to divide by) is null. Reports from
+  before projections existed give no checks and no headline.
 """
 
 from __future__ import annotations
@@ -299,6 +312,89 @@ def _kernel_change_size(item: dict[str, Any]) -> float:
     return float((item["base"] or item["new"])["total_ns"])
 
 
+def _mean_step_ns(report: dict[str, Any]) -> float | None:
+    return (report.get("steps") or {}).get("mean_ns")
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def _projected_versus_measured(projection: dict[str, Any], base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What `projection` (from BASE) promised per step, what BASE and NEW measured, and how far off it was."""
+    before, after = _mean_step_ns(base), _mean_step_ns(new)
+    projected_after = projection.get("step_ns_after")
+    ratio = _ratio(projected_after, after)
+    return {
+        "projected_step_ns_before": projection.get("step_ns_before"),
+        "projected_step_ns_after": projected_after,
+        "projected_saving_ns": projection.get("saving_ns"),
+        "projected_speedup": projection.get("speedup"),
+        "measured_step_ns_before": before,
+        "measured_step_ns_after": after,
+        "measured_saving_ns": None if before is None or after is None else before - after,
+        "measured_speedup": _ratio(before, after),
+        "error": None if ratio is None else ratio - 1,
+    }
+
+
+def _shrunk(b: dict[str, Any], n: dict[str, Any]) -> bool:
+    """Whether bottleneck `n` (NEW) costs less than `b` (BASE): smaller `time_ns` or smaller `fraction`."""
+    return any(b.get(key) is not None and n.get(key) is not None and n[key] < b[key] for key in ("time_ns", "fraction"))
+
+
+def _fixed_status(b: dict[str, Any], new_by_id: dict[str, dict[str, Any]]) -> str | None:
+    """How NEW fixed BASE bottleneck `b`: "gone", "shrunk" (in part), or None (not at all)."""
+    n = new_by_id.get(b["id"])
+    if n is None:
+        return "gone"
+    return "shrunk" if _shrunk(b, n) else None
+
+
+def projection_checks(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """One check per BASE bottleneck with a ``projection`` that is gone or smaller in NEW, in BASE's rank order.
+
+    Bottlenecks without a projection (reports made before projections existed) and ones that did not
+    shrink give no check.
+    """
+    new_by_id = {n["id"]: n for n in new.get("bottlenecks", [])}
+    checks = []
+    for b in base.get("bottlenecks", []):
+        projection = b.get("projection")
+        if not projection or (status := _fixed_status(b, new_by_id)) is None:
+            continue
+        checks.append(
+            {
+                "id": b["id"],
+                "basis": projection.get("basis"),
+                "status": status,
+                **_projected_versus_measured(projection, base, new),
+            }
+        )
+    return checks
+
+
+def headline_check(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+    """BASE's top-level ``projection`` (its top fixes applied together) against NEW's measured mean step.
+
+    None when BASE has no top-level projection.
+    """
+    projection = base.get("projection")
+    if not projection:
+        return None
+    new_by_id = {n["id"]: n for n in new.get("bottlenecks", [])}
+    applied = list(projection.get("applied") or [])
+    base_applied = [b for b in base.get("bottlenecks", []) if b["id"] in applied]
+    return {
+        "applied": applied,
+        "addressed": [b["id"] for b in base_applied if _fixed_status(b, new_by_id)],
+        **_projected_versus_measured(projection, base, new),
+        "projected_gpu_util_after": projection.get("gpu_util_after"),
+        "measured_gpu_util_before": (base.get("totals") or {}).get("gpu_util"),
+        "measured_gpu_util_after": (new.get("totals") or {}).get("gpu_util"),
+    }
+
+
 def summarise(report: dict[str, Any], origin: Origin = None) -> dict[str, Any]:
     """What a diff says about one side: which run, read from what, with which settings."""
     window = report.get("window") or {}
@@ -331,6 +427,7 @@ def build_diff(
         "changes": metric_changes(base, new),
         "bottlenecks": bottleneck_changes(base, new),
         "kernels": kernel_changes(base, new),
+        "projections": {"checks": projection_checks(base, new), "headline": headline_check(base, new)},
     }
 
 

@@ -1,16 +1,19 @@
 """Ranked bottlenecks: what keeps the device from being busy, what it costs, what to change.
 
 Each rule is data: an id (fixed by the JSON contract), a title, where its
-threshold comes from, a cost function over an `Analysis` (the time fixing it could
-win back, plus the evidence that triggered it) and advice per framework. Costs of
-idle-gap causes are the mean over devices: devices of a data-parallel job idle
-side by side, so that is what the job loses in wall time.
+threshold comes from, a check over an `Analysis` (the evidence that triggered it
+and the `Fix`: what it removes from each step) and advice per framework.
 
-Severity is the cost as a share of the run: >= 20 % high, >= 5 % medium,
->= 1 % low (XProf's input-bound thresholds, applied to every cause); smaller
-costs are not reported. Rules about how efficiently busy time is used
-(`fp32_compute`, `low_occupancy`) rest on estimates, not measured idle time, so
-they are never rated above medium: a busy GPU is never "severely" idle.
+Every bottleneck carries a projection: the mean step once that one fix is applied
+on the step model (`analysis/step_model.py`). Measured stalls (the device waits:
+input, host, launch, sync, exposed copies and collectives, unexplained idle time)
+remove time the trace shows; efficiency rules (`fp32_compute`, `low_occupancy`)
+rest on estimates grounded in the hardware and say their assumption. Stalls rank
+first, by the step time they win back, unless the device is busy >= 90 % of the
+step (then making busy time faster is what is left). Severity is the saving as a
+share of the step: >= 20 % high, >= 5 % medium, >= 1 % low (XProf's input-bound
+thresholds, applied to every cause); `input_bound`'s severity is the input
+verdict's, as both read the same measure; estimates are never above medium.
 """
 
 from __future__ import annotations
@@ -23,19 +26,35 @@ import numpy as np
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
+from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
+from traceinsight.analysis.input_pipeline import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION
+from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
 
 SEVERITIES = ("low", "medium", "high")
-HIGH_SEVERITY = 0.20
-MEDIUM_SEVERITY = 0.05
+HIGH_SEVERITY = HIGH_INPUT_FRACTION  # XProf: >= 20 % of the step
+MEDIUM_SEVERITY = MODERATE_INPUT_FRACTION  # XProf: >= 5 %
 LOW_SEVERITY = 0.01
 # Share of kernels below the small-kernel threshold that makes host-side gaps "launch-bound" rather than "host-bound".
 SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND = 0.5
+# A drained launch queue: kernels start this soon after their launch returns. Longer median delays mean the host
+# is ahead of the device (a deep queue), which is not launch-bound whatever the kernel sizes.
+DRAINED_QUEUE_LAUNCH_DELAY_NS = 50_000
 # Tensor Cores count as unused when they run less than this share of eligible kernel time.
 TENSOR_CORE_UNUSED_SHARE = 0.1
-# Mixed precision roughly halves matmul/convolution time: the estimate of what it wins back.
-MIXED_PRECISION_SAVING = 0.5
-# Tensor Cores exist from compute capability 7.0 (Volta).
-MIN_TENSOR_CORE_CC = 7.0
+# From this median device-busy share of the step on, efficiency estimates rank before stalls.
+BUSY_SHARE_EFFICIENCY_FIRST = 0.9
+# The headline applies at most this many fixes.
+HEADLINE_FIXES = 3
+VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
+STALL, EFFICIENCY = "stall", "efficiency"
+
+
+@dataclass(frozen=True)
+class BottleneckProjection(Projection):
+    """The step after this one fix."""
+
+    basis: str = "measured"  # "measured" | "estimated"
+    assumption: str | None = None  # what an estimate rests on
 
 
 @dataclass(frozen=True)
@@ -48,9 +67,26 @@ class Bottleneck:
     title: str
     evidence: dict[str, Any]
     recommendations: list[str]
+    kind: str  # "stall" | "efficiency"
+    projection: BottleneckProjection
 
 
-Cost = tuple[int, dict[str, Any]] | None
+@dataclass(frozen=True)
+class RunProjection(Projection):
+    """The headline what-if: the top fixes applied one after another on the same steps."""
+
+    basis: str = "measured"
+    applied: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule's check found: its evidence and what fixing it removes from each step."""
+
+    evidence: dict[str, Any]
+    fix: Fix
+    assumption: str | None = None
+    severity: str | None = None  # set by rules whose severity is defined elsewhere (input_bound: the verdict)
 
 
 @dataclass(frozen=True)
@@ -58,37 +94,32 @@ class Rule:
     id: str
     title: str
     basis: str
-    cost: Callable[[Analysis], Cost]
+    check: Callable[[Analysis], Finding | None]
     advice: dict[str, tuple[str, ...]]
+    kind: str = STALL
     max_severity: str = "high"
 
 
-def _mean_gap_cause(analysis: Analysis, cause: str) -> int:
-    if not analysis.gaps:
-        return 0
-    return int(np.mean([g.by_cause[cause] for g in analysis.gaps]))
+def _mean_stall(m: StepModel, stall: str) -> int:
+    return m.mean(m.stalls[stall])
 
 
-def _mean_over_devices(values: list[int]) -> int:
-    return int(np.mean(values)) if values else 0
-
-
-def _input_bound(a: Analysis) -> Cost:
+def _input_bound(a: Analysis) -> Finding | None:
     ip = a.input_pipeline
-    time = _mean_gap_cause(a, "input_wait") if a.devices else ip.wait_ns
-    if time <= 0:
+    m = a.step_model
+    if ip.verdict == "unknown" or not ip.wait_ns:
         return None
     evidence: dict[str, Any] = {
         "input_fraction": ip.fraction,
         "verdict": ip.verdict,
         "source": ip.source,
         "waits": ip.wait_count,
-        "input_wait_gap_ns": _mean_gap_cause(a, "input_wait") if a.devices else None,
+        "input_wait_per_step_ns": _mean_stall(m, "input_wait"),
     }
     if ip.stages:
         evidence["slowest_stage"] = ip.stages[0].name
         evidence["slowest_stage_self_ns"] = ip.stages[0].self_ns
-    return time, evidence
+    return Finding(evidence, fix(m, idle_ns=m.stalls["input_wait"]), severity=VERDICT_SEVERITY.get(ip.verdict))
 
 
 def _small_kernel_share(a: Analysis) -> float:
@@ -96,104 +127,143 @@ def _small_kernel_share(a: Analysis) -> float:
     return sum(k.small_count for k in a.kernels) / count if count else 0.0
 
 
-def _host_gap_evidence(a: Analysis) -> dict[str, Any]:
+def _launch_delay_p50(a: Analysis) -> int | None:
     delays = [k.launch_delay_p50_ns for k in a.kernels if k.launch_delay_p50_ns is not None]
+    return int(np.median(delays)) if delays else None
+
+
+def _host_gap_evidence(a: Analysis) -> dict[str, Any]:
     shorter = [k.shorter_than_launch_count for k in a.kernels if k.shorter_than_launch_count is not None]
     return {
-        "host_launch_gap_ns": _mean_gap_cause(a, "host_launch"),
+        "host_launch_gap_per_step_ns": _mean_stall(a.step_model, "host_launch"),
         "kernel_count": sum(k.count for k in a.kernels),
         "small_kernel_count": sum(k.small_count for k in a.kernels),
         "small_kernel_share": round(_small_kernel_share(a), 4),
         "small_threshold_ns": a.kernels[0].small_threshold_ns if a.kernels else None,
         "shorter_than_launch_count": sum(shorter) if shorter else None,
-        "launch_delay_p50_ns": int(np.median(delays)) if delays else None,
+        "launch_delay_p50_ns": _launch_delay_p50(a),
     }
 
 
-def _launch_bound(a: Analysis) -> Cost:
-    time = _mean_gap_cause(a, "host_launch")
-    if time <= 0 or _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND:
+def _drained_queue(a: Analysis) -> bool:
+    """Kernels start right after their launch: the host, not the device, sets the pace."""
+    delay = _launch_delay_p50(a)
+    return delay is not None and delay <= DRAINED_QUEUE_LAUNCH_DELAY_NS
+
+
+def _host_fix(a: Analysis) -> Fix:
+    """Less host work per step (fused ops, graphs): the host-launch gaps close and the host does less."""
+    m = a.step_model
+    stall = m.stalls["host_launch"]
+    return fix(m, idle_ns=stall, host_ns=stall)
+
+
+def _launch_bound(a: Analysis) -> Finding | None:
+    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
         return None
-    return time, _host_gap_evidence(a)
-
-
-def _host_bound(a: Analysis) -> Cost:
-    time = _mean_gap_cause(a, "host_launch")
-    if time <= 0 or _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND:
+    if _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND or not _drained_queue(a):
         return None
-    return time, _host_gap_evidence(a)
+    return Finding(_host_gap_evidence(a), _host_fix(a))
 
 
-def _h2d_copy(a: Analysis) -> Cost:
+def _host_bound(a: Analysis) -> Finding | None:
+    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
+        return None
+    if _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND and _drained_queue(a):
+        return None
+    return Finding(_host_gap_evidence(a), _host_fix(a))
+
+
+def _h2d_copy(a: Analysis) -> Finding | None:
     h2d = copy_totals(a.copies, "h2d") if a.copies else None
     if not h2d or h2d.count == 0:
         return None
-    time = _mean_over_devices([c.copies["h2d"].exposed_ns for c in a.copies])
-    return time, {
-        "count": h2d.count,
-        "total_ns": h2d.total_ns,
-        "exposed_ns": h2d.exposed_ns,
-        "bytes": h2d.bytes,
-        "pageable_count": h2d.pageable_count,
-        "bandwidth_gbps": round(h2d.bandwidth_gbps, 3) if h2d.bandwidth_gbps is not None else None,
-    }
+    m = a.step_model
+    return Finding(
+        {
+            "count": h2d.count,
+            "total_ns": h2d.total_ns,
+            "exposed_ns": h2d.exposed_ns,
+            "exposed_per_step_ns": _mean_stall(m, "h2d_exposed"),
+            "bytes": h2d.bytes,
+            "pageable_count": h2d.pageable_count,
+            "bandwidth_gbps": round(h2d.bandwidth_gbps, 3) if h2d.bandwidth_gbps is not None else None,
+        },
+        fix(m, device_ns=m.stalls["h2d_exposed"]),
+    )
 
 
-def _d2h_sync(a: Analysis) -> Cost:
-    sync = _mean_gap_cause(a, "sync")
-    d2h = _mean_over_devices([c.copies["d2h"].exposed_ns for c in a.copies])
-    if sync + d2h <= 0:
-        return None
-    return sync + d2h, {"sync_gap_ns": sync, "d2h_exposed_ns": d2h}
+def _d2h_sync(a: Analysis) -> Finding | None:
+    m = a.step_model
+    return Finding(
+        {"sync_gap_per_step_ns": _mean_stall(m, "sync"), "d2h_exposed_per_step_ns": _mean_stall(m, "d2h_exposed")},
+        fix(m, idle_ns=m.stalls["sync"], device_ns=m.stalls["d2h_exposed"]),
+    )
 
 
-def _low_occupancy(a: Analysis) -> Cost:
-    waste = _mean_over_devices([k.low_blocks_waste_ns for k in a.kernels])
-    if waste <= 0:
-        return None
-    return waste, {
-        "kernels_under_one_block_per_sm_ns": sum(k.low_blocks_ns for k in a.kernels),
-        "occupancy_mean_pct": [k.occupancy_mean_pct for k in a.kernels],
-    }
+def _low_occupancy(a: Analysis) -> Finding | None:
+    m = a.step_model
+    waste = m.kernel_ns["low_blocks_waste"]
+    return Finding(
+        {
+            "kernels_under_one_block_per_sm_ns": sum(k.low_blocks_ns for k in a.kernels),
+            "occupancy_mean_pct": [k.occupancy_mean_pct for k in a.kernels],
+        },
+        fix(m, device_ns=waste, kernel_ns=waste),
+        assumption="kernels with fewer blocks than SMs leave (1 - blocks/SM) of the GPU idle; a batch that fills "
+        "every SM does the same work in blocks/SM of their time",
+    )
 
 
-def _compute_capability(a: Analysis) -> float | None:
-    caps = [d.compute_capability for d in a.profile.devices.values() if d.compute_capability]
-    try:
-        return min(float(c) for c in caps) if caps else None
-    except ValueError:
-        return None
+def _compute_capability(a: Analysis) -> tuple[int, int] | None:
+    caps = [parse_compute_capability(d.compute_capability) for d in a.profile.devices.values()]
+    known = [c for c in caps if c is not None]
+    return min(known) if known else None
 
 
-def _fp32_compute(a: Analysis) -> Cost:
+def _fp32_compute(a: Analysis) -> Finding | None:
     eligible = sum(k.tensor_core_eligible_ns for k in a.kernels)
     tc = sum(k.tensor_core_ns for k in a.kernels)
+    if eligible <= 0 or tc >= TENSOR_CORE_UNUSED_SHARE * eligible:
+        return None
     cc = _compute_capability(a)
-    if eligible <= 0 or tc >= TENSOR_CORE_UNUSED_SHARE * eligible or (cc is not None and cc < MIN_TENSOR_CORE_CC):
+    speedup = mixed_precision_speedup(cc)
+    if speedup is None:
         return None
-    non_tc = (eligible - tc) / max(len(a.kernels), 1)
-    return int(non_tc * MIXED_PRECISION_SAVING), {
-        "eligible_kernel_ns": eligible,
-        "tensor_core_kernel_ns": tc,
-        "compute_capability": cc,
-    }
+    ratio, words = speedup
+    m = a.step_model
+    saved = m.kernel_ns["fp32_eligible"] * (1.0 - 1.0 / ratio)
+    return Finding(
+        {
+            "eligible_kernel_ns": eligible,
+            "tensor_core_kernel_ns": tc,
+            "fp32_eligible_per_step_ns": m.mean(m.kernel_ns["fp32_eligible"]),
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+            "peak_speedup": round(ratio, 2),
+        },
+        fix(m, device_ns=saved, kernel_ns=saved),
+        assumption=words,
+    )
 
 
-def _communication(a: Analysis) -> Cost:
-    time = _mean_over_devices([k.communication_exposed_ns for k in a.kernels])
-    if time <= 0:
-        return None
-    return time, {
-        "communication_kernel_ns": sum(k.communication_ns for k in a.kernels),
-        "exposed_ns": sum(k.communication_exposed_ns for k in a.kernels),
-    }
+def _communication(a: Analysis) -> Finding | None:
+    m = a.step_model
+    return Finding(
+        {
+            "communication_kernel_ns": sum(k.communication_ns for k in a.kernels),
+            "exposed_ns": sum(k.communication_exposed_ns for k in a.kernels),
+            "exposed_per_step_ns": _mean_stall(m, "communication_exposed"),
+        },
+        fix(m, device_ns=m.stalls["communication_exposed"], kernel_ns=m.stalls["communication_exposed"]),
+    )
 
 
-def _idle_other(a: Analysis) -> Cost:
-    time = _mean_gap_cause(a, "other")
-    if time <= 0:
-        return None
-    return time, {"other_gap_ns": time, "gap_count": sum(g.count for g in a.gaps)}
+def _idle_other(a: Analysis) -> Finding | None:
+    m = a.step_model
+    return Finding(
+        {"other_gap_per_step_ns": _mean_stall(m, "other"), "gap_count": sum(g.count for g in a.gaps)},
+        fix(m, idle_ns=m.stalls["other"]),
+    )
 
 
 _PT_LOADER = "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, persistent_workers=True)"
@@ -228,7 +298,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "launch_bound",
         "Launch-bound: many small kernels, the host cannot launch them fast enough",
-        "HTA host-wait rule (launch started after the GPU went idle), most kernels under the small-kernel threshold",
+        "HTA host-wait rule (launch ended after the GPU went idle), most kernels under the small-kernel threshold "
+        "and a drained launch queue (median launch delay <= 50 us)",
         _launch_bound,
         {
             "pytorch": (
@@ -252,7 +323,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "host_bound",
         "Host-bound: Python / CPU work between launches keeps the GPU waiting",
-        "HTA host-wait rule (launch started after the GPU went idle), kernels mostly above the small-kernel threshold",
+        "HTA host-wait rule (launch ended after the GPU went idle), kernels mostly above the small-kernel threshold "
+        "or a deep launch queue",
         _host_bound,
         {
             "pytorch": (
@@ -319,12 +391,14 @@ RULES: tuple[Rule, ...] = (
                 "Fuse small ops (torch.compile, XLA `jit_compile=True`) so fewer, larger kernels run.",
             ),
         },
+        kind=EFFICIENCY,
         max_severity="medium",
     ),
     Rule(
         "fp32_compute",
         "Matmul/convolution work runs without Tensor Cores",
-        "PyTorch plugin / XProf Tensor Core rule: eligible kernels, < 10 % of their time on Tensor Cores, CC >= 7.0",
+        "PyTorch plugin / XProf Tensor Core rule: matmul/conv/attention kernels, < 10 % of their time on Tensor "
+        "Cores, CC >= 7.0; gain from the GPU's published FP16 Tensor Core / FP32 peak ratio",
         _fp32_compute,
         {
             "pytorch": (
@@ -340,6 +414,7 @@ RULES: tuple[Rule, ...] = (
             ),
             "jax": ("Compute in bfloat16: cast parameters and inputs to `jnp.bfloat16` (keep an fp32 master copy).",),
         },
+        kind=EFFICIENCY,
         max_severity="medium",
     ),
     Rule(
@@ -392,47 +467,77 @@ def severity_for(fraction: float) -> str | None:
     return None
 
 
-def reference_time_ns(analysis: Analysis) -> int:
-    """What bottleneck fractions are relative to: total step time when marked steps cover most
-    of the span the costs were measured over, else that span. Gap costs are per-device means,
-    so with devices that span is the mean device span (a capture that starts long before the
-    first kernel does not dilute them); without devices it is the window."""
-    steps = analysis.steps
-    span = int(np.mean([u.span_ns for u in analysis.devices])) if analysis.devices else analysis.window_ns
-    if steps.source == "marker" and steps.total_ns >= 0.5 * span:
-        return steps.total_ns
-    return span
+def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
+    basis = "measured" if rule.kind == STALL else "estimated"
+    return BottleneckProjection(
+        **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
+    )
+
+
+def _severity(rule: Rule, finding: Finding, fraction: float) -> str | None:
+    severity = finding.severity or severity_for(fraction)
+    if severity is not None and SEVERITIES.index(severity) > SEVERITIES.index(rule.max_severity):
+        return rule.max_severity
+    return severity
+
+
+def _efficiency_first(a: Analysis) -> bool:
+    return a.step_model.busy_share >= BUSY_SHARE_EFFICIENCY_FIRST
+
+
+def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection, str]]:
+    """Every rule that fires with a saving worth reporting, in ranking order."""
+    found = []
+    for rule in RULES:
+        finding = rule.check(analysis)
+        if finding is None:
+            continue
+        projection = _projection(analysis, finding, rule)
+        fraction = projection.saving_ns / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
+        severity = _severity(rule, finding, fraction)
+        if severity is not None and projection.saving_ns > 0:
+            found.append((rule, finding, projection, severity))
+    lead = EFFICIENCY if _efficiency_first(analysis) else STALL
+    found.sort(key=lambda f: (f[0].kind != lead, -f[2].saving_ns))
+    return found
 
 
 def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
-    """Every rule that fires, most costly first."""
-    reference = reference_time_ns(analysis)
-    if reference <= 0:
-        return []
-    found = []
-    for rule in RULES:
-        cost = rule.cost(analysis)
-        if cost is None:
-            continue
-        time_ns, evidence = cost
-        fraction = min(time_ns / reference, 1.0)
-        severity = severity_for(fraction)
-        if severity is None:
-            continue
-        if SEVERITIES.index(severity) > SEVERITIES.index(rule.max_severity):
-            severity = rule.max_severity
-        found.append((time_ns, fraction, severity, rule, evidence))
-    found.sort(key=lambda f: -f[0])
+    """Every rule that fires, ranked (see the module docstring)."""
+    steps = analysis.step_model.count
     return [
         Bottleneck(
             id=rule.id,
             rank=i + 1,
             severity=severity,
-            time_ns=int(time_ns),
-            fraction=round(fraction, 4),
+            time_ns=projection.saving_ns * steps,
+            fraction=round(projection.saving_ns / projection.step_ns_before, 4),
             title=rule.title,
-            evidence={**evidence, "basis": rule.basis},
+            evidence={**finding.evidence, "basis": rule.basis},
             recommendations=_advice(rule, analysis.profile.framework),
+            kind=rule.kind,
+            projection=projection,
         )
-        for i, (time_ns, fraction, severity, rule, evidence) in enumerate(found)
+        for i, (rule, finding, projection, severity) in enumerate(_found(analysis))
     ]
+
+
+def headline_projection(analysis: Analysis) -> RunProjection | None:
+    """The top fixes applied one after another on the same step model (their savings never simply add up).
+
+    Measured stalls of medium or high severity are applied (the first one whatever its severity), at most
+    `HEADLINE_FIXES`; an estimate is applied only where efficiency leads, so a guess never inflates the
+    measured figure. None when nothing fires.
+    """
+    found = _found(analysis)
+    if not found:
+        return None
+    lead_kind = found[0][0].kind
+    chosen = [f for f in found if f[0].kind == lead_kind]
+    chosen = [chosen[0]] + [f for f in chosen[1:] if f[3] != "low"]
+    chosen = chosen[:HEADLINE_FIXES]
+    return RunProjection(
+        **vars(project(analysis.step_model, [f[1].fix for f in chosen])),
+        basis="measured" if lead_kind == STALL else "estimated",
+        applied=tuple(f[0].id for f in chosen),
+    )

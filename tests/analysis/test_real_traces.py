@@ -38,12 +38,13 @@ def _union_length(intervals):
 
 
 def _plain_kineto(path: Path):
-    """Per device: (idle fraction, kernel count, kernels < 10 us), by loops over the raw JSON."""
+    """Per device: (idle fraction, kernel count, kernels < 10 us, GPU-Util), by loops over the raw JSON."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         doc = json.load(f)
     per_device: dict[str, list] = {}
     kernels: dict[str, list] = {}
+    kernel_iv: dict[str, list] = {}
     for e in doc["traceEvents"]:
         if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_WORK_CATS:
             continue
@@ -51,11 +52,13 @@ def _plain_kineto(path: Path):
         per_device.setdefault(dev, []).append((e["ts"], e["ts"] + e["dur"]))
         if str(e["cat"]).lower() == "kernel":
             kernels.setdefault(dev, []).append(e["dur"])
+            kernel_iv.setdefault(dev, []).append((e["ts"], e["ts"] + e["dur"]))
     out = {}
     for dev, iv in per_device.items():
         span = max(e for _, e in iv) - min(s for s, _ in iv)
         ks = kernels.get(dev, [])
-        out[dev] = (1 - _union_length(iv) / span, len(ks), sum(1 for d in ks if d < 10))
+        util = _union_length(kernel_iv.get(dev, [])) / span
+        out[dev] = (1 - _union_length(iv) / span, len(ks), sum(1 for d in ks if d < 10), util)
     return out
 
 
@@ -66,7 +69,7 @@ def _plain_xspace(path: Path):
     for plane in space.planes:
         if not plane.name.startswith("/device:GPU:"):
             continue
-        iv, durs = [], []
+        iv, durs, kernel_iv = [], [], []
         for line in plane.lines:
             if not line.name.startswith("Stream #"):
                 continue
@@ -76,12 +79,14 @@ def _plain_xspace(path: Path):
                 name = plane.event_metadata[ev.metadata_id].name
                 if not name.startswith(("Memcpy", "Memset")):
                     durs.append(ev.duration_ps)
+                    kernel_iv.append((start, start + ev.duration_ps))
         if iv:
             span = max(e for _, e in iv) - min(s for s, _ in iv)
             out[plane.name.removeprefix("/device:")] = (
                 1 - _union_length(iv) / span,
                 len(durs),
                 sum(1 for d in durs if d < 10_000_000),
+                _union_length(kernel_iv) / span,
             )
     return out
 
@@ -99,10 +104,21 @@ def test_idle_fraction_and_small_kernels_match_plain_arithmetic(relative):
         u.id: (u.idle_fraction, k.count, k.small_count) for u, k in zip(analysis.devices, analysis.kernels, strict=True)
     }
     assert sorted(got) == sorted(want)
-    for dev, (idle, count, small) in want.items():
+    for dev, (idle, count, small, _) in want.items():
         assert got[dev][0] == pytest.approx(idle, abs=0.002)
         assert got[dev][1] == count
         assert got[dev][2] == pytest.approx(small, rel=0.01)
+
+
+@pytest.mark.parametrize("relative", KINETO + XSPACE)
+def test_gpu_util_is_the_kernel_union_over_the_span(relative):
+    """What nvidia-smi's GPU-Util shows: time some kernel runs (copies and memsets do not count) / device span."""
+    path = shared_trace(relative)
+    want = _plain_xspace(path) if relative.endswith(".pb") else _plain_kineto(path)
+    got = {u.id: u.gpu_util for u in _analyse(path).devices}
+    assert sorted(got) == sorted(want)
+    for dev, (*_, util) in want.items():
+        assert got[dev] == pytest.approx(util, abs=0.002), dev
 
 
 def test_resnet_dataloader_verdicts():
@@ -156,3 +172,4 @@ def test_cpu_only_trace_says_no_gpu_activity():
     analysis = _analyse(shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert analysis.devices == []
     assert find_bottlenecks(analysis) == []
+    assert analysis.input_pipeline.verdict == "unknown"  # no DataLoader or tf.data events: nothing to judge

@@ -12,7 +12,8 @@ import pytest
 
 from tests.analysis.builders import US, host, kernel, launch, profile
 from traceinsight.analysis import analyze
-from traceinsight.findings import find_bottlenecks
+from traceinsight.findings import find_bottlenecks, headline_projection
+from traceinsight.model import DeviceInfo
 
 ROWS = [
     host("annotation", 0, 300, "ProfilerStep#1"),
@@ -46,7 +47,9 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def analysis():
-    return analyze(profile(ROWS))
+    p = profile(ROWS)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", compute_capability="7.0")}  # a V100: FP16 Tensor Cores 8x FP32
+    return analyze(p)
 
 
 def test_busy_idle(analysis):
@@ -124,15 +127,66 @@ def test_input_pipeline(analysis):
     assert ip.source == "DataLoader"
 
 
-def test_bottlenecks_ranked_by_cost(analysis):
+# The step model, by hand. Step 1 [0,300): device busy 130 (kernel 100), exposed input wait 160, H2D exposed 30
+# ([100,130)), host floor 5 (the launch [295,300)). Step 2 [300,580): busy 30, gaps host_launch 100, sync 100,
+# other 50, host floor 43 ([402,407) + [430,460) + [500,508); [350,355) lies in the sync).
+# Each fix alone, after = max(step - idle - device, busy - device, floor), mean of the two steps (before 290):
+#   input_bound  step 1: max(140, 130, 5) = 140               -> 210, saving 80 a step, 160 in all
+#   host_bound   step 2: max(180, 30, 43 - 43) = 180          -> 240, saving 50, 100 in all
+#   d2h_sync     step 2: max(180, 30, 43) = 180               -> 240, saving 50
+#   idle_other   step 2: max(230, 30, 43) = 230               -> 265, saving 25
+#   h2d_copy     step 1: max(270, 100, 5) = 270               -> 275, saving 15
+#   fp32_compute step 1: the 100 us sgemm runs 125 / 15.7 = 7.96x faster on V100 Tensor Cores: 87.44 us off,
+#                max(212.56, 42.56, 5) -> 246.28, saving 43.72 (estimate)
+FP32_SAVED_US = 100 * (1 - 15.7 / 125)
+
+
+def test_bottlenecks_ranked_by_saving_stalls_first(analysis):
     found = find_bottlenecks(analysis)
-    assert [(b.id, b.time_ns // US) for b in found] == [
-        ("input_bound", 170),
+    assert [(b.id, b.time_ns / US) for b in found] == [
+        ("input_bound", 160),
         ("host_bound", 100),
         ("d2h_sync", 100),
-        ("fp32_compute", 50),
         ("idle_other", 50),
         ("h2d_copy", 30),
+        # The largest saving after input_bound, but an estimate: it ranks after the measured stalls.
+        ("fp32_compute", pytest.approx(FP32_SAVED_US, abs=0.01)),
     ]
-    assert [b.severity for b in found][:3] == ["high", "medium", "medium"]  # 170, 100, 100 of 580
+    assert [b.severity for b in found] == ["high", "medium", "medium", "medium", "medium", "medium"]
+    assert [b.projection.basis for b in found] == ["measured"] * 5 + ["estimated"]
     assert any("num_workers" in r for r in found[0].recommendations)
+
+
+def test_projection_of_each_fix(analysis):
+    by_id = {b.id: b.projection for b in find_bottlenecks(analysis)}
+    assert {k: (p.step_ns_before / US, p.step_ns_after / US) for k, p in by_id.items()} == {
+        "input_bound": (290, 210),
+        "host_bound": (290, 240),
+        "d2h_sync": (290, 240),
+        "idle_other": (290, 265),
+        "h2d_copy": (290, 275),
+        "fp32_compute": (290, pytest.approx(290 - FP32_SAVED_US / 2, abs=0.01)),
+    }
+    assert by_id["input_bound"].speedup == pytest.approx(290 / 210, abs=1e-3)
+    assert by_id["input_bound"].gpu_util_after == pytest.approx(130 / 420, abs=1e-4)  # kernels 100 + 30 over 2 steps
+    assert by_id["input_bound"].assumption is None
+    assert "V100" in by_id["fp32_compute"].assumption and "8.0x" in by_id["fp32_compute"].assumption
+
+
+def test_input_bound_reads_the_input_verdicts_measure(analysis):
+    (b,) = [b for b in find_bottlenecks(analysis) if b.id == "input_bound"]
+    ip = analysis.input_pipeline
+    assert b.fraction == pytest.approx(ip.fraction, abs=1e-4) == pytest.approx(80 / 290, abs=1e-4)
+    assert (ip.verdict, b.severity) == ("high", "high")
+
+
+def test_headline_applies_the_top_stalls_together(analysis):
+    # input_bound, host_bound and d2h_sync (the top three of medium severity or more). Step 1 as input_bound alone
+    # (140); step 2 loses 100 + 100 idle and the host floor: max(280 - 200, 30, 0) = 80. Mean (140 + 80) / 2 = 110.
+    p = headline_projection(analysis)
+    assert p is not None
+    assert p.applied == ("input_bound", "host_bound", "d2h_sync")
+    assert (p.step_ns_before / US, p.step_ns_after / US) == (290, 110)
+    assert p.gpu_util_before == pytest.approx(130 / 580, abs=1e-4)
+    assert p.gpu_util_after == pytest.approx(130 / 220, abs=1e-4)
+    assert p.basis == "measured"

@@ -17,6 +17,7 @@ from traceinsight.analysis.devices import DeviceUsage, device_usage
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
+from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.model import Profile, input_labels, rows_of_input
 
@@ -33,6 +34,7 @@ class Analysis:
     steps: Steps
     input_pipeline: InputPipeline
     input_steps: list[Steps]  # each input's own steps, as `find_steps` finds them for it alone
+    step_model: StepModel  # the run's steps, what they are made of (projections are computed on it)
 
     @property
     def window_ns(self) -> int:
@@ -50,18 +52,20 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     events = profile.events
     usages = device_usage(events)
     steps = find_steps(events)
+    gaps = idle_gaps(events, usages)
     has_events = not events.empty
     return Analysis(
         profile=profile,
         window_start_ns=int(events["ts_ns"].min()) if has_events else None,
         window_end_ns=int((events["ts_ns"] + events["dur_ns"]).max()) if has_events else None,
         devices=usages,
-        gaps=idle_gaps(events, usages),
+        gaps=gaps,
         kernels=kernel_stats(events, usages, small_kernel_ns),
         copies=copy_stats(events, usages),
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
         input_steps=_input_steps(events, len(profile.inputs), steps),
+        step_model=step_model(events, usages, gaps, steps),
     )
 
 
@@ -108,6 +112,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         steps=steps[run_input],
         input_pipeline=parts[run_input].input_pipeline,
         input_steps=steps,
+        step_model=parts[run_input].step_model,
     )
 
 

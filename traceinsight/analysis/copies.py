@@ -29,13 +29,14 @@ class CopyStats:
     pageable_count: int
     pageable_ns: int
     exposed_ns: int
+    known_bytes_ns: int  # time of the copies whose size is known (bandwidth's denominator)
 
     @property
     def bandwidth_gbps(self) -> float | None:
         """Achieved bandwidth in GB/s (1e9 bytes), over copies whose size is known."""
-        if self.bytes is None or self.total_ns <= 0:
+        if self.bytes is None or self.known_bytes_ns <= 0:
             return None
-        return self.bytes / self.total_ns
+        return self.bytes / self.known_bytes_ns
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def _copy_stats(rows: pd.DataFrame, copy_union: Intervals, kernels: Intervals) -
         pageable_count=int(pageable.sum()),
         pageable_ns=int(dur[pageable].sum()),
         exposed_ns=exposed(copy_union, kernels),
+        known_bytes_ns=int(dur[known].sum()),
     )
 
 
@@ -96,4 +98,5 @@ def copy_totals(results: list[DeviceCopies], kind: str) -> CopyStats:
         pageable_count=sum(p.pageable_count for p in parts),
         pageable_ns=sum(p.pageable_ns for p in parts),
         exposed_ns=sum(p.exposed_ns for p in parts),
+        known_bytes_ns=sum(p.known_bytes_ns for p in parts),
     )

@@ -3,6 +3,8 @@
 Busy is the length of the union of kernel, memcpy and memset intervals over all
 streams of a device (HTA's and XProf's definition); sync events and host work are
 not device work. Idle is the rest of the device's span (first to last activity).
+GPU-Util is what `nvidia-smi` shows: the share of the span in which at least one
+kernel runs (copies and memsets do not count), so users can compare the two.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class DeviceUsage:
     end_ns: int
     busy_ns: int
     busy: Intervals
+    kernel_busy_ns: int  # length of the union of kernel intervals alone
 
     @property
     def span_ns(self) -> int:
@@ -52,6 +55,10 @@ class DeviceUsage:
     @property
     def idle_fraction(self) -> float:
         return self.idle_ns / self.span_ns if self.span_ns > 0 else 0.0
+
+    @property
+    def gpu_util(self) -> float:
+        return self.kernel_busy_ns / self.span_ns if self.span_ns > 0 else 0.0
 
 
 def device_work(events: pd.DataFrame) -> pd.DataFrame:
@@ -73,6 +80,7 @@ def device_usage(events: pd.DataFrame) -> list[DeviceUsage]:
         starts = rows["ts_ns"].to_numpy()
         ends = starts + rows["dur_ns"].to_numpy()
         busy = union(starts, ends)
+        kernel = kind_mask(rows, "kernel")
         usages.append(
             DeviceUsage(
                 id=str(device),
@@ -81,14 +89,25 @@ def device_usage(events: pd.DataFrame) -> list[DeviceUsage]:
                 end_ns=int(ends.max()),
                 busy_ns=busy.total,
                 busy=busy,
+                kernel_busy_ns=union(starts[kernel], ends[kernel]).total,
             )
         )
     return usages
 
 
-def span_weighted_idle(usages: list[DeviceUsage]) -> float | None:
-    """Idle fraction over all devices, each weighted by its span (None without devices)."""
+def _span_weighted(usages: list[DeviceUsage], part: str) -> float | None:
+    """`part` (a DeviceUsage ns field) over all devices' spans (None without devices)."""
     span = sum(u.span_ns for u in usages)
     if span <= 0:
         return None
-    return float(np.sum([u.idle_ns for u in usages]) / span)
+    return float(np.sum([getattr(u, part) for u in usages]) / span)
+
+
+def span_weighted_idle(usages: list[DeviceUsage]) -> float | None:
+    """Idle fraction over all devices, each weighted by its span (None without devices)."""
+    return _span_weighted(usages, "idle_ns")
+
+
+def span_weighted_gpu_util(usages: list[DeviceUsage]) -> float | None:
+    """GPU-Util over all devices, each weighted by its span (None without devices)."""
+    return _span_weighted(usages, "kernel_busy_ns")

@@ -63,6 +63,8 @@ class DeviceGaps:
     histogram: list[Bin]
     longest: list[Gap]
     durations_ns: np.ndarray
+    starts_ns: np.ndarray  # every gap's start, in time order (the step model places them in steps)
+    causes: np.ndarray  # every gap's cause, an index into CAUSES (int8)
 
 
 @dataclass(frozen=True)
@@ -114,18 +116,19 @@ def _with_device_waits(context: HostContext, device_syncs: pd.DataFrame, device:
 
 
 def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> np.ndarray:
-    """The cause of each gap (see the module docstring for the rules)."""
+    """The cause of each gap as an index into `CAUSES` (int8; see the module docstring for the rules)."""
     launch = context.launch_end.index.get_indexer(next_correlation)  # -1 where no launch is known
     known = launch >= 0
     launch_ends = np.append(context.launch_end.to_numpy(), np.iinfo(np.int64).max)  # index -1: never ended
     queued_in_time = launch_ends[launch] <= gaps.starts  # int64 ns: epoch times exceed a double's precision
     waited = context.input_wait.covered_between(gaps.starts, gaps.ends) > 0
     synced = context.sync.covered_between(gaps.starts, gaps.ends) > 0
+    code = CAUSES.index
     return np.select(
         [queued_in_time, waited, synced, known],
-        ["other", "input_wait", "sync", "host_launch"],
-        default="other",
-    )
+        [code("other"), code("input_wait"), code("sync"), code("host_launch")],
+        default=code("other"),
+    ).astype(np.int8)
 
 
 def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[list[str]]:
@@ -176,7 +179,7 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGap
 
 def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostContext) -> DeviceGaps:
     durations = gaps.ends - gaps.starts
-    by_cause = {cause: int(durations[causes == cause].sum()) for cause in CAUSES}
+    by_cause = {cause: int(durations[causes == i].sum()) for i, cause in enumerate(CAUSES)}
     histogram = duration_histogram(durations, HISTOGRAM_EDGES_NS)
     order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
     activity = _host_activity(context, gaps.starts[order], gaps.ends[order])
@@ -185,7 +188,7 @@ def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostCo
             device=device,
             start_ns=int(gaps.starts[i]),
             dur_ns=int(durations[i]),
-            cause=str(causes[i]),
+            cause=CAUSES[causes[i]],
             host_activity=names,
         )
         for i, names in zip(order, activity, strict=True)
@@ -202,4 +205,6 @@ def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostCo
         histogram=histogram,
         longest=longest,
         durations_ns=durations,
+        starts_ns=gaps.starts,
+        causes=causes,
     )

@@ -4,7 +4,10 @@ The wait is the `input_wait` part of the step breakdown (tf.data GetNext /
 DataLoader ``__next__`` time not hidden under device work), as a fraction of
 total step time. Verdict words and thresholds are XProf's, so users who know its
 input-pipeline page read ours the same way: >= 20 % "high", >= 5 % "moderate",
-else "potential" when unexplained idle time is >= 3 %, else "none".
+else "potential" when unexplained idle time is >= 3 %, else "none". A trace with
+no input-pipeline events at all (no tf.data iterator, no DataLoader wait) cannot
+say: its verdict is "unknown" and its wait and fraction null. The `input_bound`
+bottleneck reads this same wait (the step breakdown's exposed input wait).
 
 For tf.data, each ``Iterator::<path>`` stage gets its self time (its time minus
 that of its direct child stages, at least 0), which points at the stage to
@@ -36,7 +39,7 @@ class Stage:
 
 @dataclass(frozen=True)
 class InputPipeline:
-    wait_ns: int
+    wait_ns: int | None
     fraction: float | None
     idle_fraction: float | None
     verdict: str  # "high" | "moderate" | "potential" | "none" | "unknown"
@@ -103,6 +106,8 @@ def input_pipeline(events: pd.DataFrame, steps: Steps) -> InputPipeline:
     idle_fraction = parts["idle"] / total if parts and total > 0 else None
     source = _wait_source(waits)
     stages = _tf_data_stages(mine) or _wait_stages(waits)
+    if waits.empty and not stages:
+        return InputPipeline(None, None, idle_fraction, "unknown", None, 0, [])
     return InputPipeline(
         wait_ns=wait_ns,
         fraction=fraction,

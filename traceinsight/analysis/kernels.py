@@ -3,9 +3,9 @@
 Small kernels are those shorter than a threshold (default 10 us): at that size
 launch overhead, not the GPU, sets the pace. Kernels are joined to their host
 launch call on the correlation id to get the launch delay (launch end -> kernel
-start) and HTA's "shorter than its own launch" count. Tensor Core use is judged
-from kernel names (XProf's and the PyTorch plugin's list, plus Hopper/Blackwell
-and AMD MFMA names), as no trace records it directly.
+start) and HTA's "shorter than its own launch" count. Tensor Core use and
+eligibility are judged from kernel names by the rule table of `tensor_cores`, as
+no trace records them directly.
 """
 
 from __future__ import annotations
@@ -19,20 +19,13 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import exposed, union
+from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.model import kind_mask, rows_of_input
 
 DEFAULT_SMALL_KERNEL_NS = 10_000
 TOP_KERNELS = 15
-# XProf / torch-tb-profiler allowlist, plus newer NVIDIA (xmma/wgmma/nvjet/cutlass tensorop) and AMD MFMA names.
-TENSOR_CORE_PATTERN = re.compile(
-    r"h884|s884|h1688|s1688|hmma|i8816|16816|c1688|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv1x1"
-    r"|conv2d_c1_k1|direct_group|xmma|tensorop|wgmma|gmma|nvjet|flash_fwd|flash_bwd|fmha|mfma|_MI\d+x\d+x\d+",
-    re.IGNORECASE,
-)
-# Matmul / convolution work that Tensor Cores could run (mixed precision makes it eligible).
-TENSOR_CORE_ELIGIBLE_PATTERN = re.compile(
-    r"gemm|conv|cudnn|cutlass|Cijk|matmul|bmm|wgrad|dgrad|implicit_gemm|xmma|nvjet|fmha|flash", re.IGNORECASE
-)
+# torch.compile's Triton GEMM templates: their names do not tell the precision they compute in.
+TRITON_TEMPLATE_PATTERN = re.compile(r"^triton_tem_")
 COMMUNICATION_PATTERN = re.compile(
     r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
 )
@@ -95,20 +88,28 @@ def _launches(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
     return launches[~launches.index.duplicated()]  # the first call of a correlation id
 
 
+def flagged_kernels(work: pd.DataFrame) -> pd.DataFrame:
+    """The kernel rows of `device_work`, with the name rules' flags as columns, evaluated once per distinct name:
+    `tensor_core`, `eligible` (matmul/conv/attention work), `fp32` (eligible, not on Tensor Cores, and a
+    precision the name does not hide: Triton templates do not say theirs) and `communication`."""
+    kernels = work[(work["kind"] == "kernel").to_numpy()]
+    names = kernels["name"].cat.remove_unused_categories()
+    classes = classify_kernel_names(names)
+    tc = classes["tensor_core"].to_numpy()
+    eligible = classes["eligible"].to_numpy()
+    return kernels.assign(
+        tensor_core=tc,
+        eligible=eligible,
+        fp32=eligible & ~tc & ~_name_flags(names, TRITON_TEMPLATE_PATTERN),
+        communication=_name_flags(names, COMMUNICATION_PATTERN),
+    )
+
+
 def kernel_stats(
     events: pd.DataFrame, usages: list[DeviceUsage], small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS
 ) -> list[KernelStats]:
     """Kernel statistics for each device in `usages`."""
-    work = device_work(events)
-    kernels_all = work[(work["kind"] == "kernel").to_numpy()]
-    # Name rules once for all devices, over the kernel names only.
-    names = kernels_all["name"].cat.remove_unused_categories()
-    tc = _name_flags(names, TENSOR_CORE_PATTERN)
-    kernels_all = kernels_all.assign(
-        tensor_core=tc,
-        eligible=_name_flags(names, TENSOR_CORE_ELIGIBLE_PATTERN) | tc,
-        communication=_name_flags(names, COMMUNICATION_PATTERN),
-    )
+    kernels_all = flagged_kernels(device_work(events))
     launches: dict[int, pd.DataFrame] = {}  # once per input, for all its devices
     results = []
     for usage in usages:

@@ -5,8 +5,9 @@ TensorFlow ``train``/``Profiled batch`` with ``step_num``, an XSpace ``Steps``
 line). Without markers ("No step marker observed" leaves XProf's pages empty) they
 are inferred: first from a host event that repeats back to back and covers most
 of the trace (``multi_step_on_iterator``, a training-loop range), then from bursts
-of device activity separated by long idle gaps, and at worst the whole window is
-one step. The result always says which source was used.
+of device activity separated by long idle gaps, and at worst the span of device
+activity (the whole window on a host-only run) is one step: a capture that starts
+long before the first kernel does not dilute the device's figures. The result always says which source was used.
 
 Each step's time is split by priority, so the parts sum to the step time: an
 instant counts once, for the highest category active at it (as XProf and the
@@ -182,6 +183,10 @@ def find_steps(events: pd.DataFrame) -> Steps:
         elif bursts:
             starts, ends = bursts
             label = "device activity bursts"
+        elif len(work):
+            starts = np.array([int(work["ts_ns"].min())])
+            ends = np.array([int((work["ts_ns"] + work["dur_ns"]).max())])
+            label = "device activity span (no markers, no repeating pattern)"
         else:
             starts, ends = np.array([window_start]), np.array([window_end])
             label = "whole window (no markers, no repeating pattern)"

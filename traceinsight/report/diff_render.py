@@ -1,7 +1,7 @@
 """A diff for people: HTML (jinja2, autoescape on), Markdown for CI summaries, the terminal summary.
 
-All three start from the diff object and the same formatted rows (`change_rows`),
-so every renderer shows the JSON's figures in the same order: regressions first.
+All three start from the diff object and the same formatted rows (`change_rows`,
+`projection_rows`), so every renderer shows the JSON's figures in the same order: regressions first.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from traceinsight.diff import ranked
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.html import environment
 from traceinsight.report.markdown import markdown_cell
 
@@ -109,6 +109,57 @@ def kernel_cells(item: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def fmt_ms(ns: float | None) -> str:
+    """A step time in milliseconds to one decimal, no unit (``115.6``): projected and measured side by side."""
+    return "-" if ns is None else f"{ns / 1_000_000:.1f}"
+
+
+def fmt_speedup(speedup: float | None) -> str:
+    return "-" if speedup is None else f"{speedup:.2f}x"
+
+
+def _projection_cells(item: dict[str, Any], label: str, basis: str, status: str) -> dict[str, str]:
+    """One projection check or the headline, formatted: step times and savings in ms (`fmt_ms`)."""
+    return {
+        "label": label,
+        "basis": basis,
+        "status": status,
+        **{
+            f"{side}_{figure}": fmt_ms(item[f"{side}_{key}"])
+            for side in ("projected", "measured")
+            for figure, key in (("before", "step_ns_before"), ("after", "step_ns_after"), ("saving", "saving_ns"))
+        },
+        "projected_speedup": fmt_speedup(item["projected_speedup"]),
+        "measured_speedup": fmt_speedup(item["measured_speedup"]),
+        "error": fmt_relative(item["error"]),
+    }
+
+
+def projection_rows(diff: dict[str, Any]) -> list[dict[str, str]]:
+    """Projected vs measured: one row per check, then the headline; none when no check (nothing to compare)."""
+    projections = diff.get("projections") or {}
+    checks = projections.get("checks") or []
+    if not checks:
+        return []
+    rows = [_projection_cells(c, c["id"], c["basis"] or "-", c["status"]) for c in checks]
+    if headline := projections.get("headline"):
+        applied, addressed = headline["applied"], headline["addressed"]
+        label = f"all applied: {', '.join(applied) or '-'}"
+        rows.append(_projection_cells(headline, label, "combined", f"{len(addressed)} of {len(applied)} fixed"))
+    return rows
+
+
+def projection_line(row: dict[str, str]) -> str:
+    """``input_bound (measured, gone): projected 175.0 -> 115.6 ms/step (1.51x), measured 175.0 -> 139.7 ms/step
+    (1.25x), projection off by -17.3 %``."""
+    return (
+        f"{row['label']} ({row['basis']}, {row['status']}): "
+        f"projected {row['projected_before']} -> {row['projected_after']} ms/step ({row['projected_speedup']}), "
+        f"measured {row['measured_before']} -> {row['measured_after']} ms/step ({row['measured_speedup']}), "
+        f"projection off by {row['error']}"
+    )
+
+
 def diff_sentence(diff: dict[str, Any]) -> str:
     """One sentence: the headline figures, how many regressions, and the bottlenecks that came and went."""
     by_metric = {c["metric"]: c for c in diff["changes"]}
@@ -158,6 +209,7 @@ def render_diff_html(diff: dict[str, Any]) -> str:
             device_rows=change_rows(device_changes),
             bottlenecks=[bottleneck_cells(item) for item in diff["bottlenecks"]["items"]],
             kernels=[{**kernel_cells(k), "names": k["names"]} for k in diff["kernels"][:KERNEL_ROWS_HTML]],
+            projections=projection_rows(diff),
         )
     )
 
@@ -184,6 +236,9 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
     lines.append("")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
     lines += [f"- bottleneck {markdown_cell(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
+    if projections := projection_rows(diff):
+        lines += ["", "Projected vs measured (mean step):", ""]
+        lines += [f"- {markdown_cell(projection_line(row))}" for row in projections]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_MARKDOWN] if k["status"] != "same"]
     if kernels:
         lines += ["", "| kernel | status | base | new | change |", "|---|---|---|---|---|"]
@@ -196,7 +251,9 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
 
 
 def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
-    def paint(text: str, code: str | None) -> str:
+    def paint(text: str, code: str | None = None) -> str:
+        """`text` safe for a terminal (names come from the traces), in colour `code` where asked."""
+        text = escape_control(text)
         return f"{code}{text}{_RESET}" if color and code else text
 
     run_changes, device_changes = split_changes(diff)
@@ -204,10 +261,12 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
     for side in ("base", "new"):
         s = diff[side]
         lines.append(
-            f"  {side:<4} {s.get('path') or s['run']} ({s.get('source') or 'report'}, {s['framework']}, "
-            f"{len(s['inputs'])} input(s), {fmt_count(s['step_count'])} step(s))"
+            paint(
+                f"  {side:<4} {s.get('path') or s['run']} ({s.get('source') or 'report'}, {s['framework']}, "
+                f"{len(s['inputs'])} input(s), {fmt_count(s['step_count'])} step(s))"
+            )
         )
-    lines += ["  " + diff_sentence(diff), ""]
+    lines += [paint("  " + diff_sentence(diff)), ""]
     if note := threshold_note(diff):
         lines += [f"  note: {note}", ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
@@ -223,11 +282,14 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
     if items:
         lines += ["", paint("  Bottlenecks", _BOLD)]
         lines += [paint(f"  {bottleneck_line(x)}", _BOTTLENECK_COLOUR.get(x["status"])) for x in items]
+    if projections := projection_rows(diff):
+        lines += ["", paint("  Projected vs measured (mean step)", _BOLD)]
+        lines += [paint(f"  {projection_line(row)}") for row in projections]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_TERMINAL] if k["status"] != "same"]
     if kernels:
         lines += ["", paint("  Kernels that changed most", _BOLD)]
         lines += [
-            f"  {k['status']:<11} {k['delta']:>10} {k['relative']:>9}  {k['name']} ({k['base']} -> {k['new']})"
+            paint(f"  {k['status']:<11} {k['delta']:>10} {k['relative']:>9}  {k['name']} ({k['base']} -> {k['new']})")
             for k in kernels
         ]
     return "\n".join(lines)

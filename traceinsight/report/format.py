@@ -42,3 +42,17 @@ def fmt_bytes(n: float | None) -> str:
 
 def fmt_count(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 gap', '3 gaps': counts agree in number."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def fmt_step_change(before_ns: int | None, after_ns: int | None, speedup: float | None) -> str:
+    """'174.8 -> 115.6 ms (1.51x)': a step before and after a fix, in one unit."""
+    if before_ns is None or after_ns is None:
+        return "-"
+    scale, unit = next(((s, u) for s, u in _TIME_UNITS if before_ns >= s), (1, "ns"))
+    times = f"{before_ns / scale:,.1f} \u2192 {after_ns / scale:,.1f} {unit}"
+    return times if speedup is None else f"{times} ({speedup:.2f}x)"

@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 from traceinsight.analysis import Analysis
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.painter import ChartPainter
-from traceinsight.report.terminal import verdict_sentence
+from traceinsight.report.terminal import projection_sentence, verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _BACKTICKS = re.compile(r"`([^`]+)`")
@@ -56,5 +56,7 @@ def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainte
     drawn = (painter or ChartPainter(parallel=False)).paint(report, analysis)
     charts = {name: Markup(svg) if svg else None for name, svg in drawn.items()}
     return (
-        environment().get_template("report.html").render(report=report, charts=charts, verdict=verdict_sentence(report))
+        environment()
+        .get_template("report.html")
+        .render(report=report, charts=charts, verdict=verdict_sentence(report), headline=projection_sentence(report))
     )

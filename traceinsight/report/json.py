@@ -16,11 +16,11 @@ import orjson
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
-from traceinsight.analysis.devices import span_weighted_idle
+from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.kernels import KernelStats
 from traceinsight.analysis.ranks import RankStats, rank_view
-from traceinsight.findings import Bottleneck
+from traceinsight.findings import Bottleneck, headline_projection
 
 SCHEMA = "traceinsight.report/1"
 
@@ -89,6 +89,7 @@ def _devices(a: Analysis) -> list[dict[str, Any]]:
                 "busy_ns": usage.busy_ns,
                 "idle_ns": usage.idle_ns,
                 "idle_fraction": usage.idle_fraction,
+                "gpu_util": round(usage.gpu_util, 4),
                 "gaps": _gaps(gaps),
                 "kernels": _kernels(kernels),
                 "copies": {ck: _copy(copies.copies[ck]) for ck in REPORTED_COPY_KINDS},
@@ -98,12 +99,17 @@ def _devices(a: Analysis) -> list[dict[str, Any]]:
     return out
 
 
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def _totals(a: Analysis) -> dict[str, Any]:
     h2d = copy_totals(a.copies, "h2d")
     d2h = copy_totals(a.copies, "d2h")
     return {
         "device_count": len(a.devices),
         "idle_fraction": span_weighted_idle(a.devices),
+        "gpu_util": _rounded(span_weighted_gpu_util(a.devices)),
         "kernel_count": sum(k.count for k in a.kernels),
         "small_kernel_count": sum(k.small_count for k in a.kernels),
         "h2d_count": h2d.count,
@@ -142,6 +148,12 @@ def _input_pipeline(a: Analysis) -> dict[str, Any]:
         "wait_count": ip.wait_count,
         "stages": [asdict(st) for st in ip.stages],
     }
+
+
+def _headline(a: Analysis) -> dict[str, Any] | None:
+    """The top fixes applied together on the step model (findings.headline_projection); null when none fires."""
+    projection = headline_projection(a)
+    return None if projection is None else asdict(projection)
 
 
 def _rank(r: RankStats) -> dict[str, Any]:
@@ -200,6 +212,7 @@ def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
         "totals": _totals(a),
         "input_pipeline": _input_pipeline(a),
         "ranks": _ranks(a),
+        "projection": _headline(a),
         "bottlenecks": [asdict(b) for b in bottlenecks],
         "warnings": dict(p.warnings),
     }

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
-from traceinsight.report.terminal import verdict_sentence
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct, fmt_step_change
+from traceinsight.report.terminal import projection_sentence, verdict_sentence
 
 
 def markdown_cell(text: str) -> str:
@@ -22,11 +22,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",
+        *([markdown_cell(projection_sentence(report) or ""), ""] if report.get("projection") else []),
         "| metric | value |",
         "|---|---|",
         f"| framework | {report['framework']} |",
         f"| devices | {totals['device_count']} |",
         f"| idle fraction | {fmt_pct(totals['idle_fraction'])} |",
+        f"| GPU-Util | {fmt_pct(totals.get('gpu_util'))} |",
         f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])} |",
         f"| input wait | {fmt_pct(ip['fraction'])} ({ip['verdict']}) |",
         f"| kernels (small) | {fmt_count(totals['kernel_count'])} ({fmt_count(totals['small_kernel_count'])}) |",
@@ -35,11 +37,16 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report["bottlenecks"]:
-        lines += ["| # | bottleneck | severity | time | share | first fix |", "|---|---|---|---|---|---|"]
+        lines += [
+            "| # | bottleneck | severity | share of step | step after this fix | basis | first fix |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for b in report["bottlenecks"]:
             fix = b["recommendations"][0] if b["recommendations"] else ""
+            p = b["projection"]
+            after = fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
             lines.append(
-                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_ns(b['time_ns'])} | {fmt_pct(b['fraction'])} "
+                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_pct(b['fraction'])} | {after} | {p['basis']} "
                 f"| {markdown_cell(fix)} |"
             )
     else:

@@ -1,0 +1,193 @@
+"""Projections: the step model by hand, and predicted against measured on real before/after runs."""
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import KINETO_TRACES, SHARED_TRACES, shared_trace
+from traceinsight.analysis import analyze
+from traceinsight.analysis.step_model import StepModel, fix, project
+from traceinsight.discover import discover
+from traceinsight.findings import find_bottlenecks
+from traceinsight.load import load_run
+from traceinsight.report.json import build_report
+
+# Within this share of the fixed run's measured mean step, a projection counts as right (issue 11).
+TOLERANCE = 0.25
+
+
+def _analyse(path: Path):
+    return analyze(load_run(discover(path), path))
+
+
+def _model(step, busy, floor, kernel=None) -> StepModel:
+    return StepModel(
+        step_ns=np.array(step, np.int64),
+        device_busy_ns=np.array(busy, np.float64),
+        kernel_busy_ns=np.array(kernel if kernel is not None else busy, np.float64),
+        host_floor_ns=np.array(floor, np.float64),
+        stalls={},
+        kernel_ns={},
+        device_count=1,
+    )
+
+
+def test_fixes_applied_together_do_not_add_up():
+    # One 100 ns step, device busy 60, host floor 50: each 30 ns stall alone wins 30 (step 70), but both together
+    # can only remove the 40 ns of idle time the step has: max(100 - 40, 60, 50) = 60, a 40 ns saving, not 60.
+    m = _model([100], [60], [50])
+    one = fix(m, idle_ns=[30])
+    assert project(m, [one]).step_ns_after == 70
+    assert project(m, [one, one]).step_ns_after == 60
+
+
+def test_host_floor_bounds_a_device_fix_but_not_a_host_fix():
+    # Host busy 90 of a 100 ns step: kernels twice as fast (device 80 -> 40) leave the step at the host's 90;
+    # removing 50 ns of host work and the 10 ns it kept the device idle gives max(90, 80, 40) = 90 -> 90 too,
+    # and with the kernels faster as well: max(100 - 10 - 40, 40, 40) = 50.
+    m = _model([100], [80], [90])
+    faster = fix(m, device_ns=[40], kernel_ns=[40])
+    host = fix(m, idle_ns=[10], host_ns=[50])
+    assert project(m, [faster]).step_ns_after == 90
+    assert project(m, [host]).step_ns_after == 90
+    both = project(m, [faster, host])
+    assert both.step_ns_after == 50
+    assert both.gpu_util_before == pytest.approx(0.8)
+    assert both.gpu_util_after == pytest.approx(40 / 50)
+
+
+def _profiler_step_mean_ns(path: Path) -> float:
+    """Mean `ProfilerStep#N` duration of a Kineto trace, read from the raw JSON (host copies only)."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    durations = [
+        e["dur"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and re.fullmatch(r"ProfilerStep#\d+", str(e.get("name")))
+        and e.get("cat") != "gpu_user_annotation"
+    ]
+    return float(np.mean(durations)) * 1000
+
+
+def _check_pair(before: Path, measured_after_ns: float, fix_id: str):
+    analysis = _analyse(before)
+    top = find_bottlenecks(analysis)[0]
+    assert top.id == fix_id
+    assert top.projection.basis == "measured"
+    return top.projection, top.projection.step_ns_after / measured_after_ns - 1
+
+
+def test_resnet50_dataloader_workers_projection():
+    """num_workers 0 -> 4 on a V100: the fixed run's mean ProfilerStep is 139.7 ms."""
+    measured = _profiler_step_mean_ns(shared_trace(KINETO_TRACES[1]))
+    assert measured == pytest.approx(139.7e6, rel=0.002)
+    projection, error = _check_pair(shared_trace(KINETO_TRACES[0]).parent, measured, "input_bound")
+    assert abs(error) <= TOLERANCE, (projection, error)
+
+
+def _run_info_mean_ns(folder: Path) -> float:
+    return float(np.mean(json.loads((folder / "run_info.json").read_text())["profiled_step_wall_ms"])) * 1e6
+
+
+def test_tf_data_sequential_to_tuned_projection_speedup():
+    """a (sequential py_function map, no prefetch) -> b (parallel map, cache, prefetch): measured 72x."""
+    measured = _run_info_mean_ns(shared_trace("tf_cpu/b_input_tuned"))
+    projection, _ = _check_pair(shared_trace("tf_cpu/a_input_bound"), measured, "input_bound")
+    assert projection.speedup >= 10
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the fixed run also caches the data, which removes the decode threads that slowed the input-bound run's "
+    "own training ops 1.7x on 2 cores; the step model keeps that slower training work (4.1 ms vs 2.25 ms measured)",
+)
+def test_tf_data_sequential_to_tuned_projection_within_tolerance():
+    measured = _run_info_mean_ns(shared_trace("tf_cpu/b_input_tuned"))
+    _, error = _check_pair(shared_trace("tf_cpu/a_input_bound"), measured, "input_bound")
+    assert abs(error) <= TOLERANCE
+
+
+def _all_shared_runs() -> list[Path]:
+    if not SHARED_TRACES.is_dir():
+        return []
+    files = [
+        p for p in SHARED_TRACES.rglob("*") if p.suffix in (".gz", ".pb", ".json") and "xprof_reference" not in p.parts
+    ]
+    return sorted({p.parent for p in files if not p.name.startswith("gpu_metrics_expected")})
+
+
+@pytest.fixture(scope="module")
+def shared_reports() -> dict[str, dict]:
+    runs = _all_shared_runs()
+    if not runs:
+        pytest.skip("../shared/traces not available")
+    reports = {}
+    for run in runs:
+        analysis = _analyse(run)
+        reports[str(run.relative_to(SHARED_TRACES))] = build_report(analysis, find_bottlenecks(analysis))
+    return reports
+
+
+def test_every_bottleneck_has_a_projection(shared_reports):
+    for name, report in shared_reports.items():
+        for b in report["bottlenecks"]:
+            p = b["projection"]
+            assert p["basis"] in ("measured", "estimated"), name
+            assert p["step_ns_after"] <= p["step_ns_before"] == report["steps"]["mean_ns"] or name
+            assert p["saving_ns"] == p["step_ns_before"] - p["step_ns_after"] > 0, (name, b["id"])
+            assert (p["assumption"] is None) == (p["basis"] == "measured"), (name, b["id"])
+            assert b["kind"] == ("stall" if p["basis"] == "measured" else "efficiency")
+
+
+def test_measured_stalls_rank_before_estimates_unless_the_device_is_busy(shared_reports):
+    for name, report in shared_reports.items():
+        kinds = [b["kind"] for b in report["bottlenecks"]]
+        assert kinds == sorted(kinds, key=lambda k: k != kinds[0]) if kinds else True, name
+        stalls = [b["projection"]["saving_ns"] for b in report["bottlenecks"] if b["kind"] == "stall"]
+        assert stalls == sorted(stalls, reverse=True), name
+
+
+def test_high_input_verdict_means_high_input_bound(shared_reports):
+    seen_high = 0
+    for name, report in shared_reports.items():
+        ip = report["input_pipeline"]
+        severity = {b["id"]: b["severity"] for b in report["bottlenecks"]}.get("input_bound")
+        if ip["verdict"] == "high":
+            seen_high += 1
+            assert severity == "high", name
+        if ip["verdict"] == "moderate":
+            assert severity == "medium", name
+    assert seen_high >= 2  # ResNet-50 num_workers=0 and tf_cpu/a
+
+
+@pytest.mark.parametrize(
+    "run", ["tracelens/b200", "xprof/test_xplanes", "tracelens/mi300/jax_conv_minimal_08", "hta/nccl_parser_config"]
+)
+def test_input_verdict_unknown_without_input_events(shared_reports, run):
+    ip = shared_reports[run]["input_pipeline"]
+    assert (ip["verdict"], ip["fraction"], ip["wait_ns"]) == ("unknown", None, None)
+    assert "input_bound" not in {b["id"] for b in shared_reports[run]["bottlenecks"]}
+
+
+def test_headline_projection_never_sums_savings(shared_reports):
+    for name, report in shared_reports.items():
+        p = report["projection"]
+        if p is None:
+            assert report["bottlenecks"] == [], name
+            continue
+        applied = [b for b in report["bottlenecks"] if b["id"] in p["applied"]]
+        assert p["saving_ns"] <= sum(b["projection"]["saving_ns"] for b in applied) + len(applied), name  # ns rounding
+        assert p["saving_ns"] >= max(b["projection"]["saving_ns"] for b in applied) - 1, name
+        assert all(b["projection"]["basis"] == p["basis"] for b in applied), name
+
+
+def test_fp32_compute_ignores_type_conversions(shared_reports):
+    """GPU-multi-worker's only kernels that the old rule called eligible are Eigen casts (TensorConversionOp)."""
+    report = shared_reports["xprof/GPU-multi-worker"]
+    assert "fp32_compute" not in {b["id"] for b in report["bottlenecks"]}
+    assert sum(d["kernels"]["tensor_core_eligible_ns"] for d in report["devices"]) == 0

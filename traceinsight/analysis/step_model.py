@@ -1,0 +1,249 @@
+"""The step model: what a step is made of, so a fix's effect on the step can be projected.
+
+Per step of the run's step input (one value per step in each array), over the
+devices of that input that ran kernels (their mean, as data-parallel devices idle
+side by side):
+
+* ``step_ns``: the step's length;
+* ``device_busy_ns``: time some kernel, copy or memset runs;
+* ``kernel_busy_ns``: time some kernel runs (GPU-Util's numerator);
+* ``host_floor_ns``: host work that is not waiting (framework ops and runtime calls
+  outside input waits and synchronisations): no fix to the device makes the step
+  shorter than this;
+* ``stalls``: the exposed time of each measured stall (``STALLS``), i.e. time the
+  device did no useful work because of it;
+* ``kernel_ns``: kernel time of the kernel classes efficiency estimates act on.
+
+A fix removes idle time (a stall the device waited through) and/or device time
+(exposed copies, exposed communication, faster kernels). `project` applies fixes one
+after another on the same steps and recomputes each step as
+
+    after = max(step - idle removed - device time removed,   # the same schedule, shorter
+                device busy - device time removed,            # the device's remaining work
+                host floor)                                   # the host's remaining work
+
+so savings never add up past what the step holds, and removing a stall of a
+host-bound step wins only down to the host's own work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
+from traceinsight.analysis.intervals import Intervals, union, union_of
+from traceinsight.analysis.kernels import flagged_kernels
+from traceinsight.analysis.steps import Steps
+from traceinsight.model import COPY_KINDS, kind_mask, rows_of_input
+
+# Measured stalls: idle-gap causes, the step breakdown's exposed input wait, and device time that is exposed
+# (copies and collectives not hidden under compute).
+STALLS = (
+    "input_wait",
+    "host_launch",
+    "sync",
+    "other",
+    "h2d_exposed",
+    "d2h_exposed",
+    "communication_exposed",
+)
+# Kernel classes that efficiency estimates act on.
+KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste")
+
+
+@dataclass(frozen=True)
+class StepModel:
+    step_ns: np.ndarray
+    device_busy_ns: np.ndarray
+    kernel_busy_ns: np.ndarray
+    host_floor_ns: np.ndarray
+    stalls: dict[str, np.ndarray]
+    kernel_ns: dict[str, np.ndarray]
+    device_count: int  # devices the per-step means are over (0: a host-only run)
+
+    @property
+    def count(self) -> int:
+        return len(self.step_ns)
+
+    def mean(self, values: np.ndarray) -> int:
+        return int(round(float(np.mean(values)))) if len(values) else 0
+
+    @property
+    def busy_share(self) -> float:
+        """Median share of a step the device is busy (0 without devices)."""
+        if not self.device_count or not self.count:
+            return 0.0
+        return float(np.median(self.device_busy_ns / np.maximum(self.step_ns, 1)))
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What one fix removes from each step (ns per step)."""
+
+    idle_ns: np.ndarray  # device idle time (a stall waited through)
+    device_ns: np.ndarray  # device busy time (exposed copies, collectives, faster kernels)
+    kernel_ns: np.ndarray  # of `device_ns`, the kernel time (GPU-Util)
+    host_ns: np.ndarray  # host work the fix takes away (fused ops, graphs): lowers the host floor
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A step before and after fixes, as means over the steps (GPU-Util over the steps; None on host-only runs)."""
+
+    step_ns_before: int
+    step_ns_after: int
+    saving_ns: int
+    speedup: float
+    gpu_util_before: float | None
+    gpu_util_after: float | None
+
+
+def fix(
+    model: StepModel,
+    idle_ns: np.ndarray | None = None,
+    device_ns: np.ndarray | None = None,
+    kernel_ns: np.ndarray | None = None,
+    host_ns: np.ndarray | None = None,
+) -> Fix:
+    """A `Fix` with zeros where nothing is removed."""
+
+    def per_step(values: np.ndarray | None) -> np.ndarray:
+        return np.zeros(model.count, np.float64) if values is None else np.asarray(values, np.float64)
+
+    return Fix(per_step(idle_ns), per_step(device_ns), per_step(kernel_ns), per_step(host_ns))
+
+
+def project(model: StepModel, fixes: list[Fix]) -> Projection:
+    """The mean step once every fix is applied, one after another, on the same steps."""
+    step = model.step_ns.astype(np.float64)
+    busy = model.device_busy_ns.astype(np.float64)
+    idle = np.zeros(model.count)
+    device = np.zeros(model.count)
+    kernel = np.zeros(model.count)
+    host = np.zeros(model.count)
+    for f in fixes:
+        idle = np.minimum(idle + f.idle_ns, step - busy)  # no more idle time than the step has
+        device = np.minimum(device + f.device_ns, busy)
+        kernel = np.minimum(kernel + f.kernel_ns, model.kernel_busy_ns)
+        host = np.minimum(host + f.host_ns, model.host_floor_ns)
+    floor = model.host_floor_ns - host
+    after = np.maximum.reduce([step - idle - device, busy - device, floor])
+    after = np.minimum(after, step)  # a fix never makes a step longer
+    before_ns, after_ns = float(step.sum()), float(after.sum())
+    n = max(model.count, 1)
+    has_device = model.device_count > 0 and before_ns > 0
+    step_before, step_after = int(round(before_ns / n)), int(round(after_ns / n))
+    return Projection(
+        step_ns_before=step_before,
+        step_ns_after=step_after,
+        saving_ns=step_before - step_after,
+        speedup=round(before_ns / after_ns, 3) if after_ns > 0 else 1.0,
+        gpu_util_before=round(float(model.kernel_busy_ns.sum()) / before_ns, 4) if has_device else None,
+        gpu_util_after=round(min(float((model.kernel_busy_ns - kernel).sum()) / after_ns, 1.0), 4)
+        if has_device and after_ns > 0
+        else None,
+    )
+
+
+def _in_steps(ts: np.ndarray, values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Sum of `values` per step, each placed in the step its start falls in (steps do not overlap)."""
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    inside = (idx >= 0) & (ts < ends[np.clip(idx, 0, None)])
+    return np.bincount(idx[inside], weights=values[inside], minlength=len(starts))[: len(starts)]
+
+
+def _exposed_in_steps(work: Intervals, hiding: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of `work` not under `hiding`, per step: |work ∪ hiding| - |hiding|."""
+    return union_of(work, hiding).covered_between(starts, ends) - hiding.covered_between(starts, ends)
+
+
+def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
+    starts = rows["ts_ns"].to_numpy()[mask]
+    return union(starts, starts + rows["dur_ns"].to_numpy()[mask])
+
+
+def _device_figures(
+    rows: pd.DataFrame, usage: DeviceUsage, gaps: DeviceGaps, starts: np.ndarray, ends: np.ndarray
+) -> dict[str, np.ndarray]:
+    """One device's per-step figures (see the module docstring)."""
+    kernels = flagged_kernels(rows)
+    kernel = kind_mask(rows, "kernel")
+    memcpy = kind_mask(rows, "memcpy")
+    copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS
+    k_union = _rows_union(rows, kernel)
+    comm = kernels["communication"].to_numpy()
+    k_ts = kernels["ts_ns"].to_numpy()
+    k_end = k_ts + kernels["dur_ns"].to_numpy()
+    gap_starts = gaps.starts_ns
+    gap_ends = gap_starts + gaps.durations_ns
+    figures = {
+        "device_busy_ns": usage.busy.covered_between(starts, ends),
+        "kernel_busy_ns": k_union.covered_between(starts, ends),
+        "h2d_exposed": _exposed_in_steps(
+            _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("h2d"))), k_union, starts, ends
+        ),
+        "d2h_exposed": _exposed_in_steps(
+            _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("d2h"))), k_union, starts, ends
+        ),
+        "communication_exposed": _exposed_in_steps(
+            union(k_ts[comm], k_end[comm]), union(k_ts[~comm], k_end[~comm]), starts, ends
+        ),
+    }
+    for i, cause in enumerate(CAUSES):
+        mine = gaps.causes == i
+        figures[cause] = Intervals(gap_starts[mine], gap_ends[mine]).covered_between(starts, ends)
+    dur = kernels["dur_ns"].to_numpy().astype(np.float64)
+    fp32 = kernels["fp32"].to_numpy()
+    bps = kernels["blocks_per_sm"].to_numpy()
+    low = ~np.isnan(bps) & (bps < 1.0)
+    figures["fp32_eligible"] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
+    figures["low_blocks_waste"] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
+    return figures
+
+
+def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per step, host framework ops and runtime calls outside input waits and synchronisations."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
+    host = mine["device"].isna().to_numpy()
+    work = _rows_union(mine, host & kind_mask(mine, "cpu_op", "runtime"))
+    waiting = _rows_union(
+        mine, host & (kind_mask(mine, "input_wait", "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
+    )
+    return _exposed_in_steps(work, waiting, starts, ends)
+
+
+def step_model(events: pd.DataFrame, usages: list[DeviceUsage], gaps: list[DeviceGaps], steps: Steps) -> StepModel:
+    """The step model of the run's steps (see the module docstring)."""
+    starts = np.array([s.start_ns for s in steps.items], np.int64)
+    ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
+    count = len(starts)
+    mine = [(u, g) for u, g in zip(usages, gaps, strict=True) if u.input_id == steps.input_id]
+    ran_kernels = [(u, g) for u, g in mine if u.kernel_busy_ns > 0]
+    devices = ran_kernels or mine
+    work = device_work(events) if devices else None
+    per_device = []
+    for usage, device_gaps in devices:
+        rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
+        per_device.append(_device_figures(rows, usage, device_gaps, starts, ends))
+
+    def mean(name: str) -> np.ndarray:
+        if not per_device:
+            return np.zeros(count, np.float64)
+        return np.mean([f[name] for f in per_device], axis=0).astype(np.float64)
+
+    stalls = {name: mean(name) for name in STALLS}
+    # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
+    stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
+    return StepModel(
+        step_ns=ends - starts,
+        device_busy_ns=mean("device_busy_ns"),
+        kernel_busy_ns=mean("kernel_busy_ns"),
+        host_floor_ns=_host_floor(events, steps.input_id, starts, ends).astype(np.float64) if count else np.zeros(0),
+        stalls=stalls,
+        kernel_ns={name: mean(name) for name in KERNEL_CLASSES},
+        device_count=len(per_device),
+    )
