@@ -33,6 +33,21 @@ FEATURES = 64
 FIRST_STEP = 4  # step_num of the first profiled step (warm-up steps come before)
 
 
+def seeded_mlp() -> Any:
+    """The seeded MLP 64-128-128-10 that the TF sample scripts train (same weights every run)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+
+
 def _load(index: Any) -> tuple[np.ndarray, np.int32]:
     """The slow per-element work: 3 ms of "decoding" plus a little numpy."""
     time.sleep(SLEEP_S)
@@ -66,15 +81,7 @@ def profile_tf_input_pipeline(logdir: Path, tuned: bool, steps: int = 10) -> Pat
     import keras
     import tensorflow as tf
 
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((FEATURES,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
+    model = seeded_mlp()
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.Adam(1e-3)
 

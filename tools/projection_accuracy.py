@@ -1,0 +1,96 @@
+"""Projection accuracy: for each real before/after pair, the step the report projects for the fix against the
+step the fixed run measured.
+
+Why: a projection is a claim, so it is checked on real re-runs. Pairs are the real traces in
+`../shared/traces` (when present) and our own captures in `sample_traces/pairs/` (`tools/capture_pairs.py`).
+The measured step of the fixed run is its traced mean step (`steps.mean_ns`), the same measure the projection
+starts from. Prints a Markdown table for the README.
+
+    python -m tools.projection_accuracy
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.discover import discover
+from traceinsight.findings import find_bottlenecks
+from traceinsight.load import load_run
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "traces"
+PAIRS = REPO / "sample_traces" / "pairs"
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    before: Path
+    after: Path
+    fix: str  # the bottleneck id the change addresses
+    cached: bool = False  # the change also caches the input: compare the "input fully hidden" step
+
+
+def pairs() -> list[Pair]:
+    """Every pair whose both sides are on disk."""
+    found = [
+        Pair(
+            "ResNet-50 V100, DataLoader num_workers 0 -> 4",
+            SHARED / "kineto/resnet50_num_workers_0",
+            SHARED / "kineto/resnet50_num_workers_4",
+            "input_bound",
+        ),
+        Pair(
+            "TF CPU, sequential py_function map -> parallel map + cache + prefetch",
+            SHARED / "tf_cpu/a_input_bound",
+            SHARED / "tf_cpu/b_input_tuned",
+            "input_bound",
+            cached=True,
+        ),
+    ]
+    for name, fix in (
+        ("tf_data_parallel", "input_bound"),
+        ("torch_dataloader_workers", "input_bound"),
+        ("tf_prefetch_slow_map", "input_bound"),
+        ("tf_interleave", "input_bound"),
+        ("torch_dataloader_2workers_bound", "input_bound"),
+    ):
+        found.append(Pair(f"ours: {name}", PAIRS / name / "before", PAIRS / name / "after", fix))
+    return [p for p in found if p.before.exists() and p.after.exists()]
+
+
+def _analyse(path: Path) -> Analysis:
+    return analyze(load_run(discover(path), path))
+
+
+def row(pair: Pair) -> str:
+    """One table row: top bottleneck, projected and measured step after, error."""
+    before = _analyse(pair.before)
+    after_mean = _analyse(pair.after).steps.mean_ns or 0
+    found = find_bottlenecks(before)
+    top = found[0].id if found else "-"
+    mine = next((b for b in found if b.id == pair.fix), None)
+    if mine is None or not after_mean:
+        return f"| {pair.name} | {top} | - | {after_mean / 1e6:.1f} ms | - |"
+    p = mine.projection
+    projected = mine.evidence["step_ns_after_hidden"] if pair.cached else p.step_ns_after
+    which = " (input fully hidden)" if pair.cached else ""
+    error = projected / after_mean - 1
+    before = p.step_ns_before
+    return (
+        f"| {pair.name} | {top} | {before / 1e6:.1f} -> {projected / 1e6:.1f} ms ({before / projected:.2f}x){which} "
+        f"| {after_mean / 1e6:.1f} ms ({before / after_mean:.2f}x) | {error * 100:+.0f} % |"
+    )
+
+
+def main() -> None:
+    print("| pair | top bottleneck (before) | projected step after the fix | measured step after | error |")
+    print("|---|---|---|---|---|")
+    for pair in pairs():
+        print(row(pair))
+
+
+if __name__ == "__main__":
+    main()
