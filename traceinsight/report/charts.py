@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from traceinsight.analysis import Analysis  # noqa: E402
 from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
+from traceinsight.report.format import plural
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -102,7 +103,7 @@ def gap_histogram(report: dict[str, Any]) -> str | None:
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(7, 2.6))
         bars = ax.bar(labels, totals, color="#d84315")
-        ax.bar_label(bars, labels=[f"{c:,} gaps" for c in counts], fontsize=7)
+        ax.bar_label(bars, labels=[plural(int(c), "gap") for c in counts], fontsize=7)
         ax.set_ylabel("idle time (ms)")
         ax.set_xlabel("gap length")
         return _svg(fig)

@@ -17,7 +17,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from traceinsight.analysis import Analysis
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
 from traceinsight.report.painter import ChartPainter
 from traceinsight.report.terminal import projection_sentence, verdict_sentence
 
@@ -47,7 +47,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, count=fmt_count, code=inline_code)
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, count=fmt_count, code=inline_code, plural=plural)
     return env
 
 

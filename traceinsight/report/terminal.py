@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, fmt_step_change
+from traceinsight.report.format import (
+    escape_control,
+    fmt_bytes,
+    fmt_count,
+    fmt_ns,
+    fmt_pct,
+    fmt_step_change,
+    plural,
+)
 
 _SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
@@ -53,8 +61,9 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     steps = report["steps"]
     lines = [
         paint(f"traceinsight: {escape_control(report['run'])}", _BOLD),
-        f"  framework {report['framework']}, {len(inputs)} input(s), {report['totals']['device_count']} device(s), "
-        f"{steps['count']} step(s) ({steps['source']}: {escape_control(steps['marker'])}), "
+        f"  framework {report['framework']}, {plural(len(inputs), 'input')}, "
+        f"{plural(report['totals']['device_count'], 'device')}, "
+        f"{plural(steps['count'], 'step')} ({steps['source']}: {escape_control(steps['marker'])}), "
         f"mean step {fmt_ns(steps['mean_ns'])}",
         "  " + verdict_sentence(report),
     ]
