@@ -504,8 +504,9 @@ def write_readme() -> None:
             "",
             "Worth knowing when reading them:",
             "",
-            "- With 2 cores, tf.data's AUTOTUNE caps `map`/`interleave` parallelism near the core count, so the",
-            "  TF fixes give about 2x, not the 4x+ the sleeping `py_function` would allow.",
+            "- The parallel TF fixes give about 2x, not more: besides its 2 ms sleep each element costs 0.7-0.9",
+            "  ms of GIL-held `py_function` and numpy work, which no parallelism spreads (an explicit",
+            "  `num_parallel_calls=8` measured no faster than AUTOTUNE on this machine).",
             "- tf.data injects a `prefetch` at the end of a pipeline by default; the `tf_data_parallel` before",
             "  side turns that off (`inject_prefetch=False`) so it really has none.",
             "- The DataLoader pairs run torch with 1 intra-op thread: on 2 cores the second OpenMP thread's",
@@ -536,7 +537,8 @@ def main(argv: list[str]) -> None:
         PAIRS[names[0]].capture()
     else:  # one interpreter per pair: TF and torch (and forked DataLoader workers) never share one
         for name in names:
-            subprocess.run([sys.executable, "-m", "tools.capture_pairs", name], check=True, cwd=REPO)
+            # timeout: a TF process can hang at exit with py_function work in flight; fail, don't wait forever
+            subprocess.run([sys.executable, "-m", "tools.capture_pairs", name], check=True, cwd=REPO, timeout=600)
     write_readme()
 
 
