@@ -15,6 +15,7 @@ import pandas as pd
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.devices import DeviceUsage, device_usage
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
+from traceinsight.analysis.host_ops import HostOps, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
 from traceinsight.analysis.step_model import StepModel, step_model
@@ -35,6 +36,7 @@ class Analysis:
     input_pipeline: InputPipeline
     input_steps: list[Steps]  # each input's own steps, as `find_steps` finds them for it alone
     step_model: StepModel  # the run's steps, what they are made of (projections are computed on it)
+    host_ops: HostOps  # the step input's framework ops: top by self time, the input pipeline's own
 
     @property
     def window_ns(self) -> int:
@@ -66,6 +68,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         input_pipeline=input_pipeline(events, steps),
         input_steps=_input_steps(events, len(profile.inputs), steps),
         step_model=step_model(events, usages, gaps, steps),
+        host_ops=host_ops(events, steps.input_id),
     )
 
 
@@ -113,6 +116,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         input_pipeline=parts[run_input].input_pipeline,
         input_steps=steps,
         step_model=parts[run_input].step_model,
+        host_ops=parts[run_input].host_ops,
     )
 
 

@@ -147,6 +147,8 @@ def _input_pipeline(a: Analysis) -> dict[str, Any]:
         "source": ip.source,
         "wait_count": ip.wait_count,
         "stages": [asdict(st) for st in ip.stages],
+        # The input pipeline's own slowest user function (host_ops.input_functions[0]), named for people.
+        "slowest_function": asdict(a.host_ops.input_functions[0]) if a.host_ops.input_functions else None,
     }
 
 
@@ -213,6 +215,10 @@ def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
         "input_pipeline": _input_pipeline(a),
         "ranks": _ranks(a),
         "projection": _headline(a),
+        "host_ops": {
+            "top": [asdict(o) for o in a.host_ops.top],
+            "input_functions": [asdict(o) for o in a.host_ops.input_functions],
+        },
         "bottlenecks": [asdict(b) for b in bottlenecks],
         "warnings": dict(p.warnings),
     }

@@ -1,0 +1,137 @@
+"""Framework ops on the host: which user code the step and the input pipeline spend their time in.
+
+XProf's framework-op table is where users find the slow function by name (a
+`tf.py_function` called 319 times for 1.5 s); the device-centric figures never
+name it. Each host op (``cpu_op`` rows: TF ops ``scope/name:Type``, PyTorch
+``aten::`` ops) gets its calls, total and *self* time (minus the ops nested
+directly inside it on the same thread). Ops that run mostly while the training
+loop waits for input are the input pipeline's own work, so the slowest of them is
+the user function to make faster. `tf.py_function` / `numpy_function` ops hold
+Python's GIL, so a parallel map cannot scale them: they are flagged.
+
+Nesting is found without a loop over events: per thread, an op's depth is the
+number of ops that started at or before it and have not ended; an op's parent is
+the last op one level up on its thread that started before it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.intervals import union_of_rows
+from traceinsight.model import kind_mask, rows_of_input
+
+TOP_HOST_OPS = 15
+# An op is input-pipeline work when at least this share of its time lies inside input waits.
+INPUT_WORK_COVERAGE = 0.5
+# Ops that run Python under the GIL (tf.py_function, tf.numpy_function, the older py_func).
+GIL_PATTERN = re.compile(r"EagerPyFunc|PyFunc|NumpyFunction|numpy_function|py_func", re.IGNORECASE)
+_DEPTH_LIMIT = 256  # deeper nesting is damaged data; such ops are counted as top level
+
+
+@dataclass(frozen=True)
+class HostOp:
+    name: str
+    function: str  # the user-facing name: a TF op's scope/name before ':Type', else the name
+    calls: int
+    total_ns: int
+    self_ns: int
+    holds_gil: bool
+
+
+@dataclass(frozen=True)
+class HostOps:
+    top: list[HostOp]  # by self time
+    input_functions: list[HostOp]  # ops that run mostly inside input waits, by total time
+
+
+def _function_name(name: str) -> str:
+    """'slow_decode:EagerPyFunc' -> 'slow_decode'; 'model/dense/MatMul:MatMul' -> 'model/dense/MatMul';
+    names with '::' (aten::add_) are kept whole."""
+    if "::" in name:
+        return name
+    head, sep, _ = name.rpartition(":")
+    return head if sep and head else name
+
+
+def _depths(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Nesting depth of each op on its thread (rows sorted by thread, then start, longest first)."""
+    n = len(starts)
+    depth = np.zeros(n, np.int64)
+    if n == 0:
+        return depth
+    boundaries = np.flatnonzero(np.diff(thread)) + 1
+    for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, n], strict=True):  # one slice per thread
+        s, e = starts[lo:hi], ends[lo:hi]
+        started = np.arange(1, hi - lo + 1)  # ops started at or before each op (sorted by start)
+        ended = np.searchsorted(np.sort(e), s, side="right")  # ops ended at or before each op starts
+        depth[lo:hi] = started - ended - 1
+    return np.clip(depth, 0, _DEPTH_LIMIT)
+
+
+def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each op's time minus its direct children's (rows sorted by thread, then start, longest first)."""
+    dur = (ends - starts).astype(np.int64)
+    depth = _depths(thread, starts, ends)
+    children = np.zeros(len(dur), np.int64)
+    order = np.arange(len(dur))
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        parents = order[depth == d - 1]
+        kids = order[depth == d]
+        if not len(kids) or not len(parents):
+            continue
+        # The parent is the last op one level up that started before the child on the same thread: rows are
+        # sorted by (thread, start), so the last such row index before the child's.
+        candidate = parents[np.clip(np.searchsorted(parents, kids, side="right") - 1, 0, None)]
+        same = (
+            (thread[candidate] == thread[kids]) & (starts[candidate] <= starts[kids]) & (ends[candidate] >= ends[kids])
+        )
+        np.add.at(children, candidate[same], dur[kids[same]])
+    return np.clip(dur - children, 0, None)
+
+
+def _summarise(frame: pd.DataFrame, limit: int, by: str) -> list[HostOp]:
+    grouped = frame.groupby("name", observed=True, sort=False).agg(
+        calls=("dur", "size"), total=("dur", "sum"), own=("self", "sum")
+    )
+    grouped = grouped.sort_values(by, ascending=False).head(limit)
+    return [
+        HostOp(
+            str(name),
+            _function_name(str(name)),
+            int(row["calls"]),
+            int(row["total"]),
+            int(row["own"]),
+            bool(GIL_PATTERN.search(str(name))),
+        )
+        for name, row in grouped.iterrows()
+    ]
+
+
+def host_ops(events: pd.DataFrame, input_id: int) -> HostOps:
+    """Host framework ops of one input (the run's step input): the top ones by self time, and the input
+    pipeline's own ops (mostly inside input waits) by total time."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
+    host = mine["device"].isna().to_numpy()
+    ops = mine[host & kind_mask(mine, "cpu_op")]
+    if ops.empty:
+        return HostOps([], [])
+    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
+    starts = ops["ts_ns"].to_numpy()
+    ends = starts + ops["dur_ns"].to_numpy()
+    order = np.lexsort((-(ends - starts), starts, thread_codes))
+    self_ns = np.empty(len(order), np.int64)
+    self_ns[order] = _self_times(thread_codes[order], starts[order], ends[order])
+    waits = union_of_rows(mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy(), host & kind_mask(mine, "input_wait"))
+    in_wait = waits.covered_between(starts, ends)
+    frame = pd.DataFrame({"name": ops["name"].array, "dur": ends - starts, "self": self_ns, "in_wait": in_wait})
+    by_name = frame.groupby("name", observed=True, sort=False)[["dur", "in_wait"]].sum()
+    input_names = by_name.index[(by_name["in_wait"] >= INPUT_WORK_COVERAGE * by_name["dur"]) & (by_name["dur"] > 0)]
+    return HostOps(
+        top=_summarise(frame, TOP_HOST_OPS, "own"),
+        input_functions=_summarise(frame[frame["name"].isin(input_names).to_numpy()], 5, "total"),
+    )
