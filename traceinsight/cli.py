@@ -57,7 +57,9 @@ def _debug() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.command_line = ["traceinsight", *argv]  # as run, for the report's `meta`
     try:
         with warnings.catch_warnings():
             if not _debug():  # numpy/pandas warnings mean nothing to a user; trace problems are counted in reports

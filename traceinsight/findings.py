@@ -9,11 +9,14 @@ on the step model (`analysis/step_model.py`). Measured stalls (the device waits:
 input, host, launch, sync, exposed copies and collectives, unexplained idle time)
 remove time the trace shows; efficiency rules (`fp32_compute`, `low_occupancy`)
 rest on estimates grounded in the hardware and say their assumption. Stalls rank
-first, by the step time they win back, unless the device is busy >= 90 % of the
-step (then making busy time faster is what is left). Severity is the saving as a
-share of the step: >= 20 % high, >= 5 % medium, >= 1 % low (XProf's input-bound
-thresholds, applied to every cause); `input_bound`'s severity is the input
-verdict's, as both read the same measure; estimates are never above medium.
+first, by the step time their fix wins back, unless the device is busy >= 90 % of
+the step (then making busy time faster is what is left). A bottleneck's cost
+(`time_ns`, `fraction`) is what the stall takes from each step; it equals the
+fix's saving except for `input_bound`, whose cost is the whole exposed input wait
+(the input verdict's measure) while its first fix only parallelises the pipeline
+so far. Severity is the cost as a share of the step: >= 20 % high, >= 5 % medium,
+>= 1 % low (XProf's input-bound thresholds, applied to every cause);
+`input_bound`'s severity is the input verdict's; estimates are never above medium.
 """
 
 from __future__ import annotations
@@ -93,6 +96,30 @@ class Finding:
     fix: Fix
     assumption: str | None = None
     severity: str | None = None  # set by rules whose severity is defined elsewhere (input_bound: the verdict)
+    title: str | None = None  # instead of the rule's, where the finding is a variant of it (CPU-only runs)
+    # What the stall costs when that differs from what its first fix wins back (input_bound: the whole exposed
+    # wait, the input verdict's measure, while the fix parallelises the pipeline only so far).
+    cost: Fix | None = None
+
+
+@dataclass(frozen=True)
+class Tip:
+    """One piece of advice that depends on what the run already does (`analysis/settings.py` keys): dropped
+    when any of `skip_if` is seen in place, given only when one of `only_if` is (if it has any).
+    `{function}` names the input pipeline's slowest user function."""
+
+    text: str
+    skip_if: tuple[tuple[str, bool | str], ...] = ()
+    only_if: tuple[tuple[str, bool | str], ...] = ()
+    stage: str | None = None  # the tf.data stage kind it speeds up: it comes first when that stage is the slowest
+
+    def applies(self, seen: dict[str, Any]) -> bool:
+        if any(seen.get(key) == value for key, value in self.skip_if):
+            return False
+        return not self.only_if or any(seen.get(key) == value for key, value in self.only_if)
+
+
+Advice = dict[str, tuple[str | Tip, ...]]
 
 
 @dataclass(frozen=True)
@@ -101,7 +128,7 @@ class Rule:
     title: str
     basis: str
     check: Callable[[Analysis], Finding | None]
-    advice: dict[str, tuple[str, ...]]
+    advice: Advice
     kind: str = STALL
     max_severity: str = "high"
 
@@ -113,7 +140,7 @@ def _mean_stall(m: StepModel, stall: str) -> int:
 def _input_bound(a: Analysis) -> Finding | None:
     ip = a.input_pipeline
     m = a.step_model
-    if ip.verdict == "unknown" or not ip.wait_ns:
+    if ip.verdict not in VERDICT_SEVERITY or not ip.wait_ns:  # XProf: under 5 % of the step is not input-bound
         return None
     evidence: dict[str, Any] = {
         "input_fraction": ip.fraction,
@@ -125,14 +152,23 @@ def _input_bound(a: Analysis) -> Finding | None:
     if ip.stages:
         evidence["slowest_stage"] = ip.stages[0].name
         evidence["slowest_stage_self_ns"] = ip.stages[0].self_ns
+    if a.host_ops.input_functions:
+        slowest = a.host_ops.input_functions[0]
+        evidence["slowest_function"] = slowest.function
+        evidence["slowest_function_calls"] = slowest.calls
+        evidence["slowest_function_ns"] = slowest.total_ns
+        evidence["slowest_function_holds_gil"] = slowest.holds_gil
     wait = m.stalls["input_wait"]
     # The loop waited `wait` for each batch: a k-fold faster pipeline delivers one every wait / k, so the step
     # becomes max(step - wait, wait / k) (the time the loop still waits is at least 0).
     parallelism = INPUT_FIX_PARALLELISM.get(ip.source or "", DEFAULT_INPUT_FIX_PARALLELISM)
     still_waiting = np.maximum(wait / parallelism - (m.step_ns - wait), 0.0)
+    hidden = fix(m, idle_ns=wait)
     evidence["parallelism_assumed"] = parallelism
-    evidence["step_ns_after_hidden"] = project(m, [fix(m, idle_ns=wait)]).step_ns_after
-    return Finding(evidence, fix(m, idle_ns=wait - still_waiting), severity=VERDICT_SEVERITY.get(ip.verdict))
+    evidence["step_ns_after_hidden"] = project(m, [hidden]).step_ns_after
+    return Finding(
+        evidence, fix(m, idle_ns=wait - still_waiting), severity=VERDICT_SEVERITY.get(ip.verdict), cost=hidden
+    )
 
 
 def _small_kernel_share(a: Analysis) -> float:
@@ -179,7 +215,33 @@ def _launch_bound(a: Analysis) -> Finding | None:
     return Finding(_host_gap_evidence(a), _host_fix(a))
 
 
+def _framework_overhead(a: Analysis) -> Finding | None:
+    """CPU-only run: the host is the device. Step time outside its ops and input waits is framework and Python
+    dispatch overhead; a compiled step removes most of it (an estimate: op time itself is kept)."""
+    m = a.step_model
+    # Only for a training loop (marked steps, or a repeating step found) whose ops the trace shows: else time
+    # between ops may be untraced work, not overhead.
+    if not (a.steps.source == "marker" or a.steps.count >= 2) or m.mean(m.host_floor_ns) <= 0:
+        return None
+    overhead = np.clip(m.step_ns - m.stalls["input_wait"] - m.host_floor_ns, 0, None)
+    if m.mean(overhead) <= 0:
+        return None
+    return Finding(
+        {
+            "overhead_per_step_ns": m.mean(overhead),
+            "op_time_per_step_ns": m.mean(m.host_floor_ns),
+            "input_wait_per_step_ns": m.mean(m.stalls["input_wait"]),
+        },
+        fix(m, idle_ns=overhead),
+        assumption="a compiled step (tf.function / torch.compile) removes the Python and framework dispatch "
+        "between ops and keeps the ops' own time, which graph-mode fusion usually lowers further",
+        title="Framework overhead: the step is spent between ops (CPU-only run: the host is the device)",
+    )
+
+
 def _host_bound(a: Analysis) -> Finding | None:
+    if not a.devices:
+        return _framework_overhead(a)
     if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
         return None
     if _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND and _drained_queue(a):
@@ -288,18 +350,52 @@ RULES: tuple[Rule, ...] = (
         _input_bound,
         {
             "pytorch": (
-                f"Load batches in worker processes: `{_PT_LOADER}` (start near the number of CPU cores).",
+                Tip(
+                    f"Load batches in worker processes: `{_PT_LOADER}` (start near the number of CPU cores).",
+                    skip_if=(("dataloader", "multiprocess"),),
+                ),
+                Tip(
+                    "Raise `num_workers` while CPU cores allow: the loader already uses worker processes and the "
+                    "loop still waits for them.",
+                    only_if=(("dataloader", "multiprocess"),),
+                ),
                 "Keep workers alive between epochs (`persistent_workers=True`) and let them run ahead "
                 "(`prefetch_factor=4`).",
-                "Move heavy decoding/augmentation out of `__getitem__` (pre-process once, or augment on the GPU).",
+                'Make `__getitem__` cheaper: decode on the GPU (`torchvision.io.decode_jpeg(..., device="cuda")`, '
+                "NVIDIA DALI), augment on the GPU, or pre-process once offline.",
+                "Cache decoded samples in memory (or on local disk) when they fit, instead of decoding every epoch.",
             ),
             "tensorflow": (
-                "Overlap input with compute: end the pipeline with `ds = ds.prefetch(tf.data.AUTOTUNE)`.",
-                "Parallelise the map: `ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`.",
-                "Cache what does not change between epochs: `ds = ds.cache()` after the expensive map.",
-                "Read files in parallel: `ds = files.interleave(tf.data.TFRecordDataset, "
-                "num_parallel_calls=tf.data.AUTOTUNE)`.",
-                "Vectorise: `ds.batch(n).map(fn)` runs the function once per batch instead of once per element.",
+                Tip(
+                    "Parallelise the map: `ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`.",
+                    skip_if=(("map_parallel", True), ("cache", True)),
+                    only_if=(("map_parallel", False), ("map_function_py", True)),  # a map the trace shows
+                    stage="Map",
+                ),
+                Tip(
+                    "`{function}` is a `tf.py_function` / `numpy_function`: it holds Python's GIL, so parallel calls "
+                    "barely scale it. Rewrite it with TF ops (`tf.io`, `tf.image`) or do that work offline.",
+                    only_if=(("map_function_py", True),),
+                ),
+                Tip(
+                    "Read files in parallel: `ds = files.interleave(tf.data.TFRecordDataset, "
+                    "num_parallel_calls=tf.data.AUTOTUNE)`.",
+                    skip_if=(("interleave_parallel", True),),
+                    stage="Interleave",
+                ),
+                Tip(
+                    "Overlap input with compute: end the pipeline with `ds = ds.prefetch(tf.data.AUTOTUNE)`.",
+                    skip_if=(("prefetch", True),),
+                ),
+                Tip(
+                    "Cache what does not change between epochs: `ds = ds.cache()` after the expensive map "
+                    "(where the data fits in memory or on local disk).",
+                    skip_if=(("cache", True),),
+                ),
+                "Vectorise: `ds.batch(n).map(fn)` runs the function once per batch instead of once per element; "
+                "move image work onto the device (`tf.image` inside the model) or into NVIDIA DALI.",
+                "Add input workers or hosts: the tf.data service (`tf.data.experimental.service.distribute`) "
+                "spreads preprocessing over other machines.",
             ),
             "jax": (
                 "Feed from a parallel loader (grain with `worker_count > 0`, or tf.data with `prefetch` and "
@@ -316,14 +412,24 @@ RULES: tuple[Rule, ...] = (
         _launch_bound,
         {
             "pytorch": (
-                'Fuse small ops: `model = torch.compile(model)`; `mode="reduce-overhead"` also uses CUDA graphs.',
-                "Capture the step in a CUDA graph (`torch.cuda.make_graphed_callables` or `torch.cuda.CUDAGraph`) "
-                "so hundreds of kernels launch with one call.",
+                Tip("Fuse small ops: `model = torch.compile(model)`.", skip_if=(("torch_compile", True),)),
+                Tip(
+                    'Capture the step in CUDA graphs: `torch.compile(model, mode="reduce-overhead")`, or '
+                    "`torch.cuda.make_graphed_callables`, so hundreds of kernels launch with one call.",
+                    skip_if=(("cuda_graphs", True),),
+                ),
                 "Use a bigger batch so each kernel does more work per launch.",
             ),
             "tensorflow": (
-                "Run the step as a graph: `@tf.function` on the train step (no per-op Python dispatch).",
-                "Fuse kernels with XLA: `@tf.function(jit_compile=True)` or `model.compile(..., jit_compile=True)`.",
+                Tip(
+                    "Run the step as a graph: `@tf.function` on the train step (no per-op Python dispatch).",
+                    skip_if=(("graph", True),),
+                ),
+                Tip(
+                    "Fuse kernels with XLA: `@tf.function(jit_compile=True)` or "
+                    "`model.compile(..., jit_compile=True)`.",
+                    skip_if=(("xla", True),),
+                ),
                 "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
                 "Use a bigger batch so each kernel does more work per launch.",
             ),
@@ -342,14 +448,45 @@ RULES: tuple[Rule, ...] = (
         {
             "pytorch": (
                 "Look at the host activity in the longest gaps below and move that work out of the step.",
-                "Remove Python overhead with `torch.compile(model)`; avoid per-step `.item()`, `.cpu()`, logging.",
+                Tip(
+                    "Remove Python overhead with `torch.compile(model)`; avoid per-step `.item()`, `.cpu()`, logging.",
+                    skip_if=(("torch_compile", True),),
+                ),
+                Tip(
+                    'Cut launch overhead with CUDA graphs: `torch.compile(model, mode="reduce-overhead")`.',
+                    skip_if=(("cuda_graphs", True),),
+                ),
             ),
             "tensorflow": (
-                "Wrap the step in `@tf.function` (with `jit_compile=True` where it compiles) and avoid Python-side "
-                "work per step.",
+                Tip(
+                    "Wrap the step in `@tf.function` and avoid Python-side work per step.",
+                    skip_if=(("graph", True),),
+                ),
+                Tip(
+                    "Compile the step with XLA: `@tf.function(jit_compile=True)`.",
+                    skip_if=(("xla", True),),
+                ),
                 "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
             ),
             "jax": ("`jax.jit` the whole step and keep Python-side bookkeeping out of the loop.",),
+            "tensorflow:cpu": (
+                Tip(
+                    "Run the step as a graph: `@tf.function` on the train step, so ops no longer go through "
+                    "Python and the eager runtime one by one.",
+                    skip_if=(("graph", True),),
+                ),
+                Tip("Compile the step with XLA: `@tf.function(jit_compile=True)`.", skip_if=(("xla", True),)),
+                "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
+                "Use a bigger batch so each op does more work per dispatch.",
+            ),
+            "pytorch:cpu": (
+                Tip(
+                    "Compile the model: `model = torch.compile(model)` fuses small ops and removes per-op Python "
+                    "dispatch.",
+                    skip_if=(("torch_compile", True),),
+                ),
+                "Use a bigger batch so each op does more work per dispatch.",
+            ),
         },
     ),
     Rule(
@@ -359,8 +496,11 @@ RULES: tuple[Rule, ...] = (
         _h2d_copy,
         {
             "pytorch": (
-                "Pin host memory and copy asynchronously: `DataLoader(..., pin_memory=True)` and "
-                '`x = x.to("cuda", non_blocking=True)`.',
+                Tip(
+                    "Pin host memory and copy asynchronously: `DataLoader(..., pin_memory=True)` and "
+                    '`x = x.to("cuda", non_blocking=True)`.',
+                    skip_if=(("pin_memory", True),),
+                ),
                 "Keep tensors on the GPU across steps: create constants, masks and buffers on the device once.",
                 "Send compact data (uint8 images) and convert/normalise on the GPU.",
             ),
@@ -462,12 +602,85 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _advice(rule: Rule, framework: str) -> list[str]:
-    if framework in rule.advice:
-        return list(rule.advice[framework])
-    if "any" in rule.advice:
-        return list(rule.advice["any"])
-    return [f"{fw}: {tip}" for fw, tips in rule.advice.items() for tip in tips[:1]]
+# Words for the settings a sentence names (analysis/settings.py keys).
+SETTING_WORDS = {
+    "prefetch": "prefetch",
+    "map_parallel": "a parallel map",
+    "interleave_parallel": "parallel interleave",
+    "cache": "a cache",
+    "pin_memory": "pinned memory",
+    "graph": "graph mode (tf.function)",
+    "xla": "XLA",
+    "torch_compile": "torch.compile",
+    "cuda_graphs": "CUDA graphs",
+    "mixed_precision": "mixed precision",
+}
+
+
+def _settings_of(rule: Rule, analysis: Analysis) -> set[str]:
+    """The settings a rule's advice depends on: the keys of its tips."""
+    tips = _tips_for(rule, analysis)
+    return {key for t in tips if isinstance(t, Tip) for key, _ in (*t.skip_if, *t.only_if)}
+
+
+def _seen_evidence(rule: Rule, analysis: Analysis) -> dict[str, Any]:
+    """`seen`: the settings relevant to the rule that the trace shows (every input setting for input_bound),
+    and `in_place`: a sentence saying what is already there and what is not, for people."""
+    settings = analysis.settings
+    every = {**settings.input, **settings.run}
+    keys = _settings_of(rule, analysis) | (set(settings.input) if rule.id == "input_bound" else set())
+    seen = {k: every[k] for k in sorted(keys) if k in every}
+    if not seen:
+        return {}
+    present = [SETTING_WORDS[k] for k, v in seen.items() if v is True and k in SETTING_WORDS]
+    missing = [SETTING_WORDS[k] for k, v in seen.items() if v is False and k in SETTING_WORDS]
+    if seen.get("dataloader") == "multiprocess":
+        present.append("DataLoader worker processes")
+    elif seen.get("dataloader") == "single_process":
+        missing.append("DataLoader worker processes")
+    words = []
+    if present:
+        words.append(f"already in place: {', '.join(present)}")
+    if missing:
+        words.append(f"not in place: {', '.join(missing)}")
+    sentence = "; ".join(words)
+    return {"seen": seen, "in_place": sentence[:1].upper() + sentence[1:] + "." if words else None}
+
+
+def _speeds_up(tip: str | Tip, evidence: dict[str, Any], seen: dict[str, Any]) -> bool:
+    """Whether `tip` works on the slowest tf.data stage (an `Iterator::...::Interleave` stage: parallel
+    interleave first), or on an interleave the trace shows runs one input at a time."""
+    if not isinstance(tip, Tip) or tip.stage is None:
+        return False
+    stage = str(evidence.get("slowest_stage") or "").rsplit("::", 1)[-1]
+    return tip.stage in stage or (tip.stage == "Interleave" and seen.get("interleave_parallel") is False)
+
+
+def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[str]:
+    """The rule's advice for the run's framework, without what the run already does, in the rule's order."""
+    seen = {**analysis.settings.input, **analysis.settings.run}
+    context = {"function": evidence.get("slowest_function") or "the map function"}
+
+    def text(tip: str | Tip) -> str | None:
+        if isinstance(tip, str):
+            return tip
+        return tip.text.format(**context) if tip.applies(seen) else None
+
+    own = _tips_for(rule, analysis)
+    if own:
+        tips = [text(t) for t in sorted(own, key=lambda t: not _speeds_up(t, evidence, seen))]
+    else:  # framework unknown: each framework's first tip, named
+        tips = [f"{fw}: {t}" for fw, ts in rule.advice.items() if ":" not in fw for t in map(text, ts[:1]) if t]
+    return [t for t in tips if t]
+
+
+def _tips_for(rule: Rule, analysis: Analysis) -> tuple[str | Tip, ...]:
+    """The rule's tips for this run: its framework's (a CPU-only run's own variant where there is one), else
+    the tips for any framework; empty when neither exists."""
+    framework = analysis.profile.framework
+    if not analysis.devices and f"{framework}:cpu" in rule.advice:
+        return rule.advice[f"{framework}:cpu"]
+    return rule.advice.get(framework) or rule.advice.get("any") or ()
 
 
 def severity_for(fraction: float) -> str | None:
@@ -481,7 +694,7 @@ def severity_for(fraction: float) -> str | None:
 
 
 def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
-    basis = "measured" if rule.kind == STALL else "estimated"
+    basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
         **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
     )
@@ -498,18 +711,26 @@ def _efficiency_first(a: Analysis) -> bool:
     return a.step_model.busy_share >= BUSY_SHARE_EFFICIENCY_FIRST
 
 
-def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection, str]]:
-    """Every rule that fires with a saving worth reporting, in ranking order."""
+def _cost_ns(analysis: Analysis, finding: Finding, projection: BottleneckProjection) -> int:
+    """What the stall costs a step: its fix's saving, or the whole stall where the rule says so."""
+    if finding.cost is None:
+        return projection.saving_ns
+    return projection.step_ns_before - project(analysis.step_model, [finding.cost]).step_ns_after
+
+
+def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection, str, int]]:
+    """Every rule that fires with a saving worth reporting, in ranking order, with its cost a step."""
     found = []
     for rule in RULES:
         finding = rule.check(analysis)
         if finding is None:
             continue
         projection = _projection(analysis, finding, rule)
-        fraction = projection.saving_ns / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
+        cost = _cost_ns(analysis, finding, projection)
+        fraction = cost / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
         severity = _severity(rule, finding, fraction)
         if severity is not None and projection.saving_ns > 0:
-            found.append((rule, finding, projection, severity))
+            found.append((rule, finding, projection, severity, cost))
     lead = EFFICIENCY if _efficiency_first(analysis) else STALL
     found.sort(key=lambda f: (f[0].kind != lead, -f[2].saving_ns))
     return found
@@ -523,15 +744,15 @@ def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
             id=rule.id,
             rank=i + 1,
             severity=severity,
-            time_ns=projection.saving_ns * steps,
-            fraction=round(projection.saving_ns / projection.step_ns_before, 4),
-            title=rule.title,
-            evidence={**finding.evidence, "basis": rule.basis},
-            recommendations=_advice(rule, analysis.profile.framework),
+            time_ns=cost * steps,
+            fraction=round(cost / projection.step_ns_before, 4),
+            title=finding.title or rule.title,
+            evidence={**finding.evidence, "basis": rule.basis, **_seen_evidence(rule, analysis)},
+            recommendations=_advice(rule, analysis, finding.evidence),
             kind=rule.kind,
             projection=projection,
         )
-        for i, (rule, finding, projection, severity) in enumerate(_found(analysis))
+        for i, (rule, finding, projection, severity, cost) in enumerate(_found(analysis))
     ]
 
 
@@ -549,8 +770,9 @@ def headline_projection(analysis: Analysis) -> RunProjection | None:
     chosen = [f for f in found if f[0].kind == lead_kind]
     chosen = [chosen[0]] + [f for f in chosen[1:] if f[3] != "low"]
     chosen = chosen[:HEADLINE_FIXES]
+    estimated = any(f[2].basis == "estimated" for f in chosen)
     return RunProjection(
         **vars(project(analysis.step_model, [f[1].fix for f in chosen])),
-        basis="measured" if lead_kind == STALL else "estimated",
+        basis="estimated" if estimated else "measured",
         applied=tuple(f[0].id for f in chosen),
     )

@@ -125,7 +125,25 @@ def test_xprof_verdict_thresholds(fraction, idle, verdict):
 def test_cpu_only_trace_has_no_devices_and_no_crash():
     a = analyze(profile([host("cpu_op", 0, 10, "aten::add"), host("cpu_op", 20, 10, "aten::mul")]))
     assert a.devices == [] and a.gaps == [] and a.kernels == []
-    assert find_bottlenecks(a) == []
+    assert find_bottlenecks(a) == []  # no steps: time between two ops may be untraced work, not overhead
+
+
+def test_cpu_only_framework_overhead_between_ops():
+    # Two marked 100 us steps; in each a DataLoader wait of 10 us and ops covering 30 us (two 20 us ops that
+    # overlap by 10): overhead = 100 - 10 - 30 = 60 us a step. The fix keeps ops and wait: 40 us.
+    rows = []
+    for i, t in enumerate((0, 100)):
+        rows += [
+            {**host("annotation", t, 100, f"ProfilerStep#{i}"), "thread": 1},
+            {**host("cpu_op", t, 10, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"), "thread": 1},
+            {**host("cpu_op", t + 20, 20, "aten::mm"), "thread": 1},
+            {**host("cpu_op", t + 30, 20, "aten::add"), "thread": 2},
+        ]
+    (b,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "host_bound"]
+    assert b.evidence["overhead_per_step_ns"] == 60 * US
+    assert (b.projection.step_ns_before, b.projection.step_ns_after) == (100 * US, 40 * US)
+    assert b.projection.basis == "estimated" and b.title.startswith("Framework overhead")
+    assert b.recommendations[0].startswith("Compile the model: `model = torch.compile(model)`")
 
 
 def test_fractions_are_relative_to_the_device_span_not_a_longer_capture():

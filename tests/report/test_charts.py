@@ -17,8 +17,9 @@ def test_step_chart_bars_then_areas():
     few = charts.step_breakdown(_steps(10))
     many = charts.step_breakdown(_steps(200))
     assert few.startswith("<svg") and many.startswith("<svg")
-    assert few.count('<g id="patch_') >= 10 * len(charts.BREAKDOWN)  # one rectangle per step and part
-    assert many.count('<g id="patch_') < 200  # a few areas, not 1,200 rectangles
+    assert few.count('<g id="steps-hover-') == 10 * len(charts.BREAKDOWN)  # one rectangle per step and part
+    assert many.count('<g id="steps-hover-') == len(charts.BREAKDOWN)  # one area per part, not 1,200 rectangles
+    assert few.count("<title>step ") == 10 * len(charts.BREAKDOWN)  # each rectangle says its value on hover
     assert charts.step_breakdown({"steps": {"items": []}}) is None
 
 
@@ -41,10 +42,11 @@ def _analysis(devices: int):
 def test_timeline_is_one_band_per_device_then_a_heatmap():
     few = charts.utilisation_timeline(_analysis(3))
     assert all(f"GPU:{d:02d}" in few for d in range(3)) and "<image" not in few
-    assert few.count('<g id="FillBetweenPolyCollection_') + few.count('<g id="PolyCollection_') == 3  # one band each
+    assert all(few.count(f"<title>GPU:{d:02d}: busy ") == 1 for d in range(3))  # one band each, with its figures
+    assert all(few.count(f"<title>GPU:{d:02d}: GPU-Util ") == 1 for d in range(3))
     many = charts.utilisation_timeline(_analysis(charts.MAX_TIMELINE_BANDS + 6))
     assert "<image" in many and "% busy" in many  # one raster row per device, and its colour scale
-    assert many.count('<g id="FillBetweenPolyCollection_') + many.count('<g id="PolyCollection_') == 0
+    assert ": busy " not in many
 
 
 def test_painter_process_draws_what_this_process_draws():

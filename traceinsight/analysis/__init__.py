@@ -18,6 +18,7 @@ from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.host_ops import HostOps, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
+from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.model import Profile, input_labels, rows_of_input
@@ -37,6 +38,7 @@ class Analysis:
     input_steps: list[Steps]  # each input's own steps, as `find_steps` finds them for it alone
     step_model: StepModel  # the run's steps, what they are made of (projections are computed on it)
     host_ops: HostOps  # the step input's framework ops: top by self time, the input pipeline's own
+    settings: Seen  # what the step input already does (prefetch, workers, graph mode, precision...)
 
     @property
     def window_ns(self) -> int:
@@ -69,6 +71,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         input_steps=_input_steps(events, len(profile.inputs), steps),
         step_model=step_model(events, usages, gaps, steps),
         host_ops=host_ops(events, steps.input_id),
+        settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
     )
 
 
@@ -117,15 +120,17 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         input_steps=steps,
         step_model=parts[run_input].step_model,
         host_ops=parts[run_input].host_ops,
+        settings=parts[run_input].settings,
     )
 
 
 def _steps_of_input(steps: Steps, input_id: int, label: str) -> Steps:
-    """One input's own steps as the run sees them: its index, and a Steps line's device prefixed."""
+    """One input's own steps as the run sees them: its index, and device ids prefixed."""
+    per_device = {f"{label}/{d}": mean for d, mean in steps.per_device.items()}
     if steps.device is None:
-        return replace(steps, input_id=input_id)
+        return replace(steps, input_id=input_id, per_device=per_device)
     device = f"{label}/{steps.device}"
-    return replace(steps, input_id=input_id, device=device, marker=device_line_label(device))
+    return replace(steps, input_id=input_id, device=device, marker=device_line_label(device), per_device=per_device)
 
 
 def _run_steps_input(steps: list[Steps]) -> int:

@@ -51,6 +51,8 @@ STALLS = (
     "d2h_exposed",
     "communication_exposed",
 )
+# How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
+EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
 # Kernel classes that efficiency estimates act on.
 KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste")
 
@@ -71,6 +73,18 @@ class StepModel:
 
     def mean(self, values: np.ndarray) -> int:
         return int(round(float(np.mean(values)))) if len(values) else 0
+
+    @property
+    def gpu_util(self) -> float | None:
+        """Share of step time some kernel runs (None on a host-only run)."""
+        total = float(self.step_ns.sum())
+        return float(self.kernel_busy_ns.sum()) / total if self.device_count and total > 0 else None
+
+    @property
+    def idle_fraction(self) -> float | None:
+        """Share of step time no kernel, copy or memset runs (None on a host-only run)."""
+        total = float(self.step_ns.sum())
+        return 1.0 - float(self.device_busy_ns.sum()) / total if self.device_count and total > 0 else None
 
     @property
     def busy_share(self) -> float:
@@ -206,10 +220,15 @@ def _device_figures(
 
 
 def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per step, host framework ops and runtime calls outside input waits and synchronisations."""
+    """Per step, host framework ops (TF eager ops run as ``KernelAndDevice*::Run``) and runtime calls outside
+    input waits and synchronisations."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
     host = mine["device"].isna().to_numpy()
-    work = _rows_union(mine, host & kind_mask(mine, "cpu_op", "runtime"))
+    names = mine["name"]
+    eager_run = pd.Series(names.cat.categories).str.fullmatch(EAGER_OP_RUN_PATTERN).to_numpy(bool)
+    codes = names.cat.codes.to_numpy()
+    is_eager_run = np.append(eager_run, False)[np.where(codes < 0, len(eager_run), codes)]
+    work = _rows_union(mine, host & (kind_mask(mine, "cpu_op", "runtime") | is_eager_run))
     waiting = _rows_union(
         mine, host & (kind_mask(mine, "input_wait", "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
     )

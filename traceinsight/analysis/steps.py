@@ -17,7 +17,7 @@ device_compute > device_copy > host_runtime > input_wait > host_compute > idle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,15 @@ class Steps:
     input_id: int
     items: list[Step]
     device: str | None = None  # the device whose Steps line gave them, when one did
+    # Mean step per device of the step input that has a Steps line of its own (XSpace): devices of one
+    # data-parallel job step at different speeds, and the spread says by how much.
+    per_device: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def device_spread_ns(self) -> int | None:
+        """Slowest minus fastest device's mean step (None with fewer than two devices' Steps lines)."""
+        means = list(self.per_device.values())
+        return max(means) - min(means) if len(means) > 1 else None
 
     @property
     def count(self) -> int:
@@ -193,4 +202,15 @@ def find_steps(events: pd.DataFrame) -> Steps:
         ids = np.arange(len(starts))
     parts = breakdown(rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"]), starts, ends)
     items = [Step(int(ids[i]), int(starts[i]), int(ends[i] - starts[i]), parts[i]) for i in range(len(starts))]
-    return Steps(source, label, input_id, items, device)
+    return Steps(source, label, input_id, items, device, _device_step_means(events, input_id))
+
+
+def _device_step_means(events: pd.DataFrame, input_id: int) -> dict[str, int]:
+    """Mean step of each device of the input that has its own Steps line."""
+    mine = rows_of_input(events, input_id, ["kind", "device", "dur_ns", "step_id"])
+    lines = mine[kind_mask(mine, "step") & mine["device"].notna().to_numpy()]
+    if lines.empty:
+        return {}
+    lines = lines.drop_duplicates(["device", "step_id"])
+    means = lines.groupby("device", observed=True)["dur_ns"].mean()
+    return {str(device): int(mean) for device, mean in means.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from traceinsight.pipeline import analyse_path, finish
 from traceinsight.report.html import render_html
 from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
+from traceinsight.report.meta import add_invocation
 from traceinsight.report.painter import ChartPainter
 from traceinsight.report.terminal import render_terminal
 
@@ -92,11 +94,37 @@ class ReportCommand:
                 on_loaded=painter.warm_up,
             )
             report = analysed.report
+            add_invocation(report, _command_line(args), _options(args), args.path, analysed.run.root)
             outputs = {args.output: render_html(report, analysed.analysis, painter)}
         crossed = [msg for t in thresholds if (msg := t.check(report))]
         if args.json:
             outputs[args.json] = dumps(report) + "\n"
         if args.markdown:
-            outputs[args.markdown] = render_markdown(report)
+            outputs[args.markdown] = render_markdown(report, html_link=_relative_link(args.output, args.markdown))
         summary = None if args.quiet else render_terminal(report, color=sys.stdout.isatty())
         return finish(outputs, analysed.run.files, summary, crossed, "Report")
+
+
+def _command_line(args: argparse.Namespace) -> list[str]:
+    """The command line as run (`cli.main` records it), else rebuilt from the options."""
+    return list(getattr(args, "command_line", None) or ["traceinsight", "report", str(args.path)])
+
+
+def _options(args: argparse.Namespace) -> dict[str, object]:
+    """The options that shape the report (not how many processes read it)."""
+    return {
+        "output": str(args.output),
+        "json": None if args.json is None else str(args.json),
+        "markdown": None if args.markdown is None else str(args.markdown),
+        "run": args.run,
+        "small_kernel_us": args.small_kernel_us,
+        "fail_on": list(args.fail_on),
+    }
+
+
+def _relative_link(target: Path, page: Path) -> str:
+    """`target` as a link from `page`'s folder (both are written side by side in most CI jobs)."""
+    try:
+        return Path(os.path.relpath(target.absolute(), page.absolute().parent)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return target.absolute().as_posix()

@@ -8,7 +8,9 @@ here.
 
 from __future__ import annotations
 
+import html
 import io
+import re
 from typing import Any
 
 import matplotlib
@@ -16,15 +18,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from traceinsight.analysis import Analysis  # noqa: E402
 from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
-from traceinsight.report.format import plural
+from traceinsight.report.format import fmt_ns, fmt_pct, plural  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
 _BUSY = "#2e7d32"
+_TARGET = "#1565c0"
 MAX_STEP_BARS = 40
+MAX_TICK_LABELS = 20
+# What practitioners aim GPU-Util at: drawn as a strip in each device's band.
+GPU_UTIL_TARGET = (0.8, 0.9)
+# The timeline shows the span that holds this share of the devices' busy time (and every step), not empty capture.
+TIMELINE_BUSY_SHARE = 0.99
+_ZOOM_GRID = 4000
+ZOOM_AT_MOST = 0.9  # a zoom that would keep more of the window than this shows the whole window
+_BAND = 0.85  # a band's height at 100 %, in rows
 _BREAKDOWN_COLOURS = {
     "device_compute": "#2e7d32",
     "device_copy": "#1565c0",
@@ -33,45 +45,150 @@ _BREAKDOWN_COLOURS = {
     "host_compute": "#f9a825",
     "idle": "#bdbdbd",
 }
+FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
 _STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
     "svg.fonttype": "none",
     "text.parse_math": False,  # names from traces ("$a$", "node$x^$") are text, not formulas
-    "font.size": 9,
+    "font.size": FONT_SIZE,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "svg.hashsalt": "traceinsight",
 }
 
 
-def _svg(fig: Any) -> str:
+class _Hovers:
+    """Text shown on hover: an SVG `<title>` in the group of each artist given one (no script needed)."""
+
+    def __init__(self, chart: str) -> None:
+        self.chart = chart
+        self.titles: dict[str, str] = {}
+
+    def add(self, artist: Any, text: str) -> None:
+        gid = f"{self.chart}-hover-{len(self.titles)}"
+        artist.set_gid(gid)
+        self.titles[gid] = text
+
+    def apply(self, svg: str) -> str:
+        def titled(match: re.Match[str]) -> str:
+            text = self.titles.get(match[1])
+            return match[0] if text is None else f"{match[0]}<title>{html.escape(text)}</title>"
+
+        return re.sub(r'<g id="([\w-]+)">', titled, svg)
+
+
+def _svg(fig: Any, hovers: _Hovers | None = None) -> str:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buffer.getvalue()
-    return text[text.index("<svg") :]
+    text = text[text.index("<svg") :]
+    return hovers.apply(text) if hovers else text
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f} ms"
+
+
+def _zoom(analysis: Analysis) -> tuple[int, int]:
+    """The time range worth drawing: where each device's busy time is (all of it but a straggling
+    `1 - TIMELINE_BUSY_SHARE`), widened to every step, padded a little; the whole window when that is
+    most of it. A device with a little work far from the rest still shows it."""
+    start, end = analysis.window_start_ns or 0, analysis.window_end_ns or (analysis.window_start_ns or 0) + 1
+    grid = np.linspace(start, end, _ZOOM_GRID + 1).astype(np.int64)
+    lows, highs = [], []
+    for usage in analysis.devices:
+        busy = usage.busy.covered_before(grid).astype(np.float64)
+        if busy[-1] > 0:
+            tail = (1 - TIMELINE_BUSY_SHARE) / 2 * busy[-1]
+            lows.append(int(grid[max(0, np.searchsorted(busy, tail, side="left") - 1)]))
+            highs.append(int(grid[min(_ZOOM_GRID, np.searchsorted(busy, busy[-1] - tail, side="left") + 1)]))
+    steps = [s for steps in analysis.input_steps or [analysis.steps] for s in steps.items] + list(analysis.steps.items)
+    lows += [s.start_ns for s in steps]
+    highs += [s.start_ns + s.dur_ns for s in steps]
+    if not lows:
+        return start, end
+    low, high = min(lows), max(highs)
+    pad = (high - low) // 50
+    low, high = max(start, low - pad), min(end, high + pad + 1)
+    return (start, end) if high - low >= ZOOM_AT_MOST * (end - start) else (low, high)
+
+
+def _device_steps(analysis: Analysis, usage: Any) -> Any:
+    """The steps drawn in a device's band: its own input's steps where each input has its own, else the run's."""
+    inputs = analysis.input_steps
+    if 0 <= usage.input_id < len(inputs) and inputs[usage.input_id].items:
+        return inputs[usage.input_id]
+    return analysis.steps
+
+
+def _steps_title(device: str, steps: Any, origin: int) -> str:
+    items = steps.items
+    listed = ", ".join(f"step {s.id} at {_ms(s.start_ns - origin)} ({fmt_ns(s.dur_ns)})" for s in items[:8])
+    more = f", and {len(items) - 8} more" if len(items) > 8 else ""
+    return f"{device}: {plural(len(items), 'step')} ({steps.marker}): {listed}{more}"
 
 
 def utilisation_timeline(analysis: Analysis) -> str | None:
-    """Busy share over time per device, with step starts marked, in one axes: a band per device, or a
-    heatmap past `MAX_TIMELINE_BANDS` devices (a run of hundreds of ranks stays one small drawing)."""
+    """Busy share over time per device, each device's GPU-Util against the 80-90 % target, and its steps, in
+    one axes zoomed to the activity: a band per device, or a heatmap past `MAX_TIMELINE_BANDS` devices (a run
+    of hundreds of ranks stays one small drawing)."""
     if not analysis.devices or analysis.window_start_ns is None:
         return None
-    start, end = analysis.window_start_ns, analysis.window_end_ns or analysis.window_start_ns + 1
+    origin = analysis.window_start_ns
+    start, end = _zoom(analysis)
     edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
-    centres_ms = (edges[:-1] + np.diff(edges) / 2 - start) / 1e6
+    centres_ms = (edges[:-1] + np.diff(edges) / 2 - origin) / 1e6
     busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in analysis.devices])
     rows = len(analysis.devices)
     labels = [usage.id for usage in analysis.devices]
+    hovers = _Hovers("timeline")
+    low, high = GPU_UTIL_TARGET
     with plt.rc_context(_STYLE):
         bands = rows <= MAX_TIMELINE_BANDS
-        fig, ax = plt.subplots(figsize=(9, 0.9 + max(1.2, rows * 0.45) if bands else 1.5 + min(rows, 64) * 0.12))
+        fig, ax = plt.subplots(figsize=(9, 0.9 + max(1.2, rows * 0.55) if bands else 1.5 + min(rows, 64) * 0.12))
         if bands:
-            for row, share in enumerate(busy):
+            for row, (usage, share) in enumerate(zip(analysis.devices, busy, strict=True)):
                 base = rows - 1 - row  # first device on top
-                ax.fill_between(centres_ms, base, base + 0.85 * share, step="mid", color=_BUSY, linewidth=0)
-            ax.set_yticks(np.arange(rows) + 0.42, labels[::-1])
+                target = ax.fill_between(
+                    [centres_ms[0], centres_ms[-1]], base + _BAND * low, base + _BAND * high, color=_TARGET, alpha=0.12
+                )
+                hovers.add(
+                    target, f"{usage.id}: the target practitioners aim GPU-Util at, {low * 100:.0f}-{fmt_pct(high, 0)}"
+                )
+                band = ax.fill_between(centres_ms, base, base + _BAND * share, step="mid", color=_BUSY, linewidth=0)
+                hovers.add(
+                    band,
+                    f"{usage.id}: busy {fmt_pct(usage.busy_ns / usage.span_ns if usage.span_ns else None)} of its span "
+                    f"({fmt_ns(usage.busy_ns)} of {fmt_ns(usage.span_ns)}); busiest bin {fmt_pct(float(share.max()))}",
+                )
+                util = ax.hlines(
+                    base + _BAND * usage.gpu_util,
+                    centres_ms[0],
+                    centres_ms[-1],
+                    colors=_TARGET,
+                    linewidth=1.2,
+                    linestyles="--",
+                )
+                hovers.add(util, f"{usage.id}: GPU-Util {fmt_pct(usage.gpu_util)} (kernels running, over its span)")
+                steps = _device_steps(analysis, usage)
+                if steps.items:
+                    lines = ax.vlines(
+                        [(s.start_ns - origin) / 1e6 for s in steps.items],
+                        base,
+                        base + 1,
+                        colors="#555",
+                        linewidth=0.8,
+                        linestyles=":",
+                    )
+                    hovers.add(lines, _steps_title(usage.id, steps, origin))
+            ax.set_yticks(
+                np.arange(rows) + 0.42, [f"{u.id}\nGPU-Util {fmt_pct(u.gpu_util)}" for u in analysis.devices][::-1]
+            )
             ax.set_ylim(0, rows)
-            note = "band height: % busy (0-100), per device"
+            note = (
+                "green: % busy per time bin; dashed: GPU-Util over the device's span;\n"
+                f"blue strip: the {low * 100:.0f}-{fmt_pct(high, 0)} GPU-Util target; dotted: step starts"
+            )
         else:
             image = ax.imshow(
                 busy * 100,
@@ -80,16 +197,29 @@ def utilisation_timeline(analysis: Analysis) -> str | None:
                 vmin=0,
                 vmax=100,
                 interpolation="nearest",
-                extent=(0, centres_ms[-1] + centres_ms[0], rows, 0),
+                extent=((start - origin) / 1e6, (end - origin) / 1e6, rows, 0),
             )
+            hovers.add(image, f"% busy per device and time bin, {rows} devices")
             ticks = np.arange(0, rows, max(1, rows // 16))
             ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
             fig.colorbar(image, ax=ax, label="% busy", fraction=0.03)
-            note = "colour: % busy, one row per device"
-        step_ms = [(step.start_ns - start) / 1e6 for step in analysis.steps.items]
-        ax.vlines(step_ms, 0, rows, colors="#555", linewidth=0.6, linestyles=":")  # one collection, not N lines
-        ax.set_xlabel(f"time since start of trace (ms); dotted lines: step starts; {note}")
-        return _svg(fig)
+            lines = ax.vlines(
+                [(s.start_ns - origin) / 1e6 for s in analysis.steps.items],
+                0,
+                rows,
+                colors="#555",
+                linewidth=0.6,
+                linestyles=":",
+            )  # one collection, not N lines
+            hovers.add(lines, _steps_title("run", analysis.steps, origin))
+            note = "colour: % busy, one row per device; dotted: step starts"
+        window = (analysis.window_end_ns or origin) - origin
+        zoomed = end - start < window
+        where = f", zoomed to {_ms(start - origin)} - {_ms(end - origin)} of the {_ms(window)} window" if zoomed else ""
+        ax.set_xlabel(f"ms after window start (the gap table's clock){where}\n{note}")
+        ax.set_xlim((start - origin) / 1e6, (end - origin) / 1e6)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms:,g}"))  # 20,000 ms, not 20000
+        return _svg(fig, hovers)
 
 
 def gap_histogram(report: dict[str, Any]) -> str | None:
@@ -98,43 +228,64 @@ def gap_histogram(report: dict[str, Any]) -> str | None:
     if not devices or not any(d["gaps"]["count"] for d in devices):
         return None
     labels = [b["label"] for b in devices[0]["gaps"]["histogram"]]
-    totals = np.sum([[b["total_ns"] for b in d["gaps"]["histogram"]] for d in devices], axis=0) / 1e6
+    totals = np.sum([[b["total_ns"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
     counts = np.sum([[b["count"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
+    hovers = _Hovers("gaps")
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(7, 2.6))
-        bars = ax.bar(labels, totals, color="#d84315")
-        ax.bar_label(bars, labels=[plural(int(c), "gap") for c in counts], fontsize=7)
+        fig, ax = plt.subplots(figsize=(8, 2.8))
+        bars = ax.bar(labels, totals / 1e6, color="#d84315")
+        for bar, label, count, total in zip(bars, labels, counts, totals, strict=True):
+            hovers.add(bar, f"gaps {label}: {plural(int(count), 'gap')}, {fmt_ns(int(total))} idle")
+        ax.bar_label(bars, labels=[plural(int(c), "gap") for c in counts], fontsize=FONT_SIZE)
         ax.set_ylabel("idle time (ms)")
         ax.set_xlabel("gap length")
-        return _svg(fig)
+        return _svg(fig, hovers)
+
+
+def _tick_every(n: int) -> int:
+    return max(1, -(-n // MAX_TICK_LABELS))
 
 
 def step_breakdown(report: dict[str, Any]) -> str | None:
     """Stacked bars: where each step's time went (a stacked area past `MAX_STEP_BARS` steps, which
-    would otherwise be hundreds of SVG rectangles)."""
+    would otherwise be hundreds of SVG rectangles); parts no step has are left out."""
     items = report["steps"]["items"]
     if not items:
         return None
     x = np.arange(len(items))
-    values = {cat: np.array([s["breakdown"][cat] for s in items]) / 1e6 for cat in BREAKDOWN}
-    labels = [cat.replace("_", " ") for cat in BREAKDOWN]
-    colours = [_BREAKDOWN_COLOURS[cat] for cat in BREAKDOWN]
+    parts = [cat for cat in BREAKDOWN if any(s["breakdown"][cat] for s in items)] or list(BREAKDOWN)
+    values = {cat: np.array([s["breakdown"][cat] for s in items], dtype=np.float64) for cat in parts}
+    names = {cat: cat.replace("_", " ") for cat in parts}
+    durations = [sum(s["breakdown"].values()) for s in items]  # the parts sum to the step
+    hovers = _Hovers("steps")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(9, 2.8))
+        ticks = x[:: _tick_every(len(x))]
         if len(items) > MAX_STEP_BARS:
-            ax.stackplot(x, *values.values(), labels=labels, colors=colours, step="mid")
-            ticks = x[:: max(1, len(x) // 20)]
-            ax.set_xticks(ticks, [str(items[i]["id"]) for i in ticks], fontsize=7)
+            areas = ax.stackplot(
+                x,
+                *(v / 1e6 for v in values.values()),
+                labels=list(names.values()),
+                colors=[_BREAKDOWN_COLOURS[c] for c in parts],
+                step="mid",
+            )
+            for area, (cat, vals) in zip(areas, values.items(), strict=True):
+                hovers.add(
+                    area, f"{names[cat]}: {fmt_ns(int(vals.sum()))} in {len(items)} steps, mean {fmt_ns(vals.mean())}"
+                )
         else:
             bottom = np.zeros(len(items))
-            for (cat, vals), label in zip(values.items(), labels, strict=True):
-                ax.bar(x, vals, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=label, width=0.8)
-                bottom += vals
-            ax.set_xticks(x, [str(s["id"]) for s in items], fontsize=7)
+            for cat, vals in values.items():
+                bars = ax.bar(x, vals / 1e6, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=names[cat], width=0.8)
+                for bar, step, ns, length in zip(bars, items, vals, durations, strict=True):
+                    share = fmt_pct(ns / length if length else None)
+                    hovers.add(bar, f"step {step['id']}, {names[cat]}: {fmt_ns(int(ns))} ({share} of {fmt_ns(length)})")
+                bottom += vals / 1e6
+        ax.set_xticks(ticks, [str(items[i]["id"]) for i in ticks])
         ax.set_xlabel("step")
         ax.set_ylabel("time (ms)")
-        ax.legend(ncols=3, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.25))
-        return _svg(fig)
+        ax.legend(ncols=3, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.3))
+        return _svg(fig, hovers)
 
 
 def kernel_histogram(report: dict[str, Any]) -> str | None:
@@ -144,15 +295,20 @@ def kernel_histogram(report: dict[str, Any]) -> str | None:
         return None
     bins = devices[0]["kernels"]["histogram"]
     counts = np.sum([[b["count"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
+    totals = np.sum([[b["total_ns"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
     threshold = devices[0]["kernels"]["small_threshold_ns"]
     small = [b["upper_ns"] is not None and b["upper_ns"] <= threshold for b in bins]
+    hovers = _Hovers("kernels")
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(7, 2.6))
-        ax.bar([b["label"] for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
+        fig, ax = plt.subplots(figsize=(8, 2.8))
+        bars = ax.bar([b["label"] for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
+        for bar, b, count, total, is_small in zip(bars, bins, counts, totals, small, strict=True):
+            kind = " (small)" if is_small else ""
+            hovers.add(bar, f"kernels {b['label']}{kind}: {plural(int(count), 'kernel')}, {fmt_ns(int(total))} in all")
         ax.set_ylabel("kernels")
-        ax.set_xlabel(f"kernel duration (orange: small kernels, below {threshold / 1000:g} us)")
-        ax.tick_params(axis="x", labelsize=7)
-        return _svg(fig)
+        ax.set_xlabel(f"kernel duration (orange: small kernels, below {fmt_ns(threshold)})")
+        ax.tick_params(axis="x", labelrotation=20)
+        return _svg(fig, hovers)
 
 
 def draw(name: str, report: dict[str, Any], analysis: Analysis) -> str | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Sequence
+from typing import Any
 
 # Control characters (newlines, terminal escapes) that a file or event name could smuggle into a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -56,3 +59,79 @@ def fmt_step_change(before_ns: int | None, after_ns: int | None, speedup: float 
     scale, unit = next(((s, u) for s, u in _TIME_UNITS if before_ns >= s), (1, "ns"))
     times = f"{before_ns / scale:,.1f} \u2192 {after_ns / scale:,.1f} {unit}"
     return times if speedup is None else f"{times} ({speedup:.2f}x)"
+
+
+def fmt_number(value: float) -> str:
+    """A plain number for people: whole numbers with thousands separators, others to 3 significant digits."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def fmt_trace_ms(ns: int | None, origin_ns: int | None) -> str:
+    """A trace timestamp as ms after `origin_ns` (the window start), to the microsecond: '717.498 ms'."""
+    if ns is None or origin_ns is None:
+        return "-"
+    return f"{(ns - origin_ns) / 1e6:,.3f} ms"
+
+
+def clip(text: object, limit: int = 200) -> str:
+    """`text` cut to `limit` characters (an ellipsis marks the cut): long names stay one table cell."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+_UNIT_WORDS = ("ns", "bytes", "gbps", "pct")
+
+
+def evidence_label(key: str) -> str:
+    """'input_wait_per_step_ns' -> 'input wait per step': the unit shows in the value."""
+    words = key.split("_")
+    named = [w for w in words if w not in _UNIT_WORDS]
+    return " ".join(named or words)
+
+
+def fmt_evidence(key: str, value: object) -> str | None:
+    """A bottleneck's evidence value for people, its unit told by its key ('*_ns' a duration, '*fraction' and
+    '*_share' a share, '*bytes' a size); lists and settings joined; None when nothing is known (left out)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        parts = [text for item in value if (text := fmt_evidence(key, item)) is not None]
+        return ", ".join(parts) if parts else None
+    if isinstance(value, dict):
+        parts = [f"{evidence_label(k)}: {text}" for k, v in value.items() if (text := fmt_evidence(k, v)) is not None]
+        return ", ".join(parts) if parts else None
+    if not isinstance(value, int | float):
+        return str(value)
+    words = key.split("_")
+    if "ns" in words:
+        return fmt_ns(value)
+    if key.endswith(("fraction", "_share")):
+        return fmt_pct(value)
+    if key.endswith("_pct"):
+        return f"{value:.1f} %"
+    if key.endswith("bytes"):
+        return fmt_bytes(value)
+    if key.endswith("_gbps"):
+        return f"{value:.2f} GB/s"
+    if key.endswith(("speedup", "_assumed", "_factor")):
+        return f"{fmt_number(round(value, 2))}x"
+    return fmt_number(value)
+
+
+def fmt_iso(moment: str | None) -> str:
+    """'2021-06-08T08:57:03.460072Z' for people: '2021-06-08 08:57:03 UTC' ('-' when unknown)."""
+    if not moment:
+        return "-"
+    return f"{moment[:19].replace('T', ' ')} UTC" if moment.endswith("Z") else moment
+
+
+def step_spread(items: Sequence[dict[str, Any]]) -> dict[str, int] | None:
+    """Standard deviation, shortest and longest of the steps (None with fewer than two)."""
+    if len(items) < 2:
+        return None
+    durations = [s["dur_ns"] for s in items]
+    return {"stdev_ns": round(statistics.pstdev(durations)), "min_ns": min(durations), "max_ns": max(durations)}

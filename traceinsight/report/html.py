@@ -8,7 +8,10 @@ matplotlib SVG is marked safe.
 
 from __future__ import annotations
 
+import bisect
 import re
+import shlex
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,20 @@ import jinja2
 from markupsafe import Markup, escape
 
 from traceinsight.analysis import Analysis
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
+from traceinsight.diff import normalise_kernel_name
+from traceinsight.report.format import (
+    clip,
+    evidence_label,
+    fmt_bytes,
+    fmt_count,
+    fmt_evidence,
+    fmt_iso,
+    fmt_ns,
+    fmt_pct,
+    fmt_trace_ms,
+    plural,
+    step_spread,
+)
 from traceinsight.report.painter import ChartPainter
 from traceinsight.report.terminal import projection_sentence, verdict_sentence
 
@@ -38,6 +54,21 @@ def templates_dir() -> Path:
     raise FileNotFoundError("traceinsight templates not found (broken installation)")
 
 
+# The templates' filters: numbers and times for people, our advice's code, long names cut.
+_FILTERS = {
+    "ns": fmt_ns,
+    "pct": fmt_pct,
+    "bytes": fmt_bytes,
+    "count": fmt_count,
+    "code": inline_code,
+    "plural": plural,
+    "clip": clip,
+    "trace_ms": fmt_trace_ms,
+    "shell_join": shlex.join,
+    "when": fmt_iso,
+}
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -47,16 +78,108 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, count=fmt_count, code=inline_code, plural=plural)
+    env.filters.update(_FILTERS)
+    env.globals.update({f.__name__: f for f in (evidence_rows, gap_step, kernel_tables, step_spread)})
     return env
+
+
+def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    """A bottleneck's evidence as (label, value) for people; figures nobody knows are left out."""
+    return [(evidence_label(k), text) for k, v in evidence.items() if (text := fmt_evidence(k, v)) is not None]
+
+
+def gap_step(start_ns: int, items: Sequence[dict[str, Any]]) -> str:
+    """The step whose [start, start + dur) holds `start_ns` ('7'), else where the gap falls between steps."""
+    if not items:
+        return "-"
+    ordered = sorted(items, key=lambda s: s["start_ns"])
+    at = bisect.bisect_right([s["start_ns"] for s in ordered], start_ns) - 1
+    if at >= 0 and start_ns < ordered[at]["start_ns"] + ordered[at]["dur_ns"]:
+        return str(ordered[at]["id"])
+    if at < 0:
+        return f"before {ordered[0]['id']}"
+    if at == len(ordered) - 1:
+        return f"after {ordered[-1]['id']}"
+    return f"between {ordered[at]['id']} and {ordered[at + 1]['id']}"
+
+
+def _spread(values: Sequence[int | float], fmt: Any) -> str:
+    """One figure when the devices agree, else 'low \u2013 high'."""
+    low, high = min(values), max(values)
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)} \u2013 {fmt(high)}"
+
+
+def kernel_tables(devices: Sequence[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
+    """The top-kernel tables, one per distinct list: devices whose top `limit` kernels are the same names
+    in the same order share one table, whose figures give the devices' range where they differ. Names are
+    shortened to the function (`diff.normalise_kernel_name`); a shortened name that repeats in one table
+    is numbered, and the full name goes with it (a click away on the page)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for d in devices:
+        top = d["kernels"]["top"][:limit]
+        if top:
+            groups.setdefault(tuple(t["name"] for t in top), []).append(d)
+    tables = []
+    for names, members in groups.items():
+        seen: dict[str, int] = {}
+        rows = []
+        for i, name in enumerate(names):
+            short = normalise_kernel_name(name)
+            seen[short] = seen.get(short, 0) + 1
+            label = short if seen[short] == 1 else f"{short} (variant {seen[short]})"
+            tops = [m["kernels"]["top"][i] for m in members]
+            rows.append(
+                {
+                    "label": clip(label, 120),
+                    "name": name,
+                    "calls": _spread([t["count"] for t in tops], fmt_count),
+                    "total": _spread([t["total_ns"] for t in tops], fmt_ns),
+                    "mean": _spread([t["mean_ns"] for t in tops], fmt_ns),
+                    "tensor_core": _spread(
+                        [int(bool(t.get("tensor_core"))) for t in tops], lambda v: "yes" if v else "no"
+                    ),
+                }
+            )
+        tables.append({"devices": [m["id"] for m in members], "rows": rows})
+    return tables
+
+
+_TABLE = re.compile(r"<table[^>]*>.*?</table>", re.S)
+_ROW = re.compile(r"<tr[^>]*>.*?</tr>", re.S)
+_CELL = re.compile(r"<t([hd])([^>]*)>(.*?)</t\1>", re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _without_empty_columns(table: str) -> str:
+    """`table` without the columns whose every data cell is '-' (nothing known in any row)."""
+    cells = [_CELL.findall(row) for row in _ROW.findall(table)]
+    data = [c for c in cells if c and all(kind == "d" for kind, _, _ in c)]
+    if not data or len({len(c) for c in cells}) != 1:
+        return table
+    empty = {i for i in range(len(data[0])) if all(_TAG.sub("", c[i][2]).strip() == "-" for c in data)}
+    if not empty:
+        return table
+
+    def keep(row: re.Match[str]) -> str:
+        text = row.group(0)
+        kept = "".join(m.group(0) for i, m in enumerate(_CELL.finditer(text)) if i not in empty)
+        return text[: text.index(">") + 1] + kept + "</tr>"
+
+    return _ROW.sub(keep, table)
+
+
+def without_empty_columns(page: str) -> str:
+    """Every table of our own page without its '-'-only columns (cells are never nested, names are escaped)."""
+    return _TABLE.sub(lambda m: _without_empty_columns(m.group(0)), page)
 
 
 def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainter | None = None) -> str:
     """The page; its charts drawn by `painter` (in its own process), else here."""
     drawn = (painter or ChartPainter(parallel=False)).paint(report, analysis)
     charts = {name: Markup(svg) if svg else None for name, svg in drawn.items()}
-    return (
+    page = (
         environment()
         .get_template("report.html")
         .render(report=report, charts=charts, verdict=verdict_sentence(report), headline=projection_sentence(report))
     )
+    return without_empty_columns(page)

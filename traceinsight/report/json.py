@@ -21,8 +21,11 @@ from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.kernels import KernelStats
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.findings import Bottleneck, headline_projection
+from traceinsight.report.meta import capture_date, trace_versions
 
 SCHEMA = "traceinsight.report/1"
+# Fewer captured steps than this get a warning: "profile at least N steps".
+MIN_STEADY_STEPS = 3
 
 
 def _gaps(g: DeviceGaps) -> dict[str, Any]:
@@ -110,6 +113,9 @@ def _totals(a: Analysis) -> dict[str, Any]:
         "device_count": len(a.devices),
         "idle_fraction": span_weighted_idle(a.devices),
         "gpu_util": _rounded(span_weighted_gpu_util(a.devices)),
+        # Over the steps, for the devices that ran kernels (what the headline reads; see analysis/step_model.py).
+        "step_gpu_util": _rounded(a.step_model.gpu_util),
+        "step_idle_fraction": _rounded(a.step_model.idle_fraction),
         "kernel_count": sum(k.count for k in a.kernels),
         "small_kernel_count": sum(k.small_count for k in a.kernels),
         "h2d_count": h2d.count,
@@ -133,6 +139,8 @@ def _steps(a: Analysis) -> dict[str, Any]:
         "median_ns": s.median_ns,
         "total_ns": s.total_ns,
         "breakdown_total": s.breakdown_total(),
+        "per_device_mean_ns": s.per_device,
+        "device_spread_ns": s.device_spread_ns,
         "items": [{"id": x.id, "start_ns": x.start_ns, "dur_ns": x.dur_ns, "breakdown": x.breakdown} for x in s.items],
     }
 
@@ -147,6 +155,7 @@ def _input_pipeline(a: Analysis) -> dict[str, Any]:
         "source": ip.source,
         "wait_count": ip.wait_count,
         "stages": [asdict(st) for st in ip.stages],
+        "seen": a.settings.input,  # the input settings the trace shows (analysis/settings.py)
         # The input pipeline's own slowest user function (host_ops.input_functions[0]), named for people.
         "slowest_function": asdict(a.host_ops.input_functions[0]) if a.host_ops.input_functions else None,
     }
@@ -196,6 +205,28 @@ def _ranks(a: Analysis) -> dict[str, Any] | None:
     }
 
 
+def _warnings(a: Analysis) -> dict[str, int]:
+    """What was skipped or repaired, counted by reason, and `few_steps` (how many) when fewer than
+    `MIN_STEADY_STEPS` steps were captured: one step is no steady state."""
+    warnings = dict(a.profile.warnings)
+    if a.steps.source != "none" and a.steps.count < MIN_STEADY_STEPS:
+        warnings["few_steps"] = a.steps.count
+    return warnings
+
+
+def _meta(a: Analysis) -> dict[str, Any]:
+    """Where the report came from: the capture date on the trace's own clock and the versions the traces
+    name; the report command fills in its time, command line, options and input (`meta.add_invocation`)."""
+    return {
+        "generated_at": None,
+        "command": None,
+        "options": None,
+        "input": None,
+        "capture_date": capture_date(a.window_start_ns),
+        "versions": trace_versions(a.profile.metadata, [asdict(d) for d in a.profile.devices.values()]),
+    }
+
+
 def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
     """The report object of the JSON contract."""
     p = a.profile
@@ -220,7 +251,8 @@ def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
             "input_functions": [asdict(o) for o in a.host_ops.input_functions],
         },
         "bottlenecks": [asdict(b) for b in bottlenecks],
-        "warnings": dict(p.warnings),
+        "warnings": _warnings(a),
+        "meta": _meta(a),
     }
 
 

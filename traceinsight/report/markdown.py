@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_pct, fmt_step_change
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, fmt_step_change, step_spread
 from traceinsight.report.terminal import projection_sentence, verdict_sentence
 
 
@@ -13,13 +13,55 @@ def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def _link(text: str, target: str) -> str:
+    """A Markdown link whose text and target may hold spaces, brackets or parentheses."""
+    label = markdown_cell(text).replace("[", "\\[").replace("]", "\\]")
+    return f"[{label}](<{target.replace('<', '%3C').replace('>', '%3E')}>)"
+
+
+def provenance(report: dict[str, Any], html_link: str | None) -> list[str]:
+    """Where the full report is and what it was made from: for a CI page to link and date the run."""
+    meta = report.get("meta") or {}
+    parts = []
+    if html_link:
+        parts.append(f"HTML report: {_link(html_link.rsplit('/', 1)[-1], html_link)}")
+    if meta.get("input"):
+        path = markdown_cell(str(meta["input"])).replace("`", "'")
+        parts.append(f"input `{path}`")
+    if meta.get("capture_date"):
+        parts.append(f"captured {fmt_iso(meta['capture_date'])}")
+    if meta.get("generated_at"):
+        parts.append(f"generated {fmt_iso(meta['generated_at'])}")
+    return [" \u00b7 ".join(parts), ""] if parts else []
+
+
+def _device_rows(totals: dict[str, Any]) -> list[str]:
+    """The accelerator rows (a CPU-only run has none)."""
+    return [
+        f"| idle fraction | {fmt_pct(totals['idle_fraction'])} |",
+        f"| GPU-Util | {fmt_pct(totals.get('gpu_util'))} |",
+        f"| kernels (small) | {fmt_count(totals['kernel_count'])} ({fmt_count(totals['small_kernel_count'])}) |",
+        f"| H2D copies | {fmt_count(totals['h2d_count'])}, {fmt_ns(totals['h2d_ns'])}, "
+        f"{fmt_bytes(totals['h2d_bytes'])} |",
+    ]
+
+
+def _spread(steps: dict[str, Any]) -> str:
+    spread = step_spread(steps["items"])
+    if spread is None:
+        return ""
+    return f", \u03c3 {fmt_ns(spread['stdev_ns'])}, min {fmt_ns(spread['min_ns'])}, max {fmt_ns(spread['max_ns'])}"
+
+
+def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str:
+    """The summary; `html_link`: where the HTML report is, relative to this file (named so CI can link it)."""
     totals = report["totals"]
     steps = report["steps"]
     ip = report["input_pipeline"]
     lines = [
         f"## traceinsight: {markdown_cell(report['run'])}",
         "",
+        *provenance(report, html_link),
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",
         *([markdown_cell(projection_sentence(report) or ""), ""] if report.get("projection") else []),
@@ -27,13 +69,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|",
         f"| framework | {report['framework']} |",
         f"| devices | {totals['device_count']} |",
-        f"| idle fraction | {fmt_pct(totals['idle_fraction'])} |",
-        f"| GPU-Util | {fmt_pct(totals.get('gpu_util'))} |",
-        f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])} |",
+        *(_device_rows(totals) if totals["device_count"] else []),
+        f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])}{_spread(steps)} |",
         f"| input wait | {fmt_pct(ip['fraction'])} ({ip['verdict']}) |",
-        f"| kernels (small) | {fmt_count(totals['kernel_count'])} ({fmt_count(totals['small_kernel_count'])}) |",
-        f"| H2D copies | {fmt_count(totals['h2d_count'])}, {fmt_ns(totals['h2d_ns'])}, "
-        f"{fmt_bytes(totals['h2d_bytes'])} |",
         "",
     ]
     if report["bottlenecks"]:

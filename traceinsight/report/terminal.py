@@ -13,28 +13,34 @@ from traceinsight.report.format import (
     fmt_step_change,
     plural,
 )
+from traceinsight.report.json import MIN_STEADY_STEPS
 
 _SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
 
 
 def verdict_sentence(report: dict[str, Any]) -> str:
-    """One sentence: the top bottleneck and what it costs a step, or that nothing stands out."""
+    """The top bottleneck and what it costs a step, or that nothing stands out; figures over the steps, for
+    the devices that ran kernels, and a warning when too few steps were captured to trust them."""
     top = report["bottlenecks"][:1]
+    totals = report["totals"]
     if not report["devices"]:
         lead = "No accelerator activity in this trace"
     else:
-        totals = report["totals"]
-        lead = (
-            f"GPU-Util {fmt_pct(totals.get('gpu_util'))}, devices idle {fmt_pct(totals['idle_fraction'])} of their span"
-        )
+        util, idle = fmt_pct(totals.get("step_gpu_util")), fmt_pct(totals.get("step_idle_fraction"))
+        lead = f"GPU-Util {util} of step time (devices idle {idle} of it)"
     if not top:
-        return f"{lead}; no bottleneck worth fixing found."
-    b = top[0]
-    p = b["projection"]
-    cost = f"{fmt_ns(p['saving_ns'])} a step ({fmt_pct(b['fraction'])} of the step)"
-    basis = "" if p["basis"] == "measured" else ", estimated"
-    return f"{lead}; the main bottleneck is {b['id']} ({b['title']}), costing {cost}{basis}."
+        sentence = f"{lead}; no bottleneck worth fixing found."
+    else:
+        b = top[0]
+        p = b["projection"]
+        cost = f"{fmt_ns(b['fraction'] * p['step_ns_before'])} a step ({fmt_pct(b['fraction'])} of the step)"
+        basis = "" if p["basis"] == "measured" else ", estimated"
+        sentence = f"{lead}; the main bottleneck is {b['id']} ({b['title']}), costing {cost}{basis}."
+    few = report["warnings"].get("few_steps")
+    if few is not None:
+        sentence += f" Only {plural(few, 'step')} captured: profile at least {MIN_STEADY_STEPS} steps."
+    return sentence
 
 
 def projection_sentence(report: dict[str, Any]) -> str | None:
