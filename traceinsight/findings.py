@@ -156,7 +156,7 @@ def _input_bound(a: Analysis) -> Finding | None:
         slowest = a.host_ops.input_functions[0]
         evidence["slowest_function"] = slowest.function
         evidence["slowest_function_calls"] = slowest.calls
-        evidence["slowest_function_ns"] = slowest.total_ns
+        evidence["slowest_function_time_ns"] = slowest.total_ns
         evidence["slowest_function_holds_gil"] = slowest.holds_gil
     wait = m.stalls["input_wait"]
     # The loop waited `wait` for each batch: a k-fold faster pipeline delivers one every wait / k, so the step
