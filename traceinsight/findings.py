@@ -31,6 +31,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.input_pipeline import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION
+from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
 
 SEVERITIES = ("low", "medium", "high")
@@ -49,6 +50,11 @@ BUSY_SHARE_EFFICIENCY_FIRST = 0.9
 # The headline applies at most this many fixes.
 HEADLINE_FIXES = 3
 VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
+# CPU-only runs: framework overhead and small ops are judged only where a step holds at least this many ops.
+MIN_HOST_OPS_PER_STEP = 10
+# small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
+SMALL_BATCH_KERNEL_SHARE = 0.5
+DEFAULT_BATCH_FACTOR = 4.0
 # How many times faster the first input fix makes the pipeline produce a batch. tf.data's AUTOTUNE caps a parallel
 # map / interleave near the host's core count (2x on the 2-core hosts of our pairs, which is the smallest host
 # the projection assumes); `num_workers=4` more DataLoader worker processes load 4x as fast (4.0-4.2x on our pairs).
@@ -215,13 +221,19 @@ def _launch_bound(a: Analysis) -> Finding | None:
     return Finding(_host_gap_evidence(a), _host_fix(a))
 
 
+def _host_loop_traced(a: Analysis) -> bool:
+    """A CPU-only training loop whose ops the trace shows: marked steps (or a repeating step found), with at
+    least `MIN_HOST_OPS_PER_STEP` framework ops each. Else time between ops may be untraced work, not overhead."""
+    steps = a.steps.count
+    looped = a.steps.source == "marker" or steps >= 2
+    return looped and steps > 0 and a.step_model.host_op_count >= MIN_HOST_OPS_PER_STEP * steps
+
+
 def _framework_overhead(a: Analysis) -> Finding | None:
     """CPU-only run: the host is the device. Step time outside its ops and input waits is framework and Python
     dispatch overhead; a compiled step removes most of it (an estimate: op time itself is kept)."""
     m = a.step_model
-    # Only for a training loop (marked steps, or a repeating step found) whose ops the trace shows: else time
-    # between ops may be untraced work, not overhead.
-    if not (a.steps.source == "marker" or a.steps.count >= 2) or m.mean(m.host_floor_ns) <= 0:
+    if not _host_loop_traced(a):
         return None
     overhead = np.clip(m.step_ns - m.stalls["input_wait"] - m.host_floor_ns, 0, None)
     if m.mean(overhead) <= 0:
@@ -287,6 +299,54 @@ def _low_occupancy(a: Analysis) -> Finding | None:
         fix(m, device_ns=waste, kernel_ns=waste),
         assumption="kernels with fewer blocks than SMs leave (1 - blocks/SM) of the GPU idle; a batch that fills "
         "every SM does the same work in blocks/SM of their time",
+    )
+
+
+def _batch_factor(a: Analysis) -> tuple[float, str]:
+    """How many times larger the batch is assumed to get, and why: `DEFAULT_BATCH_FACTOR` while memory allows
+    (device memory headroom, where the trace has it, caps it)."""
+    return DEFAULT_BATCH_FACTOR, f"a {DEFAULT_BATCH_FACTOR:g}x batch (memory use unknown: raise it while memory allows)"
+
+
+def _small_batch(a: Analysis) -> Finding | None:
+    """The step is made of many short kernels (or tiny ops on a CPU-only run): per-step fixed costs (launches,
+    dispatch, the gaps between them) dominate, and a bigger batch spreads them over more samples."""
+    m = a.step_model
+    if m.count == 0:
+        return None
+    k, why = _batch_factor(a)
+    spread = 1.0 - 1.0 / k
+    if a.devices:
+        total = sum(k_.total_ns for k_ in a.kernels)
+        small = sum(k_.small_total_ns for k_ in a.kernels)
+        if total <= 0 or small < SMALL_BATCH_KERNEL_SHARE * total:
+            return None
+        evidence: dict[str, Any] = {"small_kernel_time_share": round(small / total, 4)}
+        small_ns = m.kernel_ns["small_kernels"]
+        fixed = fix(
+            m,
+            idle_ns=(m.step_ns - m.device_busy_ns) * spread,
+            device_ns=small_ns * spread,
+            kernel_ns=small_ns * spread,
+            host_ns=m.host_floor_ns * spread,
+        )
+    else:
+        ops = a.host_ops
+        if not _host_loop_traced(a) or ops.median_ns is None:
+            return None
+        threshold = DEFAULT_SMALL_KERNEL_NS
+        if ops.median_ns >= threshold:
+            return None
+        evidence = {"host_op_count": ops.count, "median_host_op_ns": ops.median_ns}
+        overhead = np.clip(m.step_ns - m.stalls["input_wait"] - m.host_floor_ns, 0, None)
+        fixed = fix(m, idle_ns=overhead * spread, host_ns=m.small_host_op_ns * spread)
+    evidence["batch_factor_assumed"] = k
+    return Finding(
+        evidence,
+        fixed,
+        assumption=f"{why}; kernels/ops this short are launch- or dispatch-bound, so their time and the gaps between "
+        "them stay per step while the samples grow; longer ones grow with the batch. The step shown is per current "
+        "batch of samples, an upper bound on the gain",
     )
 
 
@@ -584,6 +644,33 @@ RULES: tuple[Rule, ...] = (
             "tensorflow": ("Use NCCL all-reduce (`MultiWorkerMirroredStrategy`) and a bigger per-replica batch.",),
             "jax": ("Shard so collectives overlap compute (`jax.jit` with shardings); use a bigger batch.",),
         },
+    ),
+    Rule(
+        "small_batch",
+        "The batch is too small: the step is made of short kernels or tiny ops",
+        "Small kernels (< the small-kernel threshold) carry >= 50 % of kernel time, or the median host op is under "
+        "it on a CPU-only run; the PyTorch plugin's GPU-utilisation rule advised a bigger batch",
+        _small_batch,
+        {
+            "pytorch": (
+                "Raise the batch size about 4x while memory allows: `DataLoader(dataset, batch_size=4 * bs, ...)`.",
+                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
+                "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
+                "For inference, batch requests together.",
+            ),
+            "tensorflow": (
+                "Raise the batch size about 4x while memory allows: `ds = ds.batch(4 * batch_size)`.",
+                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
+                "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
+            ),
+            "jax": (
+                "Raise the per-device batch about 4x while memory allows (the leading axis of the inputs to the "
+                "jitted step).",
+                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
+            ),
+        },
+        kind=EFFICIENCY,
+        max_severity="medium",
     ),
     Rule(
         "idle_other",

@@ -33,6 +33,7 @@ def _model(step, busy, floor, kernel=None) -> StepModel:
         stalls={},
         kernel_ns={},
         device_count=1,
+        small_host_op_ns=np.zeros(len(step)),
     )
 
 

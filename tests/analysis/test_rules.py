@@ -129,19 +129,19 @@ def test_cpu_only_trace_has_no_devices_and_no_crash():
 
 
 def test_cpu_only_framework_overhead_between_ops():
-    # Two marked 100 us steps; in each a DataLoader wait of 10 us and ops covering 30 us (two 20 us ops that
-    # overlap by 10): overhead = 100 - 10 - 30 = 60 us a step. The fix keeps ops and wait: 40 us.
+    # Two marked 100 us steps; in each a DataLoader wait of 10 us and ten 4 us ops from t+20 every 3 us (they
+    # overlap, on two threads), covering [t+20, t+51): overhead = 100 - 10 - 31 = 59 us a step. The fix keeps ops
+    # and wait: 41 us.
     rows = []
     for i, t in enumerate((0, 100)):
         rows += [
             {**host("annotation", t, 100, f"ProfilerStep#{i}"), "thread": 1},
             {**host("cpu_op", t, 10, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"), "thread": 1},
-            {**host("cpu_op", t + 20, 20, "aten::mm"), "thread": 1},
-            {**host("cpu_op", t + 30, 20, "aten::add"), "thread": 2},
         ]
+        rows += [{**host("cpu_op", t + 20 + 3 * j, 4, "aten::add"), "thread": 1 + j % 2} for j in range(10)]
     (b,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "host_bound"]
-    assert b.evidence["overhead_per_step_ns"] == 60 * US
-    assert (b.projection.step_ns_before, b.projection.step_ns_after) == (100 * US, 40 * US)
+    assert b.evidence["overhead_per_step_ns"] == 59 * US
+    assert (b.projection.step_ns_before, b.projection.step_ns_after) == (100 * US, 41 * US)
     assert b.projection.basis == "estimated" and b.title.startswith("Framework overhead")
     assert b.recommendations[0].startswith("Compile the model: `model = torch.compile(model)`")
 

@@ -69,7 +69,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
         input_steps=_input_steps(events, len(profile.inputs), steps),
-        step_model=step_model(events, usages, gaps, steps),
+        step_model=step_model(events, usages, gaps, steps, small_kernel_ns),
         host_ops=host_ops(events, steps.input_id),
         settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
     )

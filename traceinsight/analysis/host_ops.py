@@ -47,6 +47,8 @@ class HostOp:
 class HostOps:
     top: list[HostOp]  # by self time
     input_functions: list[HostOp]  # ops that run mostly inside input waits, by total time
+    count: int = 0  # host framework ops in all
+    median_ns: int | None = None  # their median duration (tiny ops: the batch is too small to amortise dispatch)
 
 
 def _function_name(name: str) -> str:
@@ -134,4 +136,6 @@ def host_ops(events: pd.DataFrame, input_id: int) -> HostOps:
     return HostOps(
         top=_summarise(frame, TOP_HOST_OPS, "own"),
         input_functions=_summarise(frame[frame["name"].isin(input_names).to_numpy()], 5, "total"),
+        count=len(frame),
+        median_ns=int(np.median(frame["dur"].to_numpy())),
     )

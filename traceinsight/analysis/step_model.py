@@ -12,7 +12,9 @@ side by side):
   shorter than this;
 * ``stalls``: the exposed time of each measured stall (``STALLS``), i.e. time the
   device did no useful work because of it;
-* ``kernel_ns``: kernel time of the kernel classes efficiency estimates act on.
+* ``kernel_ns``: kernel time of the kernel classes efficiency estimates act on (FP32 matmul/conv,
+  kernels under one block per SM, kernels under the small-kernel threshold);
+* ``small_host_op_ns``: host framework ops under that threshold (a CPU-only run's tiny ops).
 
 A fix removes idle time (a stall the device waited through) and/or device time
 (exposed copies, exposed communication, faster kernels). `project` applies fixes one
@@ -36,7 +38,7 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
 from traceinsight.analysis.intervals import Intervals, union, union_of
-from traceinsight.analysis.kernels import flagged_kernels
+from traceinsight.analysis.kernels import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, flagged_kernels
 from traceinsight.analysis.steps import Steps
 from traceinsight.model import COPY_KINDS, kind_mask, rows_of_input
 
@@ -54,7 +56,7 @@ STALLS = (
 # How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
 EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
 # Kernel classes that efficiency estimates act on.
-KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste")
+KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste", "small_kernels")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class StepModel:
     stalls: dict[str, np.ndarray]
     kernel_ns: dict[str, np.ndarray]
     device_count: int  # devices the per-step means are over (0: a host-only run)
+    small_host_op_ns: np.ndarray  # host framework ops under the small threshold (CPU-only runs' small ops)
+    host_op_count: int = 0  # host ops and runtime calls (the host floor's rows) that start inside the steps
 
     @property
     def count(self) -> int:
@@ -181,7 +185,12 @@ def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
 
 
 def _device_figures(
-    rows: pd.DataFrame, usage: DeviceUsage, gaps: DeviceGaps, starts: np.ndarray, ends: np.ndarray
+    rows: pd.DataFrame,
+    usage: DeviceUsage,
+    gaps: DeviceGaps,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    small_threshold_ns: int,
 ) -> dict[str, np.ndarray]:
     """One device's per-step figures (see the module docstring)."""
     kernels = flagged_kernels(rows)
@@ -216,26 +225,48 @@ def _device_figures(
     low = ~np.isnan(bps) & (bps < 1.0)
     figures["fp32_eligible"] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
     figures["low_blocks_waste"] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
+    small = dur < small_threshold_ns
+    figures["small_kernels"] = np.minimum(_in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"])
     return figures
 
 
-def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per step, host framework ops (TF eager ops run as ``KernelAndDevice*::Run``) and runtime calls outside
-    input waits and synchronisations."""
+def _small_host_ops(
+    events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray, small_threshold_ns: int
+) -> np.ndarray:
+    """Per step, time in host framework ops shorter than the small threshold (dispatch-bound at that size)."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"])
+    dur = mine["dur_ns"].to_numpy()
+    small = mine["device"].isna().to_numpy() & kind_mask(mine, "cpu_op") & (dur < small_threshold_ns)
+    return _in_steps(mine["ts_ns"].to_numpy()[small], dur[small].astype(np.float64), starts, ends)
+
+
+def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, int]:
+    """Per step, host framework ops (TF eager ops run as ``KernelAndDevice*::Run``), host collectives and runtime
+    calls outside input waits and synchronisations."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
     host = mine["device"].isna().to_numpy()
-    names = mine["name"]
-    eager_run = pd.Series(names.cat.categories).str.fullmatch(EAGER_OP_RUN_PATTERN).to_numpy(bool)
-    codes = names.cat.codes.to_numpy()
-    is_eager_run = np.append(eager_run, False)[np.where(codes < 0, len(eager_run), codes)]
-    work = _rows_union(mine, host & (kind_mask(mine, "cpu_op", "runtime") | is_eager_run))
+    names = pd.Series(mine["name"].cat.categories)
+    # Eager TF ops, and host collectives (gloo all_reduce, ...): host work, not overhead between ops.
+    host_work = (names.str.fullmatch(EAGER_OP_RUN_PATTERN) | names.str.contains(COMMUNICATION_PATTERN)).to_numpy(bool)
+    codes = mine["name"].cat.codes.to_numpy()
+    is_host_work = np.append(host_work, False)[np.where(codes < 0, len(host_work), codes)]
+    working = host & (kind_mask(mine, "cpu_op", "runtime") | is_host_work)
+    work = _rows_union(mine, working)
     waiting = _rows_union(
         mine, host & (kind_mask(mine, "input_wait", "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
     )
-    return _exposed_in_steps(work, waiting, starts, ends)
+    ts = mine["ts_ns"].to_numpy()[working]
+    ops = int(_in_steps(ts, np.ones(len(ts)), starts, ends).sum())
+    return _exposed_in_steps(work, waiting, starts, ends), ops
 
 
-def step_model(events: pd.DataFrame, usages: list[DeviceUsage], gaps: list[DeviceGaps], steps: Steps) -> StepModel:
+def step_model(
+    events: pd.DataFrame,
+    usages: list[DeviceUsage],
+    gaps: list[DeviceGaps],
+    steps: Steps,
+    small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS,
+) -> StepModel:
     """The step model of the run's steps (see the module docstring)."""
     starts = np.array([s.start_ns for s in steps.items], np.int64)
     ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
@@ -247,7 +278,7 @@ def step_model(events: pd.DataFrame, usages: list[DeviceUsage], gaps: list[Devic
     per_device = []
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        per_device.append(_device_figures(rows, usage, device_gaps, starts, ends))
+        per_device.append(_device_figures(rows, usage, device_gaps, starts, ends, small_threshold_ns))
 
     def mean(name: str) -> np.ndarray:
         if not per_device:
@@ -255,14 +286,17 @@ def step_model(events: pd.DataFrame, usages: list[DeviceUsage], gaps: list[Devic
         return np.mean([f[name] for f in per_device], axis=0).astype(np.float64)
 
     stalls = {name: mean(name) for name in STALLS}
+    floor, host_ops = _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0)
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
     stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     return StepModel(
         step_ns=ends - starts,
         device_busy_ns=mean("device_busy_ns"),
         kernel_busy_ns=mean("kernel_busy_ns"),
-        host_floor_ns=_host_floor(events, steps.input_id, starts, ends).astype(np.float64) if count else np.zeros(0),
+        host_floor_ns=floor.astype(np.float64),
         stalls=stalls,
         kernel_ns={name: mean(name) for name in KERNEL_CLASSES},
         device_count=len(per_device),
+        small_host_op_ns=_small_host_ops(events, steps.input_id, starts, ends, small_threshold_ns),
+        host_op_count=host_ops,
     )
