@@ -1,8 +1,16 @@
-"""Shared fixtures: where the real traces in ../shared live (tests skip when absent)."""
+"""Shared fixtures: where the real traces in ../shared live.
+
+Without them the tests that read them skip, and say so (`-rs`); under CI (``CI=true``) a missing
+../shared/traces is a failure instead: a CI run that silently skipped a third of the tests would pass
+for the wrong reason.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -27,16 +35,45 @@ KINETO_TRACES = (
 )
 
 
+# What a test says when it skips for want of the shared traces (here and in tests that check for them alone).
+SHARED_MISSING = "../shared/traces"
+_CHECK_OUT = "check out ../shared beside the project"
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (``CI=true``, as GitHub Actions and most CI services set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def _missing(what: str) -> NoReturn:
+    """Skip the test for want of a shared trace, or fail it under CI."""
+    if in_ci():
+        pytest.fail(f"{what} not available, and CI=true needs it: {_CHECK_OUT}", pytrace=False)
+    pytest.skip(f"{what} not available")
+
+
 def shared_trace(relative: str) -> Path:
-    """Path of a real trace in ../shared/traces, skipping the test when it is not there."""
+    """Path of a real trace in ../shared/traces, skipping the test when it is not there (failing it under CI)."""
     path = SHARED_TRACES / relative
     if not path.exists():
-        pytest.skip(f"../shared/traces/{relative} not available")
+        _missing(f"../shared/traces/{relative}")
     return path
 
 
 @pytest.fixture
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
-        pytest.skip("../shared/traces not available")
+        _missing("../shared/traces")
     return SHARED_TRACES
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """Under CI, a skip for want of the shared traces that a test decided alone (not through `shared_trace`)
+    fails too."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci() and isinstance(report.longrepr, tuple) and SHARED_MISSING in report.longrepr[2]:
+        report.outcome = "failed"
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        report.longrepr = f"{reason}, and CI=true needs it: {_CHECK_OUT}"

@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import re
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -362,7 +363,8 @@ def test_chrome_exports_are_left_to_the_chrome_reader(tmp_path: Path) -> None:
 
 
 def test_progress_bar_counts_the_bytes_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("traceinsight.load.PROGRESS_MIN_BYTES", 0)
+    # The module itself: the package's `traceinsight.load` is the API's function of that name.
+    monkeypatch.setattr(sys.modules[load_run.__module__], "PROGRESS_MIN_BYTES", 0)
     path = _write(tmp_path, DOCS["indented"])
     out = io.StringIO()
     load_run(discover(path), path, progress=out)

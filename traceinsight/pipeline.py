@@ -1,14 +1,19 @@
-"""Path -> report dict -> files and exit code: the steps every command that reads traces shares.
+"""Path -> report dict -> files and exit code: the one path behind the Python API (`traceinsight.api`) and
+every command that reads traces.
 
 `analyse_path` runs the one-way pipeline (discover -> load_run -> analyze ->
-find_bottlenecks -> build_report). `read_saved_report` lets a command take a
+find_bottlenecks -> build_report), reading and analysing the inputs in processes
+or on a Dask cluster when asked; `analyse_profile` runs its second half on a
+profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
-baseline JSON rather than the trace it came from. `finish` writes a command's
-outputs and turns crossed `--fail-on` thresholds into the exit code.
+baseline JSON rather than the trace it came from. `write_outputs` writes reports
+atomically, never over an input; `finish` does that for a command, prints its
+summary and turns crossed `--fail-on` thresholds into the exit code.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,8 +28,9 @@ from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.discover import Run, discover
 from traceinsight.findings import find_bottlenecks
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel
-from traceinsight.model import TraceError, TraceRead, merge_reads
+from traceinsight.model import Profile, TraceError, TraceRead, merge_reads
 from traceinsight.report.json import SCHEMA, build_report
+from traceinsight.report.meta import add_run_info
 from traceinsight.report.output import check_output, write_atomic
 
 # Top-level fields a saved report must have (with these types) to be compared.
@@ -44,11 +50,30 @@ _MAX_REPORT_BYTES = 256 << 20
 
 @dataclass(frozen=True)
 class Analysed:
-    """One analysed run: its files (never to be overwritten), the analysis (for charts) and the report."""
+    """One analysed run: its files (never to be overwritten; None for a profile loaded beforehand), the analysis
+    (for charts) and the report."""
 
-    run: Run
+    run: Run | None
     analysis: Analysis  # without its event table (`Analysis.without_events`)
     report: dict[str, Any]
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The trace files the report was made from: no output may overwrite them."""
+        return () if self.run is None else self.run.files
+
+
+def find_run(path: Path, run_name: str | None = None) -> Run:
+    """The run under `path` (`discover`), refusing a saved `--json` report with a hint to compare it instead."""
+    if read_saved_report(path) is not None:
+        raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
+    return discover(path, run_name)
+
+
+def load_path(path: Path, run_name: str | None = None, jobs: int = 1) -> tuple[Run, Profile]:
+    """The run under `path` and its inputs read into one profile, as `analyse_path` reads them in this process."""
+    run = find_run(path, run_name)
+    return run, load_run(run, path, jobs)
 
 
 def analyse_path(
@@ -63,9 +88,7 @@ def analyse_path(
     """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
     `scheduler` and `progress`). `on_loaded()` is called before the analyses: once the traces are read
     here, or as the workers that read and analyse the inputs start."""
-    if read_saved_report(path) is not None:
-        raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
-    run = discover(path, run_name)
+    run = find_run(path, run_name)
     if reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analysed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
@@ -80,7 +103,20 @@ def analyse_path(
         if on_loaded is not None:
             on_loaded()
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
+    return _reported(analysis, run, path)
+
+
+def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
+    """The report of a profile already loaded (`load_path`): the second half of `analyse_path`."""
+    return _reported(analyze(profile, small_kernel_ns=small_kernel_ns), None, None)
+
+
+def _reported(analysis: Analysis, run: Run | None, path: Path | None) -> Analysed:
+    """The report of an analysis (with the versions a `run_info.json` beside the run lists, when it came from
+    `path`), and the analysis without its event table."""
     report = build_report(analysis, find_bottlenecks(analysis))
+    if run is not None and path is not None:
+        add_run_info(report, path, run.root)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analysed(run, analysis.without_events(), report)
 
@@ -124,16 +160,29 @@ def read_saved_report(path: Path) -> dict[str, Any] | None:
     return doc
 
 
-def finish(
-    outputs: dict[Path, str], protected: tuple[Path, ...], summary: str | None, crossed: list[str], label: str
-) -> int:
-    """Write every output (atomically, never over an input), print `summary` and where the files went
-    (unless quiet: `summary` None), one stderr line per crossed threshold; the exit code (1 when any).
-    Every output path is checked before any is written, so a refused one leaves no other behind."""
+def write_outputs(outputs: dict[Path, str], protected: tuple[Path, ...]) -> None:
+    """Write every output atomically, never over an input (`protected`). Every path is checked before any is
+    written, so a refused one leaves no other behind."""
     for path in outputs:
         check_output(path, protected)
     for path, text in outputs.items():
         write_atomic(path, text, protected=protected)
+
+
+def relative_link(target: Path, page: Path) -> str:
+    """`target` as a link from `page`'s folder (both are written side by side in most CI jobs)."""
+    try:
+        return Path(os.path.relpath(target.absolute(), page.absolute().parent)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return target.absolute().as_posix()
+
+
+def finish(
+    outputs: dict[Path, str], protected: tuple[Path, ...], summary: str | None, crossed: list[str], label: str
+) -> int:
+    """Write every output (`write_outputs`), print `summary` and where the files went (unless quiet:
+    `summary` None), one stderr line per crossed threshold; the exit code (1 when any)."""
+    write_outputs(outputs, protected)
     if summary is not None:
         print(summary)
         print(f"\n{label}: " + ", ".join(str(p) for p in outputs))

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
-from traceinsight.commands.report import positive_float
+from traceinsight.api import analyze
+from traceinsight.commands.options import positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import parse_threshold
-from traceinsight.pipeline import analyse_path, finish, read_saved_report
+from traceinsight.pipeline import finish, read_saved_report
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 from traceinsight.report.json import dumps
 
@@ -44,9 +45,9 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     protected: list[Path] = []
     for path, report in zip(paths, saved, strict=True):
         if report is None:
-            analysed = analyse_path(path, small_kernel_ns=small_kernel_ns)
-            report, source = analysed.report, "trace"
-            protected += analysed.run.files
+            analysed = analyze(path, small_kernel_us=small_kernel_ns / 1000)
+            report, source = analysed.to_dict(), "trace"
+            protected += analysed.files
         else:
             source = "report"
             protected.append(path)

@@ -1,38 +1,24 @@
-"""`traceinsight report PATH`: read a run, analyse it, write HTML / JSON / Markdown, gate CI."""
+"""`traceinsight report PATH`: read a run, analyse it, write HTML / JSON / Markdown, gate CI.
+
+A thin layer over the Python API (`traceinsight.api.analyze` and its `Report`): the command adds the
+progress bar, the chart painter, `--fail-on` and the exit code.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from traceinsight.api import analyze
+from traceinsight.commands.options import positive_float, positive_int
 from traceinsight.gating import parse_threshold
 from traceinsight.load import progress_stream
 from traceinsight.parallel import default_jobs
-from traceinsight.pipeline import analyse_path, finish
-from traceinsight.report.html import render_html
-from traceinsight.report.json import dumps
-from traceinsight.report.markdown import render_markdown
-from traceinsight.report.meta import add_invocation
+from traceinsight.pipeline import finish, relative_link
 from traceinsight.report.painter import ChartPainter
-from traceinsight.report.terminal import render_terminal
 
 DEFAULT_HTML = "traceinsight-report.html"
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
 
 
 class ReportCommand:
@@ -84,25 +70,25 @@ class ReportCommand:
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
         with ChartPainter(parallel=args.jobs > 1) as painter:
-            analysed = analyse_path(
+            report = analyze(
                 args.path,
+                args.small_kernel_us,
                 args.run,
-                small_kernel_ns=int(round(args.small_kernel_us * 1000)),
-                jobs=args.jobs,
+                args.jobs,
                 scheduler=args.scheduler,
                 progress=progress_stream(args.quiet),
                 on_loaded=painter.warm_up,
             )
-            report = analysed.report
-            add_invocation(report, _command_line(args), _options(args), args.path, analysed.run.root)
-            outputs = {args.output: render_html(report, analysed.analysis, painter)}
-        crossed = [msg for t in thresholds if (msg := t.check(report))]
+            report.record_invocation(_command_line(args), _options(args))
+            outputs = {args.output: report.to_html(painter)}
+        document = report.to_dict()
+        crossed = [msg for t in thresholds if (msg := t.check(document))]
         if args.json:
-            outputs[args.json] = dumps(report) + "\n"
+            outputs[args.json] = report.to_json() + "\n"
         if args.markdown:
-            outputs[args.markdown] = render_markdown(report, html_link=_relative_link(args.output, args.markdown))
-        summary = None if args.quiet else render_terminal(report, color=sys.stdout.isatty())
-        return finish(outputs, analysed.run.files, summary, crossed, "Report")
+            outputs[args.markdown] = report.to_markdown(html_link=relative_link(args.output, args.markdown))
+        summary = None if args.quiet else report.to_text(color=sys.stdout.isatty())
+        return finish(outputs, report.files, summary, crossed, "Report")
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:
@@ -120,11 +106,3 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
         "small_kernel_us": args.small_kernel_us,
         "fail_on": list(args.fail_on),
     }
-
-
-def _relative_link(target: Path, page: Path) -> str:
-    """`target` as a link from `page`'s folder (both are written side by side in most CI jobs)."""
-    try:
-        return Path(os.path.relpath(target.absolute(), page.absolute().parent)).as_posix()
-    except ValueError:  # another drive (Windows)
-        return target.absolute().as_posix()

@@ -1,4 +1,4 @@
-"""Number formatting shared by every renderer (and the HTML templates' filters)."""
+"""Number formatting and escaping shared by every renderer (and the HTML templates' filters)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def escape_control(text: str) -> str:
     """`text` with control characters shown as \\xNN, safe to print on a terminal."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+def markdown_cell(text: str) -> str:
+    """Table-cell safe text for Markdown: pipes and newlines would break the table."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 _TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))

@@ -35,7 +35,7 @@ from traceinsight.report.format import (
     step_spread,
 )
 from traceinsight.report.painter import ChartPainter
-from traceinsight.report.terminal import projection_sentence, verdict_sentence
+from traceinsight.report.wording import projection_sentence, verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _BACKTICKS = re.compile(r"`([^`]+)`")
@@ -183,3 +183,22 @@ def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainte
         .render(report=report, charts=charts, verdict=verdict_sentence(report), headline=projection_sentence(report))
     )
     return without_empty_columns(page)
+
+
+def render_notebook(report: dict[str, Any], analysis: Analysis) -> str:
+    """The notebook view (`traceinsight.Report._repr_html_`): the headline, the bottleneck cards and the
+    timeline chart, one HTML fragment with a style of its own (scoped to it) and no script."""
+    # matplotlib is imported only where a chart is drawn.
+    from traceinsight.report.charts import draw
+
+    timeline = draw("timeline", report, analysis)
+    return (
+        environment()
+        .get_template("notebook.html")
+        .render(
+            report=report,
+            timeline=Markup(timeline) if timeline else None,
+            verdict=verdict_sentence(report),
+            headline=projection_sentence(report),
+        )
+    )

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, fmt_step_change, step_spread
-from traceinsight.report.terminal import projection_sentence, verdict_sentence
-
-
-def markdown_cell(text: str) -> str:
-    """Table-cell safe text: pipes and newlines would break the table."""
-    return text.replace("|", "\\|").replace("\n", " ")
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell, step_spread
+from traceinsight.report.wording import projection_sentence, step_after_fix, verdict_sentence
 
 
 def _link(text: str, target: str) -> str:
@@ -81,10 +76,9 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
         ]
         for b in report["bottlenecks"]:
             fix = b["recommendations"][0] if b["recommendations"] else ""
-            p = b["projection"]
-            after = fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
             lines.append(
-                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_pct(b['fraction'])} | {after} | {p['basis']} "
+                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_pct(b['fraction'])} | {step_after_fix(b)} "
+                f"| {b['projection']['basis']} "
                 f"| {markdown_cell(fix)} |"
             )
     else:

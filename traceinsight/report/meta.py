@@ -1,9 +1,9 @@
 """The report's `meta`: where a CI artifact came from (when, by which command, from what capture).
 
-`trace_meta` is what the traces themselves say (the capture date on their own clock,
-versions the profiler wrote down); `add_invocation` adds what only the command knows: the
-time it ran, its command line and options, the PATH it was given, and the versions a
-`run_info.json` beside the run lists.
+`capture_date` and `trace_versions` are what the traces themselves say (the capture date on their own clock,
+versions the profiler wrote down); `add_run_info` adds the versions a `run_info.json`
+beside the run lists (every report of a PATH has them); `add_invocation` adds what only
+the command knows: the time it ran, its command line and options, the PATH it was given.
 """
 
 from __future__ import annotations
@@ -134,22 +134,29 @@ def run_info_versions(files: Sequence[Path], framework: str) -> dict[str, str]:
     return found
 
 
-def add_invocation(
-    report: dict[str, Any], command: Sequence[str], options: Mapping[str, Any], path: Path, run_root: Path | None
-) -> dict[str, Any]:
-    """`report["meta"]` completed with the run of the command: time, command line, options, input, and the
-    versions of a `run_info.json` beside the run (the trace's own figures win)."""
+def add_run_info(report: dict[str, Any], path: Path, run_root: Path | None) -> dict[str, Any]:
+    """`report["meta"]["versions"]` completed with the versions a `run_info.json` beside the run lists (the
+    trace's own figures win); `path` is the PATH the run was found under."""
     meta = dict(report.get("meta") or {})
     from_trace = meta.get("versions") or {}
     from_file = run_info_versions(_run_info_files(path, run_root), report.get("framework", ""))
     versions = {"traceinsight": __version__, **{k: from_file[k] for k in ("framework",) if k in from_file}}
     versions.update({**from_file, **from_trace})
+    meta["versions"] = versions
+    report["meta"] = meta
+    return meta
+
+
+def add_invocation(
+    report: dict[str, Any], command: Sequence[str], options: Mapping[str, Any], path: Path | None
+) -> dict[str, Any]:
+    """`report["meta"]` completed with the run of the command: time, command line, options and input."""
+    meta = dict(report.get("meta") or {})
     meta.update(
         generated_at=generated_at(),
         command=list(command),
         options=dict(options),
-        input=str(path),
-        versions=versions,
+        input=None if path is None else str(path),
     )
     report["meta"] = meta
     return meta

@@ -1,0 +1,363 @@
+"""The Python API: traceinsight's front door (the CLI is a thin layer over it).
+
+    import traceinsight as ti
+
+    r = ti.analyze("runs/profile")  # a trace file, a profile run folder or a TensorBoard logdir
+    r.bottlenecks  # one row per bottleneck, in rank order, with what fixing it would do to the step
+    r.gaps.groupby("cause").dur_ns.sum()  # every idle gap of every device, with its cause
+    r  # in a notebook: the headline, the bottleneck cards and the timeline
+
+`load` reads a run into a `Profile` (its event table as a pandas DataFrame, one row per
+timed event: the columns are documented in `traceinsight.model`). `analyze` reads and
+analyses a run, or analyses a `Profile` already loaded, into a `Report`: DataFrames of
+its results, `to_dict()` (the CLI's ``--json`` document), `to_html()`, `to_markdown()`
+and `save()`. Both find and read traces exactly as ``traceinsight report`` does; bad
+input raises `TraceError`, one message naming the file and the problem (the CLI's exit
+code 2). All times are integer nanoseconds on the trace's own clock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.gaps import CAUSES
+from traceinsight.analysis.steps import BREAKDOWN
+from traceinsight.findings import Bottleneck, BottleneckProjection
+from traceinsight.model import Profile, TraceError
+from traceinsight.pipeline import Analysed, analyse_path, analyse_profile, load_path, relative_link, write_outputs
+from traceinsight.report.html import render_html, render_notebook
+from traceinsight.report.json import dumps
+from traceinsight.report.markdown import render_markdown
+from traceinsight.report.meta import add_invocation
+from traceinsight.report.terminal import render_terminal
+from traceinsight.report.wording import projection_sentence, verdict_sentence
+
+if TYPE_CHECKING:
+    from traceinsight.report.painter import ChartPainter
+
+__all__ = ["Profile", "Report", "TraceError", "analyze", "load"]
+
+PathLike = str | os.PathLike[str]
+DEFAULT_SMALL_KERNEL_US = 10.0
+# The JSON's invocation fields in `meta`: how the CLI was asked (`Report.record_invocation`), never in `to_dict()`.
+INVOCATION_FIELDS = ("generated_at", "command", "options", "input")
+_PROJECTION_COLUMNS = tuple(f.name for f in fields(BottleneckProjection))
+_BOTTLENECK_FIRST = ("rank", "id", "severity", "title", "kind", "time_ns", "fraction")
+_BOTTLENECK_LAST = ("recommendations", "evidence")
+_BOTTLENECK_COLUMNS = (
+    *_BOTTLENECK_FIRST,
+    *_PROJECTION_COLUMNS,
+    *_BOTTLENECK_LAST,
+    *(f.name for f in fields(Bottleneck) if f.name not in {*_BOTTLENECK_FIRST, *_BOTTLENECK_LAST, "projection"}),
+)
+_DEVICE_COLUMNS = ("device", "name", "span_ns", "busy_ns", "idle_ns", "idle_fraction", "gpu_util")
+_GAP_COLUMNS = ("device", "start_ns", "dur_ns", "cause", "host_activity")
+_KERNEL_COLUMNS = ("device", "rank", "name", "count", "total_ns", "mean_ns", "tensor_core")
+_HOST_OP_COLUMNS = ("name", "function", "calls", "total_ns", "self_ns", "holds_gil", "input_function")
+_CHARTS_MODULE = "traceinsight.report.charts"
+
+
+def load(path: PathLike, run: str | None = None, *, jobs: int = 1) -> Profile:
+    """Read the run under `path` (a trace file, a profile run folder or a TensorBoard logdir) into one `Profile`.
+
+    Files in one folder are one run (several hosts' ``.xplane.pb``, several ranks' ``.pt.trace.json.gz``);
+    with several runs the newest is read, or the one `run` names (as ``--run``). `jobs`: processes that
+    decode one large Kineto file. The profile's `.events` is the event table (`traceinsight.model` documents
+    its columns), `.inputs` the files read and `.framework` the framework that wrote them.
+
+    Raises `TraceError` for a path without traces, an unknown run, a saved report, or a file that is not
+    a trace it can read.
+    """
+    _check_jobs(jobs)
+    _, profile = load_path(Path(path), run, jobs)
+    return profile
+
+
+def analyze(
+    path_or_profile: PathLike | Profile,
+    small_kernel_us: float = DEFAULT_SMALL_KERNEL_US,
+    run: str | None = None,
+    jobs: int = 1,
+    *,
+    scheduler: str | None = None,
+    progress: TextIO | None = None,
+    on_loaded: Callable[[], None] | None = None,
+) -> Report:
+    """Read and analyse the run under a path (as ``traceinsight report`` does), or analyse a `Profile` from
+    `load`; the `Report` of it.
+
+    `small_kernel_us`: kernels shorter than this count as small (``--small-kernel-us``). `run`: which run
+    under the path (``--run``). `jobs`: read and analyse that many files at a time, one process each
+    (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
+    (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
+    `on_loaded()` is called once the traces are read, before the analyses (the CLI starts drawing then).
+
+    Raises `TraceError` for bad input, as `load` does.
+    """
+    if not small_kernel_us > 0:
+        raise ValueError(f"small_kernel_us must be a positive number, not {small_kernel_us!r}")
+    _check_jobs(jobs)
+    small_kernel_ns = int(round(small_kernel_us * 1000))
+    if isinstance(path_or_profile, Profile):
+        if run is not None:
+            raise ValueError("`run` picks one of the runs under a path; a Profile is one run already")
+        if on_loaded is not None:
+            on_loaded()
+        return Report(analyse_profile(path_or_profile, small_kernel_ns))
+    path = Path(path_or_profile)
+    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded)
+    return Report(analysed, path)
+
+
+def _check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs!r}")
+
+
+class Report:
+    """The analysis of one run: its results as DataFrames, the JSON document, and the pages.
+
+    Made by `analyze`. The DataFrames are built on each access (change them freely); times are integer ns.
+    In a notebook a `Report` shows itself (`_repr_html_`): the headline, the bottleneck cards and the timeline.
+    """
+
+    def __init__(self, analysed: Analysed, path: Path | None = None) -> None:
+        self._analysed = analysed
+        self._path = path
+
+    # ----------------------------------------------------------------------------------------- what it is of
+
+    @property
+    def run(self) -> str:
+        """The run's name (``<logdir>/<run>``, a folder or a file name)."""
+        return str(self._analysed.report["run"])
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The trace files read (empty for a report of a `Profile` passed in): `save` never writes over them."""
+        return self._analysed.files
+
+    @property
+    def analysis(self) -> Analysis:
+        """Every analysis' own result (`traceinsight.analysis.Analysis`), without the event table."""
+        return self._analysed.analysis
+
+    @property
+    def verdict(self) -> str:
+        """The headline sentence: GPU-Util over the steps and the main bottleneck with its cost a step."""
+        return verdict_sentence(self._analysed.report)
+
+    @property
+    def headline(self) -> str | None:
+        """What fixing the top bottlenecks together would do to the step; None when none fires."""
+        return projection_sentence(self._analysed.report)
+
+    # ----------------------------------------------------------------------------------------- DataFrames
+
+    @property
+    def bottlenecks(self) -> pd.DataFrame:
+        """One row per bottleneck, in rank order: `rank`, `id`, `severity`, `title`, `kind` (stall or
+        efficiency), `time_ns` and `fraction` (its cost: time in all, share of the step), then what fixing it
+        alone does to the mean step (`step_ns_before`, `step_ns_after`, `saving_ns`, `speedup`,
+        `gpu_util_before`, `gpu_util_after`, `basis`: measured or estimated, `assumption`), then
+        `recommendations` (a list of fixes) and `evidence` (a dict of figures)."""
+        rows = [
+            {**{k: v for k, v in b.items() if k != "projection"}, **b["projection"]}
+            for b in self._analysed.report["bottlenecks"]
+        ]
+        return _frame(rows, _BOTTLENECK_COLUMNS)
+
+    @property
+    def devices(self) -> pd.DataFrame:
+        """One row per device: `device`, `name`, `span_ns`, `busy_ns`, `idle_ns`, `idle_fraction`, `gpu_util`,
+        then the JSON's other per-device figures with nested names joined by ``_`` (`gaps_total_ns` is
+        ``devices[].gaps.total_ns``, `kernels_small_count`, `copies_h2d_bytes`, `memset_count`, ...). The
+        histograms and lists are left out: `gaps` and `kernels` have them."""
+        rows = []
+        for d in self._analysed.report["devices"]:
+            row = {"device": d["id"], **{k: v for k, v in d.items() if k != "id"}}
+            rows.append(dict(_flattened(row)))
+        return _frame(rows, _DEVICE_COLUMNS)
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        """Every idle gap of every device, in time order per device: `device`, `start_ns`, `dur_ns`, `cause`
+        (input_wait, sync, host_launch or other: see `traceinsight.analysis.gaps`) and, for the
+        longest gaps of each device (those the JSON lists), `host_activity`: what the host was doing
+        ('name (x ms)' joined by '; '), NaN elsewhere. Per device, `dur_ns` sums to the JSON's
+        ``devices[].gaps.total_ns``."""
+        causes = np.asarray(CAUSES, dtype=object)
+        parts = []
+        for g in self.analysis.gaps:
+            starts = np.asarray(g.starts_ns, dtype=np.int64)
+            activity = np.full(len(starts), np.nan, dtype=object)
+            for gap in g.longest:
+                at = int(np.searchsorted(starts, gap.start_ns))
+                if at < len(starts) and starts[at] == gap.start_ns:
+                    activity[at] = "; ".join(gap.host_activity)
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "device": np.full(len(starts), g.device, dtype=object),
+                        "start_ns": starts,
+                        "dur_ns": np.asarray(g.durations_ns, dtype=np.int64),
+                        "cause": causes[np.asarray(g.causes, dtype=np.intp)],
+                        "host_activity": activity,
+                    }
+                )
+            )
+        if not parts:
+            return pd.DataFrame(
+                {column: np.zeros(0, np.int64 if column.endswith("_ns") else object) for column in _GAP_COLUMNS}
+            )
+        return pd.concat(parts, ignore_index=True)
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """The top kernels of each device by total time (the JSON's ``devices[].kernels.top``): `device`, `rank`
+        (1 = most time), `name`, `count`, `total_ns`, `mean_ns`, `tensor_core`."""
+        rows = [
+            {"device": d["id"], "rank": rank, **top}
+            for d in self._analysed.report["devices"]
+            for rank, top in enumerate(d["kernels"]["top"], start=1)
+        ]
+        return _frame(rows, _KERNEL_COLUMNS)
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per step of the run: `id`, `start_ns`, `dur_ns`, and where its time went, one column per
+        part (device_compute, device_copy, host_runtime, input_wait, host_compute, idle), which sum to
+        `dur_ns`."""
+        rows = [
+            {"id": s["id"], "start_ns": s["start_ns"], "dur_ns": s["dur_ns"], **s["breakdown"]}
+            for s in self._analysed.report["steps"]["items"]
+        ]
+        return _frame(rows, ("id", "start_ns", "dur_ns", *BREAKDOWN))
+
+    @property
+    def host_ops(self) -> pd.DataFrame:
+        """The framework ops on the host of the step input: the top ones by self time, then the input
+        pipeline's own functions (ops that run mostly inside input waits) not among them: `name`, `function`
+        (the name people know), `calls`, `total_ns`, `self_ns`, `holds_gil`, `input_function`."""
+        ops = self._analysed.report["host_ops"]
+        inputs = {op["name"] for op in ops["input_functions"]}
+        top = {op["name"] for op in ops["top"]}
+        rows = [{**op, "input_function": op["name"] in inputs} for op in ops["top"]]
+        rows += [{**op, "input_function": True} for op in ops["input_functions"] if op["name"] not in top]
+        return _frame(rows, _HOST_OP_COLUMNS)
+
+    # ----------------------------------------------------------------------------------------- documents
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (schema ``traceinsight.report/1``) as plain JSON values, a copy. Its `meta`
+        holds the capture date and versions; the fields that say how the CLI was run (`INVOCATION_FIELDS`)
+        are null unless `record_invocation` filled them."""
+        return dict(orjson.loads(self.to_json()))
+
+    def to_json(self) -> str:
+        """The ``--json`` document as text, as the CLI writes it (sorted keys, two-space indent)."""
+        return dumps(self._analysed.report)
+
+    def to_html(self, painter: ChartPainter | None = None) -> str:
+        """The full page, one self-contained file (no network requests), as ``traceinsight report -o`` writes
+        it; its charts drawn by `painter` (the CLI's, in processes of their own), else here."""
+        if painter is None:
+            _import_charts()
+        return render_html(self._analysed.report, self.analysis, painter)
+
+    def to_markdown(self, html_link: str | None = None) -> str:
+        """The short Markdown summary for CI (``--markdown``); `html_link`: where the HTML page is, to link it."""
+        return render_markdown(self._analysed.report, html_link=html_link)
+
+    def to_text(self, color: bool = False) -> str:
+        """The summary the CLI prints (ANSI colours when `color`)."""
+        return render_terminal(self._analysed.report, color=color)
+
+    def save(
+        self, html: PathLike | None = None, json: PathLike | None = None, markdown: PathLike | None = None
+    ) -> None:
+        """Write the HTML page, the JSON document and the Markdown summary (those given) as the CLI does: each
+        atomically (a temporary file renamed into place), never over a trace read, none when one path is
+        refused (`TraceError`). The Markdown links the HTML page when both are written."""
+        outputs: dict[Path, str] = {}
+        if html is not None:
+            outputs[Path(html)] = self.to_html()
+        if json is not None:
+            outputs[Path(json)] = self.to_json() + "\n"
+        if markdown is not None:
+            link = None if html is None else relative_link(Path(html), Path(markdown))
+            outputs[Path(markdown)] = self.to_markdown(html_link=link)
+        write_outputs(outputs, self.files)
+
+    def record_invocation(self, command: Sequence[str], options: Mapping[str, Any]) -> None:
+        """Fill `meta`'s invocation fields (time, command line, options, the path analysed), as the CLI does
+        before it writes its files."""
+        add_invocation(self._analysed.report, command, options, self._path)
+
+    # ----------------------------------------------------------------------------------------- display
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the headline, the bottleneck cards and the timeline chart. One HTML fragment
+        with its own scoped style: no script, no network request, well under 1 MB; text from the trace is
+        escaped."""
+        _import_charts()
+        return render_notebook(self._analysed.report, self.analysis)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        report = self._analysed.report
+        top = report["bottlenecks"][0]["id"] if report["bottlenecks"] else "none"
+        return (
+            f"<traceinsight.Report {self.run!r}: {report['totals']['device_count']} device(s), "
+            f"{report['steps']['count']} step(s), top bottleneck {top}>"
+        )
+
+
+def _flattened(row: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """`row`'s scalar fields, nested dicts' fields named by their path joined by '_'; lists left out."""
+    for key, value in row.items():
+        if isinstance(value, Mapping):
+            yield from _flattened(value, f"{prefix}{key}_")
+        elif not isinstance(value, list):
+            yield f"{prefix}{key}", value
+
+
+def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
+    """`rows` as a DataFrame, `columns` first (and present without rows), any others after them."""
+    if not rows:
+        return pd.DataFrame(columns=list(columns))
+    frame = pd.DataFrame(rows)
+    first = [c for c in columns if c in frame.columns]
+    return frame[first + [c for c in frame.columns if c not in first]]
+
+
+def _import_charts() -> None:
+    """Import the chart module (matplotlib, with its Agg backend) and keep the backend the user had chosen.
+
+    The charts draw off screen and close their figures, whatever the backend. Importing them selects Agg,
+    which in a notebook would silence every later ``plt.show()``: a backend set before (by the notebook's
+    ``MPLBACKEND``, ``%matplotlib`` or ``matplotlib.use``) is put back.
+    """
+    if _CHARTS_MODULE in sys.modules:
+        return
+    import importlib
+
+    import matplotlib
+
+    chosen = dict.get(matplotlib.rcParams, "backend")  # the raw value: asking for it would pick one
+    importlib.import_module(_CHARTS_MODULE)
+    # A name, not matplotlib's "pick one when needed" sentinel (a script's default, where Agg is what we want).
+    if isinstance(chosen, str) and dict.get(matplotlib.rcParams, "backend") != chosen:
+        matplotlib.use(chosen)

@@ -1,0 +1,58 @@
+"""Sentences several renderers say alike (terminal, Markdown, HTML, the notebook view), from the report dict.
+
+Each renderer escapes them its own way (terminal control characters, Markdown cells, HTML autoescape);
+the wording and the figures are the same everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
+from traceinsight.report.json import MIN_STEADY_STEPS
+
+
+def verdict_sentence(report: dict[str, Any]) -> str:
+    """The top bottleneck and what it costs a step, or that nothing stands out; figures over the steps, for
+    the devices that ran kernels, and a warning when too few steps were captured to trust them."""
+    top = report["bottlenecks"][:1]
+    totals = report["totals"]
+    if not report["devices"]:
+        lead = "No accelerator activity in this trace"
+    else:
+        util, idle = fmt_pct(totals.get("step_gpu_util")), fmt_pct(totals.get("step_idle_fraction"))
+        lead = f"GPU-Util {util} of step time (devices idle {idle} of it)"
+    if not top:
+        sentence = f"{lead}; no bottleneck worth fixing found."
+    else:
+        b = top[0]
+        p = b["projection"]
+        cost = f"{fmt_ns(b['fraction'] * p['step_ns_before'])} a step ({fmt_pct(b['fraction'])} of the step)"
+        basis = "" if p["basis"] == "measured" else ", estimated"
+        sentence = f"{lead}; the main bottleneck is {b['id']} ({b['title']}), costing {cost}{basis}."
+    few = report["warnings"].get("few_steps")
+    if few is not None:
+        sentence += f" Only {plural(few, 'step')} captured: profile at least {MIN_STEADY_STEPS} steps."
+    return sentence
+
+
+def projection_sentence(report: dict[str, Any]) -> str | None:
+    """The headline what-if: 'Fixing the top 2 (input_bound, host_bound): step 174.8 -> 99.7 ms (1.75x), GPU-Util
+    54.9 % -> 96.2 %.' None when nothing fires."""
+    p = report.get("projection")
+    if not p:
+        return None
+    applied = p["applied"]
+    which = f"the top {len(applied)} ({', '.join(applied)})" if len(applied) > 1 else applied[0]
+    util = ""
+    if p["gpu_util_before"] is not None and p["gpu_util_after"] is not None:
+        util = f", GPU-Util in the steps {fmt_pct(p['gpu_util_before'])} \u2192 {fmt_pct(p['gpu_util_after'])}"
+    estimate = " (estimated)" if p["basis"] == "estimated" else ""
+    change = fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
+    return f"Fixing {which}{estimate}: step {change}{util}."
+
+
+def step_after_fix(bottleneck: dict[str, Any]) -> str:
+    """The step before and after fixing this one bottleneck alone: '174.8 -> 115.6 ms (1.51x)'."""
+    p = bottleneck["projection"]
+    return fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])

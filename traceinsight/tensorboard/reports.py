@@ -1,0 +1,223 @@
+"""Reports computed on demand in worker processes, cached per run by its files' size and mtime.
+
+A report takes seconds to minutes, so TensorBoard's request threads never compute one: the first request
+starts a job and answers a progress state, later ones find the job running or its result. Each job runs in
+a process of its own, at most `workers` at a time, so one slow (or crashing) run leaves the others free and
+its memory goes back when it ends. Processes come from a fork server that has imported the analysis
+(TensorBoard's server is multi-threaded, so forking it directly is unsafe; pyplot in threads is unsafe too),
+else are spawned. A run whose files change (still being written) gets a new job once the running one ends:
+at most one job per run runs. TensorBoard's exit ends the jobs still running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceinsight.tensorboard.runs import ProfileRun, reads_inside
+
+if TYPE_CHECKING:  # Windows has no fork server
+    from multiprocessing.context import ForkServerContext, SpawnContext
+
+# Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
+MAX_CACHED = 32
+# The small-kernel threshold the CLI uses by default: the tab's reports equal `traceinsight report`'s.
+SMALL_KERNEL_US = 10.0
+# What the fork server imports once, so each job starts in milliseconds.
+_PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.report.charts"]
+
+Job = Callable[[str, str, str], tuple[str, str]]
+
+
+def compute_report(logdir: Path, run: str) -> tuple[str, str]:
+    """(JSON text, HTML page) of `run` (a name `find_runs(logdir)` gave), as `traceinsight report LOGDIR --run
+    RUN --json` writes them: the one place the tab meets the analysis, through the Python API."""
+    import traceinsight
+
+    report = traceinsight.analyze(logdir, SMALL_KERNEL_US, run=run)
+    # The page says how to make the same report from a shell.
+    report.record_invocation(["traceinsight", "report", str(logdir), "--run", run], {"run": run})
+    return report.to_json() + "\n", report.to_html()
+
+
+def _job(logdir: str, run: str, root: str) -> tuple[str, str]:
+    """A worker's job: the report of `run`, refused if discovery now picks another folder than the one listed
+    or a file that leads outside the logdir (a link made since the listing)."""
+    from traceinsight.discover import discover
+
+    found = discover(Path(logdir), run)
+    if found.root != Path(root):
+        raise RuntimeError(f"run {run!r} is ambiguous under the logdir")
+    if not reads_inside(found, Path(logdir)):
+        raise RuntimeError(f"run {run!r} links to files outside the logdir")
+    return compute_report(Path(logdir), run)
+
+
+def _child(send: Connection, job: Job, args: tuple[str, str, str]) -> None:
+    """A job's process: (True, result) or (False, the error's message) back to the parent."""
+    try:
+        outcome: tuple[bool, Any] = (True, job(*args))
+    except BaseException as error:  # noqa: BLE001  # every failure is the tab's to show
+        outcome = (False, str(error) or type(error).__name__)
+    send.send(outcome)
+    send.close()
+
+
+def _context() -> SpawnContext | ForkServerContext:
+    """A fork server that imports the analysis first where the platform has one, else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(_PRELOAD)
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+@dataclass
+class _Entry:
+    """The latest job of one run: the files' key it was started for, its future and when it was asked for."""
+
+    key: tuple[Any, ...]
+    future: Future[tuple[str, str]]
+    started: float = field(default_factory=time.monotonic)
+    files: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a report route answers: `state` 'ready' (with `json`, `html`), 'queued', 'running' or 'failed'."""
+
+    state: str
+    json: str | None = None
+    html: str | None = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+    files: int = 0
+    bytes: int = 0
+
+    def progress(self, run: str) -> dict[str, Any]:
+        """The small JSON state a 202 (or a failure) carries."""
+        doc: dict[str, Any] = {"run": run, "state": self.state, "elapsed_s": round(self.elapsed_s, 1)}
+        doc.update(files=self.files, bytes=self.bytes)
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
+
+
+class ReportStore:
+    """Starts, tracks and caches report jobs; thread-safe (TensorBoard serves requests on many threads).
+    `job(logdir, run name, run folder)` makes one report (tests pass their own)."""
+
+    def __init__(self, logdir: Path, workers: int | None = None, job: Job | None = None) -> None:
+        self._logdir = logdir
+        self._job: Job = job or _job
+        self._slots = threading.BoundedSemaphore(workers or max(2, min(4, os.cpu_count() or 1)))
+        self._lock = threading.Lock()
+        self._context: SpawnContext | ForkServerContext | None = None
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._processes: set[BaseProcess] = set()
+        atexit.register(self.close)
+
+    def _start_method(self) -> SpawnContext | ForkServerContext:
+        with self._lock:
+            if self._context is None:
+                self._context = _context()
+            return self._context
+
+    def warm_up(self) -> None:
+        """Start the fork server (it imports the analysis) before the first report is asked for."""
+        if self._context is None and self._start_method().get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            threading.Thread(target=forkserver.ensure_running, name="traceinsight-warm-up", daemon=True).start()
+
+    def get(self, run: ProfileRun) -> Outcome:
+        """The report of `run` if ready for its files as they are now, else the job's state (started here)."""
+        key = run.key()
+        with self._lock:
+            entry = self._entries.get(run.name)
+            if entry is not None and entry.key != key and entry.future.done():
+                entry = None  # stale and finished: analyse the files as they are now
+            if entry is None:
+                entry = self._start(run, key)
+            self._entries.move_to_end(run.name)
+            self._trim()
+        return self._outcome(entry, key)
+
+    def _start(self, run: ProfileRun, key: tuple[Any, ...]) -> _Entry:
+        entry = _Entry(key, Future(), files=len(key), bytes=sum(max(size, 0) for _, size, _ in key))
+        args = (str(self._logdir), run.run.name, str(run.run.root))
+        threading.Thread(target=self._run, args=(entry.future, args), name="traceinsight-report", daemon=True).start()
+        self._entries[run.name] = entry
+        return entry
+
+    def _run(self, future: Future[tuple[str, str]], args: tuple[str, str, str]) -> None:
+        """One job, in a process of its own once a slot is free (a thread per job waits for it)."""
+        with self._slots:
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(self._in_process(args))
+            except BaseException as error:  # noqa: BLE001  # the route shows it
+                future.set_exception(error)
+
+    def _in_process(self, args: tuple[str, str, str]) -> tuple[str, str]:
+        context = self._start_method()
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_child, args=(send, self._job, args), name="traceinsight-report")
+        process.start()
+        send.close()
+        with self._lock:
+            self._processes.add(process)
+        try:
+            ok, value = receive.recv()
+        except EOFError:
+            process.join()
+            raise RuntimeError(f"the analysis process died (exit code {process.exitcode}; out of memory?)") from None
+        finally:
+            receive.close()
+            with self._lock:
+                self._processes.discard(process)
+        process.join()
+        if not ok:
+            raise RuntimeError(value)
+        return value
+
+    def _trim(self) -> None:
+        """Forget the least recently asked finished reports beyond `MAX_CACHED`."""
+        for name in list(self._entries):
+            if len(self._entries) <= MAX_CACHED:
+                break
+            if self._entries[name].future.done():
+                del self._entries[name]
+
+    @staticmethod
+    def _outcome(entry: _Entry, key: tuple[Any, ...]) -> Outcome:
+        future = entry.future
+        if not future.done() or entry.key != key:
+            done: dict[str, Any] = {"state": "running" if future.running() else "queued"}
+        elif (error := future.exception()) is not None:
+            done = {"state": "failed", "error": str(error) or type(error).__name__}
+        else:
+            json_text, html = future.result()
+            done = {"state": "ready", "json": json_text, "html": html}
+        return Outcome(**done, elapsed_s=time.monotonic() - entry.started, files=entry.files, bytes=entry.bytes)
+
+    def close(self) -> None:
+        """End the jobs still running (TensorBoard exits; tests), so no analysis outlives the server."""
+        with self._lock:
+            running = list(self._processes)
+        for process in running:
+            process.terminate()
+        for process in running:
+            process.join(timeout=5)
