@@ -34,7 +34,15 @@ from traceinsight.analysis.gaps import CAUSES
 from traceinsight.analysis.steps import BREAKDOWN
 from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.model import Profile, TraceError
-from traceinsight.pipeline import Analysed, analyse_path, analyse_profile, load_path, relative_link, write_outputs
+from traceinsight.pipeline import (
+    Analysed,
+    OnAnalysed,
+    analyse_path,
+    analyse_profile,
+    load_path,
+    relative_link,
+    write_outputs,
+)
 from traceinsight.report.html import render_html, render_notebook
 from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
@@ -92,6 +100,7 @@ def analyze(
     scheduler: str | None = None,
     progress: TextIO | None = None,
     on_loaded: Callable[[], None] | None = None,
+    on_analysed: OnAnalysed | None = None,
 ) -> Report:
     """Read and analyse the run under a path (as ``traceinsight report`` does), or analyse a `Profile` from
     `load`; the `Report` of it.
@@ -101,6 +110,8 @@ def analyze(
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
     `on_loaded()` is called once the traces are read, before the analyses (the CLI starts drawing then).
+    `on_analysed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
+    ``--trace-out`` export); the inputs are then read in this process.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -115,7 +126,7 @@ def analyze(
             on_loaded()
         return Report(analyse_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
-    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded)
+    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded, on_analysed)
     return Report(analysed, path)
 
 

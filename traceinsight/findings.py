@@ -55,6 +55,9 @@ MIN_HOST_OPS_PER_STEP = 10
 # small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
 SMALL_BATCH_KERNEL_SHARE = 0.5
 DEFAULT_BATCH_FACTOR = 4.0
+# small_batch needs memory room for at least this factor; it never advises more than MAX_BATCH_FACTOR at once.
+MIN_BATCH_FACTOR = 2.0
+MAX_BATCH_FACTOR = 8
 # How many times faster the first input fix makes the pipeline produce a batch. tf.data's AUTOTUNE caps a parallel
 # map / interleave near the host's core count (2x on the 2-core hosts of our pairs, which is the smallest host
 # the projection assumes); `num_workers=4` more DataLoader worker processes load 4x as fast (4.0-4.2x on our pairs).
@@ -302,10 +305,18 @@ def _low_occupancy(a: Analysis) -> Finding | None:
     )
 
 
-def _batch_factor(a: Analysis) -> tuple[float, str]:
-    """How many times larger the batch is assumed to get, and why: `DEFAULT_BATCH_FACTOR` while memory allows
-    (device memory headroom, where the trace has it, caps it)."""
-    return DEFAULT_BATCH_FACTOR, f"a {DEFAULT_BATCH_FACTOR:g}x batch (memory use unknown: raise it while memory allows)"
+def _batch_factor(a: Analysis) -> tuple[float, str] | None:
+    """How many times larger the batch can get, and why: the device memory's batch headroom factor where the
+    trace has memory events (the tightest device; None when it is under 2x: memory, not the batch, is the
+    limit), else `DEFAULT_BATCH_FACTOR` while memory allows."""
+    factors = [m.batch_headroom_factor for m in a.memory if m.batch_headroom_factor is not None]
+    if not factors:
+        return DEFAULT_BATCH_FACTOR, f"a {DEFAULT_BATCH_FACTOR:g}x batch (memory use unknown: raise it while it fits)"
+    factor = min(factors)
+    if factor < MIN_BATCH_FACTOR:
+        return None
+    k = float(min(int(factor), MAX_BATCH_FACTOR))
+    return k, f"a {k:g}x batch (the per-step transient memory fits {factor:.1f} times in the free memory, 10 % spare)"
 
 
 def _small_batch(a: Analysis) -> Finding | None:
@@ -314,7 +325,10 @@ def _small_batch(a: Analysis) -> Finding | None:
     m = a.step_model
     if m.count == 0:
         return None
-    k, why = _batch_factor(a)
+    batch = _batch_factor(a)
+    if batch is None:
+        return None
+    k, why = batch
     spread = 1.0 - 1.0 / k
     if a.devices:
         total = sum(k_.total_ns for k_ in a.kernels)
@@ -653,19 +667,21 @@ RULES: tuple[Rule, ...] = (
         _small_batch,
         {
             "pytorch": (
-                "Raise the batch size about 4x while memory allows: `DataLoader(dataset, batch_size=4 * bs, ...)`.",
+                Tip("Raise the batch size about {batch_factor}x: `DataLoader(..., batch_size={batch_factor} * bs)`."),
                 "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
                 "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
                 "For inference, batch requests together.",
             ),
             "tensorflow": (
-                "Raise the batch size about 4x while memory allows: `ds = ds.batch(4 * batch_size)`.",
+                Tip("Raise the batch size about {batch_factor}x: `ds = ds.batch({batch_factor} * batch_size)`."),
                 "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
                 "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
             ),
             "jax": (
-                "Raise the per-device batch about 4x while memory allows (the leading axis of the inputs to the "
-                "jitted step).",
+                Tip(
+                    "Raise the per-device batch about {batch_factor}x (the leading axis of the inputs to the "
+                    "jitted step)."
+                ),
                 "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
             ),
         },
@@ -746,7 +762,10 @@ def _speeds_up(tip: str | Tip, evidence: dict[str, Any], seen: dict[str, Any]) -
 def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[str]:
     """The rule's advice for the run's framework, without what the run already does, in the rule's order."""
     seen = {**analysis.settings.input, **analysis.settings.run}
-    context = {"function": evidence.get("slowest_function") or "the map function"}
+    context = {
+        "function": evidence.get("slowest_function") or "the map function",
+        "batch_factor": f"{evidence.get('batch_factor_assumed', DEFAULT_BATCH_FACTOR):g}",
+    }
 
     def text(tip: str | Tip) -> str | None:
         if isinstance(tip, str):

@@ -33,6 +33,38 @@ input_id       int16               index into `Profile.inputs`
 Columns that are rarely set or small by nature are 32-bit: the table is most of
 the memory a big trace takes (about 80 bytes a row).
 
+Device memory is not events but a side table, `Profile.memory` (`make_memory_table`):
+one row per allocator event of an accelerator (an allocation or a free) with the
+allocator's levels right after it, in time order within each input. Columns:
+
+==============  ==========  ======  ==========================================================
+column          dtype       unit    meaning
+==============  ==========  ======  ==========================================================
+ts_ns           int64       ns      when, on the event table's clock
+device          category            the event table's device id ("GPU:0"; prefixed like it
+                                    when a run has several inputs)
+thread          int64               host thread (Kineto tid, XSpace line id) of the event
+allocated       int64       bytes   live bytes (Kineto ``Total Allocated``, else the running sum
+                                    of ``Bytes`` from 0 at the first event: see `absolute`;
+                                    XSpace ``bytes_allocated``)
+reserved        int64       bytes   what the allocator holds from the device, live or cached
+                                    (Kineto ``Total Reserved``); -1 unknown (XSpace: BFC does
+                                    not say)
+stack_reserved  int64       bytes   XSpace ``bytes_reserved``: memory reserved beside the heap
+                                    (TPU program stack; 0 for GPU BFC), in use on top of
+                                    `allocated`; -1 unknown (Kineto)
+available       int64       bytes   XSpace ``bytes_available`` (allocator limit - in use); -1
+fragmentation   float64             XSpace ``fragmentation`` (share of free memory outside the
+                                    largest free chunk); NaN unknown
+delta           int64       bytes   bytes this event allocated (> 0) or freed (< 0); 0 unknown
+addr            int64               address of the block (matches a free to its allocation); -1
+op              category            the op that allocated (XSpace ``tf_op``; Kineto: the
+                                    outermost CPU op running on the event's thread); NaN
+absolute        bool                False when `allocated` is a running sum from the profile
+                                    start (Kineto 2021 schema: only ``Bytes`` recorded)
+input_id        int16               index into `Profile.inputs`
+==============  ==========  ======  ==========================================================
+
 Kinds: ``kernel``, ``memcpy``, ``memset`` are device work (the only kinds that make a
 device busy); ``sync`` is a synchronisation (host API or device wait: never work);
 ``runtime`` a CUDA/HIP runtime or driver call on the host; ``cpu_op`` a framework op on
@@ -214,6 +246,75 @@ def _promote_markers(table: pd.DataFrame) -> None:
     table["step_id"] = step_ids
 
 
+# --------------------------------------------------------------------------- device memory
+
+_MEMORY_INT_COLUMNS: dict[str, Any] = {
+    "ts_ns": np.int64,
+    "thread": np.int64,
+    "allocated": np.int64,
+    "reserved": np.int64,
+    "stack_reserved": np.int64,
+    "available": np.int64,
+    "delta": np.int64,
+    "addr": np.int64,
+}
+_MEMORY_UNKNOWN = {"delta": 0}  # any other int column: -1
+_MEMORY_CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {"device": None, "op": None}
+_NO_STRINGS = pd.Index(["-"])[:0]  # no categories, of the dtype pandas gives strings
+MEMORY_COLUMNS = (
+    "ts_ns",
+    "device",
+    "thread",
+    "allocated",
+    "reserved",
+    "stack_reserved",
+    "available",
+    "fragmentation",
+    "delta",
+    "addr",
+    "op",
+    "absolute",
+    "input_id",
+)
+
+
+def make_memory_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
+    """Build a memory side table (module docstring) from whichever columns a reader has, sorted by time
+    (stably: events at one instant keep the reader's order). Missing columns get their "unknown" value."""
+    columns = columns or {}
+    if n is None:
+        n = len(next(iter(columns.values()))) if columns else 0
+    data: dict[str, Any] = {}
+    for col, dtype in _MEMORY_INT_COLUMNS.items():
+        values = columns.get(col)
+        data[col] = np.full(n, _MEMORY_UNKNOWN.get(col, -1), dtype) if values is None else _ints(values, dtype)
+    for col in _MEMORY_CATEGORY_COLUMNS:
+        values = columns.get(col)
+        if values is None:
+            values = pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=_NO_STRINGS)
+        elif not isinstance(values, pd.Categorical):
+            values = pd.Categorical(values)
+        if not len(values.categories):  # strings' default dtype, so tables of several inputs concatenate
+            values = pd.Categorical.from_codes(values.codes, categories=_NO_STRINGS)
+        data[col] = values
+    fragmentation = columns.get("fragmentation")
+    data["fragmentation"] = np.full(n, np.nan) if fragmentation is None else np.asarray(fragmentation, np.float64)
+    absolute = columns.get("absolute")
+    data["absolute"] = np.ones(n, bool) if absolute is None else np.asarray(absolute, bool)
+    input_id = columns.get("input_id")
+    data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
+    table = pd.DataFrame({col: data[col] for col in MEMORY_COLUMNS}, copy=False)
+    ts = data["ts_ns"]
+    if n > 1 and (ts[1:] < ts[:-1]).any():
+        table = table.iloc[np.argsort(ts, kind="stable")].reset_index(drop=True)
+    return table
+
+
+def empty_memory_table() -> pd.DataFrame:
+    """A memory table without rows: the trace has no memory events."""
+    return make_memory_table({}, 0)
+
+
 @dataclass
 class DeviceInfo:
     """What the trace says about one accelerator (fields the trace lacks are None)."""
@@ -249,6 +350,7 @@ class TraceRead:
     devices: dict[str, DeviceInfo] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: Counter[str] = field(default_factory=Counter)
+    memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
 
 
 @dataclass
@@ -262,6 +364,7 @@ class Profile:
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: Counter[str] = field(default_factory=Counter)
     name: str = ""
+    memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
 
 
 def rows_of_input(events: pd.DataFrame, input_id: int, columns: list[str] | None = None) -> pd.DataFrame:
@@ -301,6 +404,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     several = len(reads) > 1
     labels = input_labels([r.input for r in reads])
     tables = []
+    memories = []
     devices: dict[str, DeviceInfo] = {}
     warnings: Counter[str] = Counter()
     metadata: dict[str, Any] = {}
@@ -311,6 +415,13 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
             table["device"] = table["device"].cat.rename_categories(
                 [f"{labels[i]}/{d}" for d in table["device"].cat.categories]
             )
+        memory = read.memory
+        memory["input_id"] = np.int16(i)
+        if several:
+            memory["device"] = memory["device"].cat.rename_categories(
+                [f"{labels[i]}/{d}" for d in memory["device"].cat.categories]
+            )
+        memories.append(memory)
         for dev_id, info in read.devices.items():
             key = f"{labels[i]}/{dev_id}" if several else dev_id
             devices[key] = DeviceInfo(**{**info.__dict__, "id": key})
@@ -318,6 +429,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         metadata[read.input.path] = read.metadata
         tables.append(table)
     events = tables[0] if len(tables) == 1 else _concat_tables(tables)
+    memory = memories[0] if len(memories) == 1 else _concat_tables(memories, MEMORY_COLUMNS, _MEMORY_CATEGORY_COLUMNS)
     frameworks = {r.framework for r in reads} - {"unknown"}
     framework = frameworks.pop() if len(frameworks) == 1 else "unknown"
     return Profile(
@@ -328,6 +440,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         metadata=metadata,
         warnings=warnings,
         name=name,
+        memory=memory,
     )
 
 
@@ -341,12 +454,17 @@ def _alike(columns: list[pd.Categorical]) -> list[pd.Categorical]:
     return [c if len(c.categories) else pd.Categorical.from_codes(c.codes, categories=empty) for c in columns]
 
 
-def _concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate event tables keeping categorical columns categorical."""
+def _concat_tables(
+    tables: list[pd.DataFrame],
+    columns: tuple[str, ...] = COLUMNS,
+    categories: Mapping[str, tuple[str, ...] | None] = _CATEGORY_COLUMNS,
+) -> pd.DataFrame:
+    """Concatenate event tables (or memory tables: their `columns` and `categories`) keeping categorical
+    columns categorical."""
     merged: dict[str, Any] = {}
-    for col in COLUMNS:
-        if col in _CATEGORY_COLUMNS:
-            cats = _CATEGORY_COLUMNS[col]
+    for col in columns:
+        if col in categories:
+            cats = categories[col]
             if cats is None:
                 merged[col] = pd.api.types.union_categoricals(_alike([t[col].array for t in tables]), ignore_order=True)
             else:  # same fixed categories everywhere: the codes concatenate as they are

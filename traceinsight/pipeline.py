@@ -48,6 +48,10 @@ _SNIFF_BYTES = 1 << 16
 _MAX_REPORT_BYTES = 256 << 20
 
 
+# Called with the analysis (event table still in it), its report and the run's files (never to be overwritten).
+OnAnalysed = Callable[[Analysis, dict[str, Any], tuple[Path, ...]], None]
+
+
 @dataclass(frozen=True)
 class Analysed:
     """One analysed run: its files (never to be overwritten; None for a profile loaded beforehand), the analysis
@@ -84,12 +88,15 @@ def analyse_path(
     scheduler: str | None = None,
     progress: TextIO | None = None,
     on_loaded: Callable[[], None] | None = None,
+    on_analysed: OnAnalysed | None = None,
 ) -> Analysed:
     """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
     `scheduler` and `progress`). `on_loaded()` is called before the analyses: once the traces are read
-    here, or as the workers that read and analyse the inputs start."""
+    here, or as the workers that read and analyse the inputs start. `on_analysed(analysis, report, files)`
+    is called while the analysis still holds the run's event table (an export needs it), so with it the
+    inputs are read here, never analysed apart."""
     run = find_run(path, run_name)
-    if reads_in_parallel(run, jobs, scheduler):
+    if on_analysed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analysed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
         if on_loaded is not None:
@@ -103,7 +110,7 @@ def analyse_path(
         if on_loaded is not None:
             on_loaded()
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
-    return _reported(analysis, run, path)
+    return _reported(analysis, run, path, on_analysed)
 
 
 def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
@@ -111,12 +118,16 @@ def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNE
     return _reported(analyze(profile, small_kernel_ns=small_kernel_ns), None, None)
 
 
-def _reported(analysis: Analysis, run: Run | None, path: Path | None) -> Analysed:
+def _reported(
+    analysis: Analysis, run: Run | None, path: Path | None, on_analysed: OnAnalysed | None = None
+) -> Analysed:
     """The report of an analysis (with the versions a `run_info.json` beside the run lists, when it came from
-    `path`), and the analysis without its event table."""
+    `path`), and the analysis without its event table (after `on_analysed` saw it with the table)."""
     report = build_report(analysis, find_bottlenecks(analysis))
     if run is not None and path is not None:
         add_run_info(report, path, run.root)
+    if on_analysed is not None:
+        on_analysed(analysis, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analysed(run, analysis.without_events(), report)
 

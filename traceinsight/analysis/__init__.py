@@ -18,6 +18,7 @@ from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.host_ops import HostOps, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
+from traceinsight.analysis.memory import DeviceMemory, profile_memory
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
@@ -39,6 +40,7 @@ class Analysis:
     step_model: StepModel  # the run's steps, what they are made of (projections are computed on it)
     host_ops: HostOps  # the step input's framework ops: top by self time, the input pipeline's own
     settings: Seen  # what the step input already does (prefetch, workers, graph mode, precision...)
+    memory: list[DeviceMemory]  # device memory per device that has memory events, each over its input's steps
 
     @property
     def window_ns(self) -> int:
@@ -58,6 +60,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     steps = find_steps(events)
     gaps = idle_gaps(events, usages)
     has_events = not events.empty
+    input_steps = _input_steps(events, len(profile.inputs), steps)
     return Analysis(
         profile=profile,
         window_start_ns=int(events["ts_ns"].min()) if has_events else None,
@@ -68,11 +71,27 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         copies=copy_stats(events, usages),
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
-        input_steps=_input_steps(events, len(profile.inputs), steps),
+        input_steps=input_steps,
         step_model=step_model(events, usages, gaps, steps, small_kernel_ns),
         host_ops=host_ops(events, steps.input_id),
         settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
+        memory=_memory(profile, input_steps),
     )
+
+
+def _memory(profile: Profile, input_steps: list[Steps]) -> list[DeviceMemory]:
+    """Each input's device memory over that input's own steps (as `merge_analyses` gets it from each input)."""
+    table = profile.memory
+    if table.empty:
+        return []
+    if len(input_steps) < 2:
+        return profile_memory(profile, input_steps[0].items if input_steps else ())
+    ids = table["input_id"].to_numpy()
+    return [
+        m
+        for i, steps in enumerate(input_steps)
+        for m in profile_memory(replace(profile, memory=table[ids == i]), steps.items)
+    ]
 
 
 def _input_steps(events: pd.DataFrame, inputs: int, steps: Steps) -> list[Steps]:
@@ -119,6 +138,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         input_pipeline=parts[run_input].input_pipeline,
         input_steps=steps,
         step_model=parts[run_input].step_model,
+        memory=[replace(m, device=device(i, m.device), input_id=i) for i, p in enumerate(parts) for m in p.memory],
         host_ops=parts[run_input].host_ops,
         settings=parts[run_input].settings,
     )

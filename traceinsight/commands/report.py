@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+from traceinsight.analysis import Analysis
 from traceinsight.api import analyze
 from traceinsight.commands.options import positive_float, positive_int
 from traceinsight.gating import parse_threshold
 from traceinsight.load import progress_stream
+from traceinsight.model import TraceError
 from traceinsight.parallel import default_jobs
-from traceinsight.pipeline import finish, relative_link
+from traceinsight.pipeline import OnAnalysed, finish, relative_link
 from traceinsight.report.painter import ChartPainter
+from traceinsight.report.trace_export import parse_steps, write_annotated_trace
 
 DEFAULT_HTML = "traceinsight-report.html"
 
@@ -64,11 +68,22 @@ class ReportCommand:
             metavar="ADDRESS",
             help="read the files on a Dask cluster: its scheduler address (tcp://host:8786), or 'local'",
         )
+        parser.add_argument(
+            "--trace-out",
+            type=Path,
+            metavar="FILE",
+            help="also write an annotated timeline (Chrome trace JSON[.gz]) to open in Perfetto",
+        )
+        parser.add_argument(
+            "--steps", type=_steps, metavar="A:B", help="--trace-out keeps steps A to B (default: all, or the longest)"
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success, draw no progress bar")
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
+        trace_warnings: list[str] = []
+        export = _trace_export(args, trace_warnings) if args.trace_out else None
         with ChartPainter(parallel=args.jobs > 1) as painter:
             report = analyze(
                 args.path,
@@ -78,6 +93,7 @@ class ReportCommand:
                 scheduler=args.scheduler,
                 progress=progress_stream(args.quiet),
                 on_loaded=painter.warm_up,
+                on_analysed=export,
             )
             report.record_invocation(_command_line(args), _options(args))
             outputs = {args.output: report.to_html(painter)}
@@ -88,7 +104,30 @@ class ReportCommand:
         if args.markdown:
             outputs[args.markdown] = report.to_markdown(html_link=relative_link(args.output, args.markdown))
         summary = None if args.quiet else report.to_text(color=sys.stdout.isatty())
+        for warning in trace_warnings:
+            print(f"traceinsight: {args.trace_out}: {warning}", file=sys.stderr)
         return finish(outputs, report.files, summary, crossed, "Report")
+
+
+def _steps(text: str) -> tuple[int, int]:
+    """``--steps A:B`` (or one id) as `write_annotated_trace` takes it; a usage error otherwise."""
+    try:
+        return parse_steps(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalysed:
+    """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
+    A step range the run does not have is bad input (exit 2)."""
+
+    def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:
+        try:
+            warnings.extend(write_annotated_trace(analysis, report, args.trace_out, args.steps, protected=files))
+        except ValueError as err:
+            raise TraceError(args.trace_out, str(err)) from None
+
+    return export
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:
@@ -105,4 +144,6 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
         "run": args.run,
         "small_kernel_us": args.small_kernel_us,
         "fail_on": list(args.fail_on),
+        "trace_out": None if args.trace_out is None else str(args.trace_out),
+        "steps": None if args.steps is None else f"{args.steps[0]}:{args.steps[1]}",
     }

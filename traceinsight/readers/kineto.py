@@ -5,6 +5,12 @@ Both Kineto schemas are handled: the 2021 one (cats ``Kernel``, ``Memcpy``,
 one (``kernel``, ``gpu_memcpy``, ``cuda_runtime``, ``cpu_op``, ...; fractional µs;
 ``baseTimeNanoseconds``). AMD/ROCm traces use the same cats with HIP names.
 
+Device memory: the ``[memory]`` instant events of CUDA devices (``Device Type``
+1; ``profile_memory=True``) become `TraceRead.memory` (model.py): ``Total
+Allocated`` and ``Total Reserved`` where written, else (2021 schema: only
+``Bytes``) the running sum of ``Bytes`` per device from 0 at its first event, with
+``absolute`` False. The op of each is the outermost CPU op running on its thread.
+
 Files are streamed (`read_kineto_json`, jsonload.TraceStream): each chunk of
 decoded events becomes columns (`_convert`, in a worker process when several
 decode at once) and is dropped; `_Rows` joins the chunks and does what needs all
@@ -32,7 +38,9 @@ from traceinsight.model import (
     DeviceInfo,
     InputInfo,
     TraceRead,
+    kind_mask,
     make_event_table,
+    make_memory_table,
 )
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
 from traceinsight.readers._repair import drop_duplicates, valid_occupancy
@@ -47,12 +55,13 @@ from traceinsight.readers.jsonload import (
     StringPool,
     TraceDoc,
     TraceStream,
-    complete_of,
+    complete_and_instants,
     float_column,
     gc_paused,
     int_column,
     json_size_guess,
     load_trace_json,
+    timed_of,
 )
 
 # Kineto cat (lower-cased) -> (kind, runs on the device). Anything else is host "other".
@@ -90,6 +99,8 @@ _ROWS_TO_TELL_KINETO = 10_000
 # A lower bound on the JSON of one event (Kineto writes 200-400 bytes): sizes the column buffers.
 _FEWEST_BYTES_PER_EVENT = 64
 _NO_STREAM = 0xFFFFFFFF  # CUPTI's stream id of a device-wide event (Context Sync)
+_MEMORY_EVENT = "[memory]"
+_CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report their GPUs as CUDA too)
 _EPOCH_NS_2001 = 10**18  # ts at or beyond this are wall-clock epoch ns
 _AMD = re.compile(r"\b(?:AMD|Radeon|Instinct)\b")
 _NVIDIA = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN", re.IGNORECASE)
@@ -158,7 +169,8 @@ def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
     once per distinct name of the rows they concern.
     """
     warnings: Counter[str] = Counter()
-    complete = complete_of(events, exact_ts, warnings)
+    complete, instants = complete_and_instants(events, exact_ts, warnings)
+    memory = _memory_columns(instants, exact_ts, warnings)
     cats = StringPool()
     cat_codes = cats.encode([e.cat for e in complete.events])
     # Complete events' cats only; `looks_like_kineto` sees all, and `read_trace` asks it when this says no.
@@ -201,9 +213,29 @@ def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
         "call_size": size[size >= 0],
         "span_start": complete.ts_ns[is_span],
         "span_dur": complete.dur_ns[is_span],
+        **memory,
     }
     first_ts = int(complete.ts_ns.min()) if len(complete.ts_ns) else None
     return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings)
+
+
+def _memory_columns(instants: list[Event], exact_ts: bool, warnings: Counter[str]) -> dict[str, np.ndarray]:
+    """The CUDA ``[memory]`` events among a chunk's instant events, as ``memory_*`` columns (ts not yet offset)."""
+    memory = [e for e in instants if e.name == _MEMORY_EVENT]
+    if not memory:
+        return {}  # `_Rows.memory` finds no memory column then
+    cuda = int_column([(e.args or NO_ARGS).device_type for e in memory]) == _CUDA_DEVICE_TYPE
+    timed = timed_of(_select(memory, cuda), exact_ts, warnings, "memory")
+    args = [e.args or NO_ARGS for e in timed.events]
+    return {
+        "memory_ts": timed.ts_ns,
+        "memory_device": int_column([a.device_id for a in args]),
+        "memory_thread": int_column([e.tid for e in timed.events]),
+        "memory_bytes": int_column([a.memory_bytes for a in args], missing=0),
+        "memory_allocated": int_column([a.total_allocated for a in args]),
+        "memory_reserved": int_column([a.total_reserved for a in args]),
+        "memory_addr": int_column([a.addr for a in args]),
+    }
 
 
 def _external_ids(args: list[Args]) -> np.ndarray:
@@ -353,7 +385,71 @@ class _Rows:
             devices=_devices(self.top, table["device"].cat.categories),
             metadata=metadata,
             warnings=self.warnings,
+            memory=self.memory(offset, table),
         )
+
+    def memory(self, offset: int, table: pd.DataFrame) -> pd.DataFrame:
+        """The memory table of the ``memory_*`` columns; `table` (the events) gives each row its op."""
+        column = self.columns.column
+        if not len(column("memory_ts", np.int64)):
+            return make_memory_table()
+        ts_ns = column("memory_ts", np.int64) + offset
+        order = np.argsort(ts_ns, kind="stable")
+        ts_ns = ts_ns[order]
+        device_id, thread, delta, allocated, reserved, addr = (
+            column(f"memory_{name}", np.int64)[order]
+            for name in ("device", "thread", "bytes", "allocated", "reserved", "addr")
+        )
+        devices = _device_labels(device_id, np.ones(len(device_id), bool))
+        absolute = np.ones(len(ts_ns), bool)
+        for code in np.unique(devices.codes).tolist():
+            rows = np.flatnonzero(devices.codes == code)
+            if (allocated[rows] < 0).any():  # the 2021 schema: only Bytes
+                allocated[rows] = np.cumsum(delta[rows])
+                absolute[rows] = False
+        return make_memory_table(
+            {
+                "ts_ns": ts_ns,
+                "device": devices,
+                "thread": thread,
+                "allocated": allocated,
+                "reserved": reserved,
+                "delta": delta,
+                "addr": addr,
+                "op": _enclosing_ops(table, ts_ns, thread),
+                "absolute": absolute,
+            }
+        )
+
+
+def _enclosing_ops(table: pd.DataFrame, ts_ns: np.ndarray, thread: np.ndarray) -> pd.Categorical:
+    """Name of the outermost CPU op running on `thread` at `ts_ns`, for each memory event (NaN if none).
+
+    Per thread, the outermost ops are those starting after every op before them
+    has ended (ops sorted by start, longer first); they do not overlap, so one
+    binary search finds each event's.
+    """
+    names = table["name"].cat
+    codes = np.full(len(ts_ns), -1, np.int64)
+    cpu = np.flatnonzero(kind_mask(table, "cpu_op"))
+    cpu_thread = table["thread"].to_numpy()[cpu]
+    cpu_start = table["ts_ns"].to_numpy()[cpu]
+    cpu_end = cpu_start + table["dur_ns"].to_numpy()[cpu]
+    for tid in np.unique(thread).tolist():
+        mine = cpu_thread == tid
+        if not mine.any():
+            continue
+        rows, start, end = cpu[mine], cpu_start[mine], cpu_end[mine]
+        order = np.lexsort((-end, start))
+        rows, start, end = rows[order], start[order], end[order]
+        outermost = np.ones(len(rows), bool)
+        outermost[1:] = start[1:] >= np.maximum.accumulate(end)[:-1]
+        rows, start, end = rows[outermost], start[outermost], end[outermost]
+        events = np.flatnonzero(thread == tid)
+        at = np.searchsorted(start, ts_ns[events], side="right") - 1
+        inside = (at >= 0) & (ts_ns[events] <= end[np.maximum(at, 0)])
+        codes[events[inside]] = names.codes.to_numpy()[rows[at[inside]]]
+    return pd.Categorical.from_codes(codes, categories=names.categories).remove_unused_categories()
 
 
 def _valid_blocks_per_sm(values: np.ndarray, warnings: Counter[str]) -> np.ndarray:

@@ -66,6 +66,7 @@ from traceinsight.model import (
     TraceError,
     TraceRead,
     make_event_table,
+    make_memory_table,
 )
 from traceinsight.readers import xplane_schema
 from traceinsight.readers._classify import (
@@ -103,7 +104,20 @@ _GRID = re.compile(r"(?:^|\s)grid:([0-9]{1,10}),([0-9]{1,10}),([0-9]{1,10})(?![0
 _INT_STATS = ("correlation_id", "step_num")
 _FLOAT_STATS = ("theoretical_occupancy_pct",)
 _STR_STATS = ("memcpy_details", "Memset_details", "kernel_details")  # read on device streams only
-_WANTED = frozenset((*_INT_STATS, *_FLOAT_STATS, *_STR_STATS))
+# The allocator events (TF / XLA BFC allocators, TPU runtime) and the stats the memory table needs.
+_MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}  # the sign of their bytes
+_MEMORY_INT_STATS = (
+    "bytes_allocated",
+    "bytes_reserved",
+    "bytes_available",
+    "allocation_bytes",
+    "addr",
+    "index_on_host",
+    "device_ordinal",
+)
+_MEMORY_FLOAT_STATS = ("fragmentation",)
+_MEMORY_STR_STATS = ("allocator_name", "tf_op")
+_DEVICE_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")  # not gpu_host_bfc (pinned host memory) nor CPU allocators
 
 # Field numbers of XEvent and XStat (tsl/profiler/protobuf/xplane.proto).
 _EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS, _EV_OCCURRENCES = 1, 2, 3, 4, 5
@@ -420,12 +434,18 @@ class _Stats:
     present: dict[str, np.ndarray]  # bool
 
     @classmethod
-    def empty(cls, n: int) -> _Stats:
+    def empty(
+        cls,
+        n: int,
+        ints: tuple[str, ...] = _INT_STATS,
+        floats: tuple[str, ...] = _FLOAT_STATS,
+        strings: tuple[str, ...] = _STR_STATS,
+    ) -> _Stats:
         return cls(
-            ints={s: np.zeros(n, np.int64) for s in _INT_STATS},
-            floats={s: np.full(n, np.nan) for s in _FLOAT_STATS},
-            strings={s: np.full(n, None, object) for s in _STR_STATS},
-            present={s: np.zeros(n, bool) for s in _WANTED},
+            ints={s: np.zeros(n, np.int64) for s in ints},
+            floats={s: np.full(n, np.nan) for s in floats},
+            strings={s: np.full(n, None, object) for s in strings},
+            present={s: np.zeros(n, bool) for s in (*ints, *floats, *strings)},
         )
 
     def put(self, name: str, rows: np.ndarray, value: Any) -> None:
@@ -462,9 +482,11 @@ def _read_stats(
     string_rows: np.ndarray,
     with_stats: list[tuple[int, int, Any]],
     warnings: Counter[str],
+    stats: _Stats | None = None,
 ) -> _Stats:
-    """The wanted stats of every event; string stats only on `string_rows`. Corrupt stats are ignored (counted)."""
-    stats = _Stats.empty(len(event_md))
+    """The wanted stats of every event (those `stats` has, empty, else the table's); string stats only on
+    `string_rows`. Corrupt stats are ignored (counted)."""
+    stats = stats or _Stats.empty(len(event_md))
     want_string = np.zeros(len(event_md), bool)
     want_string[string_rows] = True
 
@@ -473,9 +495,11 @@ def _read_stats(
         stat_names = space.planes[p].stat_metadata
         for stat in meta.stats:
             name = _ref_name(stat_names, stat.metadata_id)
-            if name in _WANTED:
+            if name in stats.present:
                 rows = np.flatnonzero((event_plane == p) & (event_md == md))
-                stats.put(name, rows[want_string[rows]] if name in _STR_STATS else rows, _stat_value(stat, stat_names))
+                stats.put(
+                    name, rows[want_string[rows]] if name in stats.strings else rows, _stat_value(stat, stat_names)
+                )
 
     is_stat = (events.number == _EV_STATS) & (events.wire == _EV_WIRE[_EV_STATS])
     stat_event = events.msg[is_stat]
@@ -501,9 +525,9 @@ def _read_stats(
         inverse, ids = pd.factorize(stat_md[in_plane])
         for j, md in enumerate(ids.tolist()):
             name = _ref_name(space.planes[p].stat_metadata, md)
-            if name in _WANTED:
+            if name in stats.present:
                 sel = in_plane[inverse == j]
-                if name in _STR_STATS:
+                if name in stats.strings:
                     sel = sel[want_string[stat_event[sel]]]
                 chosen.append(sel)
                 chosen_names.append((p, name, len(sel)))
@@ -531,7 +555,7 @@ def _read_stats(
         part = slice(first, first + count)
         first += count
         rows = stat_event[sel[part]]
-        if name not in _STR_STATS:
+        if name not in stats.strings:
             stats.put_wire(name, rows, value_field[part], value[part])
             continue
         texts = _texts(wire, space.planes[p].stat_metadata, value_field[part], value[part], length[part])
@@ -539,6 +563,105 @@ def _read_stats(
         stats.strings[name][rows[ok]] = texts[ok]
         stats.present[name][rows[ok]] = True
     return stats
+
+
+@dataclass
+class _EventColumns:
+    """Per event: its plane, metadata id, line id, name code and start (ns)."""
+
+    plane: np.ndarray
+    md: np.ndarray
+    line_id: np.ndarray
+    name_code: np.ndarray
+    ts_ns: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _EventColumns:
+        columns = (self.plane, self.md, self.line_id, self.name_code, self.ts_ns)
+        return _EventColumns(*(values[rows] for values in columns))
+
+
+def _read_memory(
+    space: Any,
+    wire: _Wire,
+    events: _Fields,
+    every: _EventColumns,
+    host: np.ndarray,
+    names: list[str],
+    with_stats: list[tuple[int, int, Any]],
+    devices: list[str],
+) -> pd.DataFrame:
+    """The memory table (model.py) of the allocator events among the `host` rows (kept host events).
+
+    The device is ``GPU:<n>`` for allocator ``GPU_<n>_bfc``; without an allocator
+    name (TPU runtime), the ``index_on_host`` / ``device_ordinal`` stat names it
+    among this file's device planes. Host allocators (``gpu_host_bfc``, CPU) are
+    not device memory. Their stats are read from these few events only.
+    """
+    sign = np.zeros(len(names) + 1, np.int64)  # by name code; the last for code -1
+    for name, direction in _MEMORY_EVENTS.items():
+        if name in names:  # names are distinct: one code each
+            sign[names.index(name)] = direction
+    rows = host[sign[every.name_code[host]] != 0]
+    if not rows.size:
+        return make_memory_table()
+    at = np.full(len(every.ts_ns), -1, np.int64)
+    at[rows] = np.arange(len(rows))
+    fields = at[events.msg] >= 0
+    mine = _Fields(
+        at[events.msg[fields]],
+        events.number[fields],
+        events.wire[fields],
+        events.value[fields],
+        events.length[fields],
+        events.corrupt[rows],
+    )
+    chosen = every.take(rows)
+    used = set(zip(chosen.plane.tolist(), chosen.md.tolist(), strict=True))
+    stats = _read_stats(
+        space,
+        wire,
+        mine,
+        chosen.plane,
+        chosen.md,
+        np.arange(len(rows)),
+        [(p, md, meta) for p, md, meta in with_stats if (p, md) in used],
+        Counter(),  # damage to these events' stats is counted with the table's
+        _Stats.empty(len(rows), _MEMORY_INT_STATS, _MEMORY_FLOAT_STATS, _MEMORY_STR_STATS),
+    )
+    device = _per_distinct(stats.strings["allocator_name"], _allocator_device, "", object)
+    device_type = "TPU" if any(d.startswith("TPU:") for d in devices) else "GPU"
+    for index in ("index_on_host", "device_ordinal"):  # no allocator name: the TPU runtime's
+        by_index = (device == "") & stats.present[index] & pd.isna(stats.strings["allocator_name"])
+        device[by_index] = [f"{device_type}:{i}" for i in stats.ints[index][by_index].tolist()]
+    ok = np.isin(device, devices) & stats.present["bytes_allocated"]
+    ok &= (stats.ints["bytes_allocated"] >= 0) & ~(
+        stats.present["allocation_bytes"] & (stats.ints["allocation_bytes"] < 0)
+    )
+
+    def known(name: str) -> np.ndarray:
+        return np.where(stats.present[name], stats.ints[name], -1)[ok]
+
+    delta = np.where(stats.present["allocation_bytes"], stats.ints["allocation_bytes"], 0) * sign[chosen.name_code]
+    return make_memory_table(
+        {
+            "ts_ns": chosen.ts_ns[ok],
+            "device": pd.Categorical(device[ok]),
+            "thread": chosen.line_id[ok],
+            "allocated": stats.ints["bytes_allocated"][ok],
+            "stack_reserved": known("bytes_reserved"),
+            "available": known("bytes_available"),
+            "fragmentation": stats.floats["fragmentation"][ok],
+            "delta": delta[ok],
+            "addr": known("addr"),
+            "op": pd.Categorical(stats.strings["tf_op"][ok]),
+        }
+    )
+
+
+def _allocator_device(allocator: str) -> str:
+    """``GPU:3`` for the device allocator ``GPU_3_bfc``; "" for any other (host) allocator."""
+    match = _DEVICE_ALLOCATOR.match(allocator)
+    return f"GPU:{int(match[1])}" if match else ""
 
 
 def _texts(wire: _Wire, stat_names: Any, field: np.ndarray, value: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -710,6 +833,16 @@ def _read_space(path: Path, space: Any) -> TraceRead:
     if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
         keep &= near_window(ts_ns, dur_ns, keep, start_time, stop_time, warnings, "xspace")
 
+    memory = _read_memory(
+        space,
+        wire,
+        events,
+        _EventColumns(event_plane, event_md, line_id, name_code, ts_ns),
+        np.flatnonzero(keep & (role == _HOST)),
+        names,
+        with_stats,
+        sorted(set(device_of_plane.values())),
+    )
     names_cat = pd.Categorical.from_codes(name_code, names)
     kind = np.full(n, KINDS.index("other"), np.int8)
     copy_kind = np.full(n, -1, np.int8)
@@ -819,4 +952,5 @@ def _read_space(path: Path, space: Any) -> TraceRead:
             "warnings": list(space.warnings),
         },
         warnings=warnings,
+        memory=memory,
     )

@@ -19,6 +19,7 @@ from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_to
 from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.kernels import KernelStats
+from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.findings import Bottleneck, headline_projection
 from traceinsight.report.meta import capture_date, trace_versions
@@ -80,8 +81,37 @@ def _copy(stats: CopyStats) -> dict[str, Any]:
     }
 
 
+def _memory(m: DeviceMemory | None) -> dict[str, Any] | None:
+    """`devices[].memory` of the contract (null without memory events), with the per-step split, the peak's ops
+    and a downsampled series for the chart."""
+    if m is None:
+        return None
+    return {
+        "peak_allocated_bytes": m.peak_allocated_bytes,
+        "peak_in_use_bytes": m.peak_in_use_bytes,
+        "peak_reserved_bytes": m.peak_reserved_bytes,
+        "capacity_bytes": m.capacity_bytes,
+        "allocator_limit_bytes": m.allocator_limit_bytes,
+        "absolute": m.absolute,
+        "headroom_fraction": _rounded(m.headroom_fraction),
+        "fragmentation_max": _rounded(m.fragmentation_max),
+        "batch_headroom_factor": _rounded(m.batch_headroom_factor, 2),
+        "static_bytes": m.static_bytes,
+        "transient_bytes": m.transient_bytes,
+        "peak_ns": m.peak_ns,
+        "peak_step": m.peak_step,
+        "slack_bytes": m.slack_bytes,
+        "events": m.events,
+        "warnings": m.warnings,
+        "top_ops_at_peak": [asdict(o) for o in m.top_ops_at_peak],
+        "steps": [asdict(st) for st in m.steps],
+        "series": asdict(m.series),
+    }
+
+
 def _devices(a: Analysis) -> list[dict[str, Any]]:
     out = []
+    memory = {m.device: m for m in a.memory}
     for usage, gaps, kernels, copies in zip(a.devices, a.gaps, a.kernels, a.copies, strict=True):
         info = a.profile.devices.get(usage.id)
         out.append(
@@ -97,6 +127,7 @@ def _devices(a: Analysis) -> list[dict[str, Any]]:
                 "kernels": _kernels(kernels),
                 "copies": {ck: _copy(copies.copies[ck]) for ck in REPORTED_COPY_KINDS},
                 "memset": {"count": copies.memset_count, "total_ns": copies.memset_ns},
+                "memory": _memory(memory.get(usage.id)),
             }
         )
     return out

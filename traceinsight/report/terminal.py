@@ -11,6 +11,23 @@ _SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
 
 
+def memory_lines(report: dict[str, Any]) -> list[str]:
+    """One line per device with memory events: its peak, the capacity, the headroom and the batch factor."""
+    out = []
+    for d in report["devices"]:
+        m = d.get("memory")
+        if not m:
+            continue
+        peak = fmt_bytes(m["peak_in_use_bytes"])
+        of = f" of {fmt_bytes(m['capacity_bytes'])}" if m["capacity_bytes"] else ""
+        relative = "" if m["absolute"] else " (relative to the profile start)"
+        free = f", {fmt_pct(m['headroom_fraction'])} free" if m["headroom_fraction"] is not None else ""
+        grow = f", the batch could grow about {m['batch_headroom_factor']:.1f}x" if m["batch_headroom_factor"] else ""
+        warn = "; AT THE LIMIT (peak reserved > 90 % of the device)" if "at_limit" in m["warnings"] else ""
+        out.append(f"memory {escape_control(d['id'])}: peak {peak}{of}{relative}{free}{grow}{warn}")
+    return out
+
+
 def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
@@ -36,6 +53,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
             f"  {escape_control(d['id']):<22}{fmt_pct(d['idle_fraction']):>9}{fmt_count(d['kernels']['count']):>10}"
             f"{fmt_count(d['kernels']['small_count']):>9}{fmt_ns(h2d['total_ns']):>11}{fmt_bytes(h2d['bytes']):>12}"
         )
+    lines += [f"  {line}" for line in memory_lines(report)]
     ip = report["input_pipeline"]
     lines += ["", f"  input pipeline: {ip['verdict']} ({fmt_pct(ip['fraction'])} of step time waiting for input)", ""]
     if report["bottlenecks"]:
