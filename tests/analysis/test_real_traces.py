@@ -173,3 +173,13 @@ def test_cpu_only_trace_says_no_gpu_activity():
     assert analysis.devices == []
     assert find_bottlenecks(analysis) == []
     assert analysis.input_pipeline.verdict == "unknown"  # no DataLoader or tf.data events: nothing to judge
+
+
+def test_no_launch_bound_on_a_deep_launch_queue():
+    """ResNet-50 num_workers=0: kernels wait ~10 ms in the launch queue (the host is ahead of the GPU), so the
+    host-launch gaps are not 'the host cannot launch fast enough' (issue 19)."""
+    analysis = _analyse(shared_trace(RESNET_NW0))
+    delays = [k.launch_delay_p50_ns for k in analysis.kernels]
+    assert min(delays) > 1_000_000
+    found = {b.id for b in find_bottlenecks(analysis)}
+    assert "launch_bound" not in found and "host_bound" in found
