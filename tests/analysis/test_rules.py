@@ -169,3 +169,25 @@ def test_copy_bytes_unknown_is_null_not_zero():
     a = analyze(profile([copy, kernel(20, 10)]))
     h2d = a.copies[0].copies["h2d"]
     assert (h2d.count, h2d.bytes, h2d.unknown_bytes_count, h2d.bandwidth_gbps) == (1, None, 1, None)
+
+
+def test_top_kernels_name_the_framework_op_that_launched_them():
+    # aten::mm (External id 7) launches kernel gemm twice (correlations 1, 2); aten::add (8) launches add once;
+    # a third gemm call has no known launch. Kineto links op -> launch by External id, launch -> kernel by
+    # correlation.
+    def row(r, ext):
+        return {**r, "external_id": ext}
+
+    rows = [
+        row(host("cpu_op", 0, 20, "aten::mm"), 7),
+        row(launch(1, 2, 1), 7),
+        row(launch(5, 2, 2), 7),
+        row(host("cpu_op", 30, 10, "aten::add"), 8),
+        row(launch(31, 2, 3), 8),
+        row(kernel(10, 50, 1, name="gemm"), -1),
+        row(kernel(70, 50, 2, name="gemm"), -1),
+        row(kernel(130, 50, 99, name="gemm"), -1),
+        row(kernel(190, 5, 3, name="add"), -1),
+    ]
+    (stats,) = analyze(profile(rows)).kernels
+    assert {t.name: (t.count, t.op) for t in stats.top} == {"gemm": (3, "aten::mm"), "add": (1, "aten::add")}

@@ -40,6 +40,7 @@ class TopKernel:
     total_ns: int
     mean_ns: int
     tensor_core: bool
+    op: str | None = None  # the framework op that launched most of its calls, where the trace links them
 
 
 @dataclass(frozen=True)
@@ -76,16 +77,33 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
     return np.where(codes >= 0, flags[np.clip(codes, 0, None)] if len(flags) else False, False)
 
 
-def _launches(events: pd.DataFrame, input_id: int) -> pd.DataFrame:
-    """One input's host launch calls (runtime events with a correlation id): start and duration by correlation."""
-    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "correlation"])
+@dataclass(frozen=True)
+class Launches:
+    """One input's host launch calls (runtime events with a correlation id), indexed by correlation: start,
+    duration, and `op` (an index into `op_names`, -1 unknown): the framework op that made the call, the host op
+    with the launch's External id (Kineto links them so)."""
+
+    table: pd.DataFrame
+    op_names: np.ndarray
+
+
+def _launches(events: pd.DataFrame, input_id: int) -> Launches:
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "correlation", "external_id", "name", "device"])
     correlation = mine["correlation"].to_numpy()
     is_launch = kind_mask(mine, "runtime") & (correlation >= 0)
-    launches = pd.DataFrame(
-        {"launch_ts": mine["ts_ns"].to_numpy()[is_launch], "launch_dur": mine["dur_ns"].to_numpy()[is_launch]},
+    external = mine["external_id"].to_numpy()
+    is_op = kind_mask(mine, "cpu_op") & mine["device"].isna().to_numpy() & (external >= 0)
+    ops = pd.Series(mine["name"].to_numpy(dtype=object)[is_op], index=external[is_op])
+    ops = ops[~ops.index.duplicated()]
+    table = pd.DataFrame(
+        {
+            "launch_ts": mine["ts_ns"].to_numpy()[is_launch],
+            "launch_dur": mine["dur_ns"].to_numpy()[is_launch],
+            "op": ops.index.get_indexer(external[is_launch]),
+        },
         index=correlation[is_launch],
     )
-    return launches[~launches.index.duplicated()]  # the first call of a correlation id
+    return Launches(table[~table.index.duplicated()], ops.to_numpy())  # the first call of a correlation id
 
 
 def flagged_kernels(work: pd.DataFrame) -> pd.DataFrame:
@@ -110,7 +128,7 @@ def kernel_stats(
 ) -> list[KernelStats]:
     """Kernel statistics for each device in `usages`."""
     kernels_all = flagged_kernels(device_work(events))
-    launches: dict[int, pd.DataFrame] = {}  # once per input, for all its devices
+    launches: dict[int, Launches] = {}  # once per input, for all its devices
     results = []
     for usage in usages:
         if usage.input_id not in launches:
@@ -121,8 +139,9 @@ def kernel_stats(
 
 
 def _device_kernel_stats(
-    device: str, kernels: pd.DataFrame, launches: pd.DataFrame, small_threshold_ns: int
+    device: str, kernels: pd.DataFrame, known_launches: Launches, small_threshold_ns: int
 ) -> KernelStats:
+    launches = known_launches.table
     dur = kernels["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
     launch = launches.index.get_indexer(kernels["correlation"].to_numpy())  # -1 where no launch is known
@@ -160,7 +179,7 @@ def _device_kernel_stats(
         else None,
         low_blocks_ns=int(dur[low_blocks].sum()),
         low_blocks_waste_ns=int((dur[low_blocks] * (1.0 - bps[low_blocks])).sum()),
-        top=_top_kernels(kernels, tc),
+        top=_top_kernels(kernels, tc, _kernel_ops(launch, known_launches), known_launches.op_names),
         histogram=duration_histogram(dur, (*KERNEL_HISTOGRAM_EDGES_NS, small_threshold_ns)),
         durations_ns=dur,
     )
@@ -173,7 +192,19 @@ def _exposed_communication(kernels: pd.DataFrame, comm: np.ndarray) -> int:
     return exposed(union(starts[comm], ends[comm]), union(starts[~comm], ends[~comm]))
 
 
-def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray) -> list[TopKernel]:
+def _kernel_ops(launch: np.ndarray, launches: Launches) -> np.ndarray:
+    """Per kernel, the index into `launches.op_names` of the framework op that launched it (-1 unknown)."""
+    ops = np.append(launches.table["op"].to_numpy(), -1)  # launch -1 (none known) finds -1
+    return ops[launch]
+
+
+def _launching_op(names: np.ndarray, codes: np.ndarray) -> str | None:
+    """The framework op that launched most of one kernel's calls (None when the trace does not link them)."""
+    known = codes[codes >= 0]
+    return str(names[np.bincount(known).argmax()]) if len(known) else None
+
+
+def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray, ops: np.ndarray, op_names: np.ndarray) -> list[TopKernel]:
     if kernels.empty:
         return []
     # Grouped by the categorical itself: its codes, not a string per kernel, are hashed.
@@ -182,7 +213,15 @@ def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray) -> list[TopKernel]:
         count=("dur", "size"), total=("dur", "sum"), tc=("tc", "any")
     )
     grouped = grouped.sort_values("total", ascending=False).head(TOP_KERNELS)
-    return [
-        TopKernel(str(name), int(row["count"]), int(row["total"]), int(row["total"] // row["count"]), bool(row["tc"]))
+    names = kernels["name"].to_numpy()
+    return [  # a few top names: one mask each
+        TopKernel(
+            str(name),
+            int(row["count"]),
+            int(row["total"]),
+            int(row["total"] // row["count"]),
+            bool(row["tc"]),
+            _launching_op(op_names, ops[names == name]),
+        )
         for name, row in grouped.iterrows()
     ]
