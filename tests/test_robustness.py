@@ -8,6 +8,7 @@ warning count is the number of damaged events put in.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,36 +119,49 @@ def _nobody() -> list[str] | None:
     return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
 
-def test_unreadable_file_exits_2(tmp_path):
-    """Without read permission: exit 2 naming the file (root reads anything, so run as `nobody` there)."""
-    prefix = _nobody() if os.geteuid() == 0 else []
-    if prefix is None:
-        pytest.skip("running as root without setpriv: cannot make a file unreadable")
-    shared = Path(tempfile.mkdtemp(prefix="traceinsight-locked-"))  # under /tmp, where `nobody` can enter
+@contextlib.contextmanager
+def _nobody_folder(prefix: str) -> Iterator[tuple[Path, Path]]:
+    """A folder under /tmp that `nobody` can enter (but not write), and in it the matplotlib cache folder it can."""
+    shared = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         shared.chmod(0o755)
         config = shared / "mpl"  # matplotlib's cache, which `nobody` must be able to write
         config.mkdir(mode=0o777)
         config.chmod(0o777)
+        yield shared, config
+    finally:
+        shutil.rmtree(shared)
+
+
+def _report_as(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`traceinsight report ARGS` behind `prefix` (the unprivileged user); skips when that user cannot run it."""
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "traceinsight", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MPLCONFIGDIR": str(config)},
+        cwd=config.parent,
+    )
+    if "traceinsight" not in result.stderr:
+        pytest.skip(f"the unprivileged user cannot run this checkout: {result.stderr[-300:]}")
+    return result
+
+
+def test_unreadable_file_exits_2(tmp_path):
+    """Without read permission: exit 2 naming the file (root reads anything, so run as `nobody` there)."""
+    prefix = _nobody() if os.geteuid() == 0 else []
+    if prefix is None:
+        pytest.skip("running as root without setpriv: cannot make a file unreadable")
+    with _nobody_folder("traceinsight-locked-") as (shared, config):
         for suffix, source in ((".pt.trace.json.gz", corpus.KINETO_SEED), (".xplane.pb", corpus.XSPACE_SEED)):
             trace = shared / f"locked{suffix}"
             shutil.copyfile(source, trace)
             trace.chmod(0)
-            result = subprocess.run(
-                [*prefix, sys.executable, "-m", "traceinsight", "report", str(trace), "-o", str(shared / "r.html")],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={**os.environ, "PYTHONPATH": str(REPO), "MPLCONFIGDIR": str(config)},
-                cwd=shared,
-            )
-            if "traceinsight" not in result.stderr:
-                pytest.skip(f"the unprivileged user cannot run this checkout: {result.stderr[-300:]}")
+            result = _report_as(prefix, config, str(trace), "-o", str(config / "r.html"))
             assert result.returncode == 2, result.stderr
             _assert_one_line_error(result.stderr, str(trace), "ermission denied")
-            assert not (shared / "r.html").exists()
-    finally:
-        shutil.rmtree(shared)
+            assert not (config / "r.html").exists()
 
 
 # --------------------------------------------------------------------------- the CLI's own handling
@@ -628,8 +643,9 @@ def test_failed_write_leaves_neither_report_nor_temp_file(tmp_path, monkeypatch)
 
     for content in ("<html>" + "x" * 10_000, "<html>new</html>"):
         monkeypatch.setattr(output.os, "fdopen", DiskFull)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(TraceError, match="No space left") as raised:
             output.write_atomic(target, content)
+        assert raised.value.path == str(target)  # the path the user gave, not the temp file
         monkeypatch.undo()
         if not target.exists():
             assert not target.parent.exists() or list(target.parent.iterdir()) == []
@@ -662,6 +678,48 @@ def test_report_into_a_directory_is_a_usage_error(tmp_path, capsys):
     assert main(["report", str(KINETO_RUN), "-o", str(tmp_path / "taken"), "-q"]) == 2
     _assert_one_line_error(capsys.readouterr().err, "taken", "is a directory")
     assert list((tmp_path / "taken").iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["-o", "--json", "--markdown", "--trace-out"])
+def test_output_under_a_file_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch, option):
+    """Every output is checked before any trace is read: a long analysis never fails at its end."""
+    (tmp_path / "plain").write_text("a file, not a folder")
+    bad = tmp_path / "plain" / "sub" / "r.out"
+    analysed: list[object] = []
+    monkeypatch.setattr("traceinsight.commands.report.analyze", lambda *a, **k: analysed.append(a))
+    args = ["report", str(KINETO_RUN), "-o", str(tmp_path / "r.html"), "-q", option, str(bad)]
+    assert main(args) == 2
+    _assert_one_line_error(capsys.readouterr().err, str(bad), "Not a directory")
+    assert analysed == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
+def test_diff_output_checked_before_the_analysis(tmp_path, capsys, monkeypatch):
+    (tmp_path / "plain").write_text("")
+    monkeypatch.setattr("traceinsight.commands.diff.analyze", lambda *a, **k: pytest.fail("analysed"))
+    bad = tmp_path / "plain" / "d.json"
+    assert main(["diff", str(KINETO_RUN), str(KINETO_RUN), "-o", str(tmp_path / "d.html"), "--json", str(bad)]) == 2
+    _assert_one_line_error(capsys.readouterr().err, str(bad))
+    assert not (tmp_path / "d.html").exists()
+
+
+def test_output_in_a_read_only_folder_names_the_path(tmp_path):
+    """As an unprivileged user (root writes anywhere): exit 2 before the analysis, the line names the output as
+    given (never a temp file), nothing written."""
+    prefix = _nobody() if os.geteuid() == 0 else []
+    if prefix is None:
+        pytest.skip("running as root without setpriv: cannot make a folder unwritable")
+    with _nobody_folder("traceinsight-readonly-") as (shared, config):
+        locked = shared / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        for option in ("-o", "--json", "--markdown", "--trace-out"):
+            target = locked / f"r{option.strip('-')}"
+            writable = config / "r.html"
+            result = _report_as(prefix, config, str(KINETO_RUN), "-o", str(writable), option, str(target), "-q")
+            assert result.returncode == 2, result.stderr
+            _assert_one_line_error(result.stderr, str(target), "ermission denied")
+            assert ".tmp" not in result.stderr
+            assert list(locked.iterdir()) == [] and not writable.exists()
 
 
 def test_gzip_member_after_a_truncated_one_is_still_truncated(tmp_path, capsys):

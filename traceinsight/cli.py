@@ -4,7 +4,8 @@ every input problem into one line on stderr and exit code 2 (never a traceback).
 Exit codes: 0 ok, 1 a ``--fail-on`` threshold crossed, 2 bad input or usage (the
 user can fix it), 3 an internal error (a bug of ours: the user cannot fix it, and
 CI should not mistake it for either a bad trace or a crossed threshold), 130
-interrupted. ``TRACEINSIGHT_DEBUG=1`` lets internal errors and Python warnings
+interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM): one line from this process, none from its workers,
+which are killed; no output or temp file is left. ``TRACEINSIGHT_DEBUG=1`` lets internal errors and Python warnings
 through with their tracebacks.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 
@@ -25,7 +28,8 @@ from traceinsight.report.format import escape_control
 
 COMMANDS = (ReportCommand, DiffCommand)
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT / SIGPIPE, as a shell reports them
+# 128 + SIGINT / SIGPIPE / SIGTERM, as a shell reports them
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 130, 141, 143
 DEBUG_ENV = "TRACEINSIGHT_DEBUG"
 _MAX_MESSAGE = 500
 
@@ -52,14 +56,41 @@ def _say(message: str) -> None:
     print(f"traceinsight: {line}", file=sys.stderr)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main process is, so it unwinds as Ctrl-C does: pools killed, temp files gone."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def _debug() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv_given = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.command_line = ["traceinsight", *argv]  # as run, for the report's `meta`
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        return _run(args)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if not argv_given and code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # The command itself, interrupted: its workers are killed and its files removed; leave now. A normal
+        # exit would join a process pool's manager thread, which hangs reading the half result of a worker
+        # killed mid-send.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings():
             if not _debug():  # numpy/pandas warnings mean nothing to a user; trace problems are counted in reports
@@ -78,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{error.filename}: " if error.filename else ""
         _say(f"error: {where}{error.strerror or error}")
         return EXIT_BAD_INPUT
+    except Terminated:
+        _say("terminated")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         _say("interrupted")
         return EXIT_INTERRUPTED

@@ -24,11 +24,13 @@ _TRACE_NAMES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz", ".trace.jso
 
 @dataclass(frozen=True)
 class Run:
-    """One profiling run: its name, the folder it lives in and its trace files."""
+    """One profiling run: its name, the folder it lives in and its trace files; `unreadable`: the folders under
+    the path given that could not be listed (skipped, with a warning in the report)."""
 
     name: str
     root: Path
     files: tuple[Path, ...]
+    unreadable: tuple[Path, ...] = ()
 
 
 def _is_candidate(path: Path) -> bool:
@@ -36,15 +38,38 @@ def _is_candidate(path: Path) -> bool:
     return is_trace_file(path) and not name.startswith(".") and name not in _NOT_TRACES
 
 
-def _candidate_files(root: Path) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            if _is_candidate(path):
+def _candidate_files(root: Path) -> tuple[list[Path], list[Path]]:
+    """The candidate trace files under `root` and the folders that could not be listed. Symlinked folders are
+    followed, each real folder once (by device and inode), so a symlink loop ends the walk instead of looping."""
+    found: list[Path] = []
+    unreadable: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError:
+            unreadable.append(folder)
+            continue
+        subfolders = []
+        for entry in listed:
+            try:
+                is_dir = entry.is_dir()  # through a symlink
+            except OSError:
+                continue
+            if is_dir:
+                if not entry.name.startswith("."):
+                    subfolders.append(Path(entry.path))
+            elif _is_candidate(path := Path(entry.path)):
                 found.append(path)
-    return found
+        stack.extend(reversed(subfolders))  # depth first, in name order
+    return found, unreadable
 
 
 def _run_name(folder: Path, base: Path) -> str:
@@ -67,18 +92,22 @@ def find_runs(path: Path) -> list[Run]:
         raise TraceError(path, "no such file or directory")
     if path.is_file():
         return [Run(path.name, path.parent, (path,))]
-    files = _candidate_files(path)
+    files, unreadable = _candidate_files(path)
     # Prefer files that are traces by name; other .json files count only when nothing else is there.
     named = [f for f in files if f.name.lower().endswith(_TRACE_NAMES)]
     files = named or files
     if not files:
+        if unreadable:
+            first = unreadable[0]
+            raise TraceError(first, f"cannot list this folder, and no readable trace files found under {path}")
         raise TraceError(
             path, "no trace files found (looked for *.xplane.pb, *.pt.trace.json[.gz], *.trace.json[.gz], *.json)"
         )
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)
-    runs = [Run(_run_name(folder, path), folder, tuple(fs)) for folder, fs in by_folder.items()]
+    skipped = tuple(unreadable)
+    runs = [Run(_run_name(folder, path), folder, tuple(fs), skipped) for folder, fs in by_folder.items()]
     return sorted(runs, key=_sort_key)
 
 

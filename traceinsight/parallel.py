@@ -14,10 +14,13 @@ the same paths (a shared file system; pass absolute ones).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.context import BaseContext
@@ -88,11 +91,49 @@ def fork_context() -> BaseContext:
     return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def quiet_worker() -> None:
+    """Every worker process's start: Ctrl-C (sent to the whole terminal's process group) is left to the main
+    process, which prints the one line and stops the workers; SIGTERM ends a worker at once, without a
+    traceback; and a worker dies with the process that forked it, so none outlives an interrupted run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with suppress(OSError, AttributeError):  # Linux only
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A `ProcessPoolExecutor` of forked `quiet_worker`s. Left by an exception (Ctrl-C, SIGTERM, an error, a
+    generator closed early) it kills its workers instead of waiting for their work to end."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=fork_context(), initializer=quiet_worker)
+    try:
+        yield pool
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Kill `pool`'s workers (SIGKILL: no handler runs, nothing is printed) and reap them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with suppress(OSError, ValueError):  # already gone, or closed
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with suppress(OSError, ValueError, AssertionError):
+            process.join(5)
+
+
 def _pool_map(
     call: Callable[[Path], Any], paths: Sequence[Path], jobs: int, on_done: Callable[[int], None] | None
 ) -> list[Any]:
     """One process per file, at most `jobs` at a time."""
-    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=fork_context()) as pool:
+    with worker_pool(min(jobs, len(paths))) as pool:
         futures = {pool.submit(call, path): i for i, path in enumerate(paths)}
         outcomes: list[Any] = [None] * len(paths)
         for future in as_completed(futures):

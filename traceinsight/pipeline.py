@@ -14,8 +14,10 @@ summary and turns crossed `--fail-on` thresholds into the exit code.
 from __future__ import annotations
 
 import os
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -31,7 +33,7 @@ from traceinsight.load import input_base, load_run, map_run, read_input, reads_i
 from traceinsight.model import Profile, TraceError, TraceRead, merge_reads
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info
-from traceinsight.report.output import check_output, write_atomic
+from traceinsight.report.output import check_output, preflight_output, write_atomic
 
 # Top-level fields a saved report must have (with these types) to be compared.
 _REPORT_FIELDS: dict[str, type] = {
@@ -126,6 +128,8 @@ def _reported(
     report = build_report(analysis, find_bottlenecks(analysis))
     if run is not None and path is not None:
         add_run_info(report, path, run.root)
+    if run is not None and run.unreadable:  # folders of the logdir that could not be listed, skipped
+        report["warnings"]["unreadable_folders"] = len(run.unreadable)
     if on_analysed is not None:
         on_analysed(analysis, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
@@ -178,6 +182,41 @@ def write_outputs(outputs: dict[Path, str], protected: tuple[Path, ...]) -> None
         check_output(path, protected)
     for path, text in outputs.items():
         write_atomic(path, text, protected=protected)
+
+
+def preflight_outputs(outputs: Sequence[Path | None], inputs: Sequence[Path]) -> None:
+    """Check every output path before any work (`preflight_output`): a long analysis must not fail at its end.
+    `inputs` are the paths the user gave: a file among them is refused here; a trace found under a folder
+    among them is refused on writing (`write_outputs`, against the files actually read)."""
+    protected = tuple(p for p in inputs if p.is_file())
+    for path in outputs:
+        if path is not None:
+            preflight_output(path, protected)
+
+
+@contextmanager
+def removed_on_interrupt(paths: Sequence[Path | None]) -> Iterator[None]:
+    """On Ctrl-C or SIGTERM, remove every one of `paths` that this command wrote (a regular file that is not
+    the one that was there before), so an interrupted run leaves no output behind."""
+    before = {path: _identity(path) for path in paths if path is not None}
+    try:
+        yield
+    except KeyboardInterrupt:
+        for path, identity in before.items():
+            now = _identity(path)
+            if now is not None and now != identity:
+                with suppress(OSError):
+                    path.unlink()
+        raise
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """A regular file's (device, inode, mtime); None for anything else or nothing."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 def relative_link(target: Path, page: Path) -> str:

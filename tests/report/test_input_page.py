@@ -23,3 +23,9 @@ def test_slow_decode_is_named_with_its_calls_and_the_gil(tmp_path):
 def test_unknown_verdict_says_why(tmp_path):
     text = _page("tracelens/b200", tmp_path)
     assert "Verdict: unknown: the trace has no input-pipeline events" in text
+
+
+def test_kernel_table_names_the_op_that_launched_each_kernel(tmp_path):
+    text = _page("kineto/resnet50_num_workers_0", tmp_path)
+    assert "launched by" in text
+    assert "int)aten::cudnn_convolution_backward_input" in text  # the top kernel (its full name folded), then its op

@@ -11,8 +11,8 @@ from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.api import analyze
 from traceinsight.commands.options import positive_float
 from traceinsight.diff import build_diff
-from traceinsight.gating import parse_threshold
-from traceinsight.pipeline import finish, read_saved_report
+from traceinsight.gating import Threshold, parse_threshold
+from traceinsight.pipeline import finish, preflight_outputs, read_saved_report, removed_on_interrupt
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 from traceinsight.report.json import dumps
 
@@ -92,6 +92,12 @@ class DiffCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t, allow_change=True) for t in args.fail_on]
+        preflight_outputs([args.output, args.json, args.markdown], [args.base, args.new])
+        with removed_on_interrupt([args.output, args.json, args.markdown]):
+            return DiffCommand._diff(args, thresholds)
+
+    @staticmethod
+    def _diff(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
         (base, new), origins, protected = _reports(args)
         diff = build_diff(base, new, (origins[0], origins[1]))
         crossed = [msg for t in thresholds if (msg := t.check_diff(base, new))]

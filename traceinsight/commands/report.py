@@ -14,11 +14,11 @@ from typing import Any
 from traceinsight.analysis import Analysis
 from traceinsight.api import analyze
 from traceinsight.commands.options import positive_float, positive_int
-from traceinsight.gating import parse_threshold
+from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.load import progress_stream
 from traceinsight.model import TraceError
 from traceinsight.parallel import default_jobs
-from traceinsight.pipeline import OnAnalysed, finish, relative_link
+from traceinsight.pipeline import OnAnalysed, finish, preflight_outputs, relative_link, removed_on_interrupt
 from traceinsight.report.painter import ChartPainter
 from traceinsight.report.trace_export import parse_steps, write_annotated_trace
 
@@ -82,6 +82,13 @@ class ReportCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in args.fail_on]
+        outputs = [args.output, args.json, args.markdown, args.trace_out]
+        preflight_outputs(outputs, [args.path])
+        with removed_on_interrupt(outputs):
+            return ReportCommand._report(args, thresholds)
+
+    @staticmethod
+    def _report(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
         trace_warnings: list[str] = []
         export = _trace_export(args, trace_warnings) if args.trace_out else None
         with ChartPainter(parallel=args.jobs > 1) as painter:

@@ -31,7 +31,7 @@ import re
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model import TraceError
-from traceinsight.parallel import fork_context
+from traceinsight.parallel import worker_pool
 from traceinsight.readers._repair import floats, usable_json_times
 
 fast_gzip: ModuleType = gzip  # the standard library's, where ISA-L's wheels are missing
@@ -382,7 +382,7 @@ class TraceStream:
         self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
         self._find_events()
         pieces = self._pieces() if _is_gzip(self.path) else self._ranges()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=fork_context()) as pool:
+        with worker_pool(workers) as pool:
             pending: deque[Future[tuple[R, Counter[str], bool] | None]] = deque()
             for piece in pieces:
                 if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from traceinsight.analysis import Analysis  # noqa: E402
 from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
-from traceinsight.report.format import fmt_ns, fmt_pct, plural  # noqa: E402
+from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, plural  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -311,8 +311,134 @@ def kernel_histogram(report: dict[str, Any]) -> str | None:
         return _svg(fig, hovers)
 
 
+MEMORY_OFF_SCALE = 5  # a capacity more than this many times the peak is a note, not a line (the levels stay readable)
+MAX_MEMORY_PANELS = 8  # past this many devices with memory, the ones whose peak is highest are drawn
+_ALLOCATED = "#6a1b9a"
+_RESERVED = "#f9a825"
+_CAPACITY = "#c62828"
+
+
+def _bytes_unit(high: float) -> tuple[float, str]:
+    return (float(1 << 30), "GiB") if high >= 1 << 30 else (float(1 << 20), "MiB")
+
+
+def _step_split(step: dict[str, Any]) -> str:
+    """A step's memory: what it kept, its peak, what it needed on top."""
+    static, peak, transient = (fmt_bytes(step[k]) for k in ("static_bytes", "peak_bytes", "transient_bytes"))
+    return f"static {static}, peak {peak}, transient {transient}"
+
+
+def _memory_steps(report: dict[str, Any], analysis: Analysis, device: str, ids: set[int]) -> list[dict[str, Any]]:
+    """The steps a device's memory was split by (its input's own steps, else the run's), as report step items."""
+    input_id = next((m.input_id for m in analysis.memory if m.device == device), -1)
+    if 0 <= input_id < len(analysis.input_steps) and analysis.input_steps[input_id].items:
+        items = [{"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns} for s in analysis.input_steps[input_id].items]
+    else:
+        items = report["steps"]["items"]
+    return [s for s in items if s["id"] in ids]
+
+
+def _memory_limits(ax: Any, name: str, m: dict[str, Any], high: float, scale: float, hovers: _Hovers) -> float:
+    """The capacity and the allocator's limit (absolute levels only): a line each, or, when they are far above
+    the levels (`MEMORY_OFF_SCALE`), a note at the top saying where they are. Returns the highest level to show."""
+    limits = [("capacity", m["capacity_bytes"], "-"), ("allocator limit", m["allocator_limit_bytes"], "--")]
+    limits = [(label, v, style) for label, v, style in limits if v and m["absolute"]]
+    if not limits:
+        return high
+    free = f", {fmt_pct(m['headroom_fraction'])} free at the peak" if m["headroom_fraction"] is not None else ""
+    titles = {"capacity": f"{name}: capacity {fmt_bytes(m['capacity_bytes'])}{free}"}
+    titles["allocator limit"] = f"{name}: the allocator's limit {fmt_bytes(m['allocator_limit_bytes'])}"
+    if max(v for _, v, _ in limits) <= MEMORY_OFF_SCALE * high:
+        for label, value, style in limits:
+            line = ax.axhline(value / scale, color=_CAPACITY, linewidth=1.2, linestyle=style, label=label)
+            hovers.add(line, titles[label])
+        return max([high] + [v for _, v, _ in limits])
+    words = "; ".join(f"{label} {fmt_bytes(v)}" for label, v, _ in limits)
+    note = ax.text(0.99, 0.97, f"\u2191 {words} (off the scale){free}", transform=ax.transAxes, ha="right", va="top")
+    note.set_color(_CAPACITY)
+    hovers.add(note, "; ".join(titles[label] for label, _, _ in limits))
+    return high * 1.2  # room for the note
+
+
+def memory_chart(report: dict[str, Any], analysis: Analysis) -> str | None:
+    """Device memory over time, a panel per device with memory events: allocated (and reserved where known),
+    the capacity and the allocator's limit, the steps and the peak; x in ms after the window start."""
+    devices = [d for d in report["devices"] if d.get("memory") and d["memory"]["series"]["ts_ns"]]
+    if not devices:
+        return None
+    shown = sorted(devices, key=lambda d: -d["memory"]["peak_in_use_bytes"])[:MAX_MEMORY_PANELS]
+    shown = [d for d in devices if d in shown]  # in the report's order
+    origin = report["window"]["start_ns"] or 0
+    hovers = _Hovers("memory")
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(shown), 1, figsize=(9, 0.6 + 2.0 * len(shown)), sharex=True, squeeze=False)
+        for ax, d in zip(axes[:, 0], shown, strict=True):
+            m, name = d["memory"], d["id"]
+            series = m["series"]
+            x = (np.asarray(series["ts_ns"], np.float64) - origin) / 1e6
+            allocated = np.asarray(series["allocated"], np.float64)
+            reserved = None if series["reserved"] is None else np.asarray(series["reserved"], np.float64)
+            lines = [allocated.max(), m["peak_in_use_bytes"]]
+            if reserved is not None:
+                lines.append(reserved.max())
+            scale, unit = _bytes_unit(max(lines))
+            relative = "" if m["absolute"] else " (relative to the profile start)"
+            area = ax.fill_between(x, allocated / scale, step="post", color=_ALLOCATED, alpha=0.35, linewidth=0)
+            hovers.add(area, f"{name}: allocated{relative}, peak {fmt_bytes(m['peak_allocated_bytes'])}")
+            line = ax.step(x, allocated / scale, where="post", color=_ALLOCATED, linewidth=1, label="allocated")[0]
+            hovers.add(line, f"{name}: allocated over time, {plural(len(x), 'point')}")
+            if reserved is not None:
+                held = ax.step(x, reserved / scale, where="post", color=_RESERVED, linewidth=1.2, label="reserved")[0]
+                hovers.add(held, f"{name}: reserved{relative}, peak {fmt_bytes(m['peak_reserved_bytes'])}")
+            top = _memory_limits(ax, name, m, max(lines), scale, hovers)
+            by_id = {s["id"]: s for s in m["steps"]}
+            steps = _memory_steps(report, analysis, name, set(by_id))
+            if steps:
+                marks = ax.vlines(
+                    [(s["start_ns"] - origin) / 1e6 for s in steps],
+                    0,
+                    1,
+                    transform=ax.get_xaxis_transform(),
+                    colors="#555",
+                    linewidth=0.8,
+                    linestyles=":",
+                )
+                listed = "; ".join(
+                    f"step {s['id']} at {_ms(s['start_ns'] - origin)}: {_step_split(by_id[s['id']])}" for s in steps[:8]
+                )
+                more = f"; and {len(steps) - 8} more" if len(steps) > 8 else ""
+                hovers.add(marks, f"{name}: {plural(len(steps), 'step')}: {listed}{more}")
+            at = (m["peak_ns"] - origin) / 1e6
+            peak = ax.plot(
+                [at], [m["peak_in_use_bytes"] / scale], marker="v", color=_CAPACITY, linestyle="", label="peak"
+            )[0]
+            in_step = f", step {m['peak_step']}" if m["peak_step"] is not None else ""
+            hovers.add(
+                peak,
+                f"{name}: peak {fmt_bytes(m['peak_in_use_bytes'])}{relative} at {_ms(m['peak_ns'] - origin)}{in_step}",
+            )
+            ax.set_ylabel(f"{name}\n{unit}{' (relative)' if not m['absolute'] else ''}")
+            ax.set_ylim(min(0.0, float(allocated.min()) / scale), top / scale * 1.1)
+        legend: dict[str, Any] = {}
+        for ax in axes[:, 0]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
+        axes[0, 0].legend(
+            legend.values(), legend.keys(), ncols=5, frameon=False, loc="lower left", bbox_to_anchor=(0, 1)
+        )
+        hidden = len(devices) - len(shown)
+        more = f"; the {len(shown)} devices of {len(devices)} with the highest peak" if hidden else ""
+        relative = "" if all(d["memory"]["absolute"] for d in shown) else "; relative levels: no capacity line"
+        axes[-1, 0].set_xlabel(f"ms after window start (the timeline's clock); dotted: step starts{relative}{more}")
+        axes[-1, 0].xaxis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms:,g}"))
+        return _svg(fig, hovers)
+
+
 def draw(name: str, report: dict[str, Any], analysis: Analysis) -> str | None:
-    """One chart ("timeline", "steps", "gaps", "kernels"), as inline SVG; None when the run has nothing to show."""
+    """One chart ("timeline", "memory", "steps", "gaps", "kernels"), as inline SVG; None when the run has nothing
+    to show."""
     if name == "timeline":
         return utilisation_timeline(analysis)
+    if name == "memory":
+        return memory_chart(report, analysis)
     return {"steps": step_breakdown, "gaps": gap_histogram, "kernels": kernel_histogram}[name](report)

@@ -138,9 +138,11 @@ def kernel_tables(devices: Sequence[dict[str, Any]], limit: int = 10) -> list[di
                     "tensor_core": _spread(
                         [int(bool(t.get("tensor_core"))) for t in tops], lambda v: "yes" if v else "no"
                     ),
+                    # The framework op that launched it (Kineto links them); the first device's, where linked.
+                    "op": clip(tops[0].get("op") or "", 120),
                 }
             )
-        tables.append({"devices": [m["id"] for m in members], "rows": rows})
+        tables.append({"devices": [m["id"] for m in members], "rows": rows, "ops": any(r["op"] for r in rows)})
     return tables
 
 

@@ -41,21 +41,50 @@ def check_output(path: Path, protected: tuple[Path, ...] = ()) -> int | None:
         mode = target.stat().st_mode
     except FileNotFoundError:
         return None
+    except OSError as err:  # a folder on the way is a file, or may not be entered
+        raise TraceError(path, err.strerror or str(err)) from None
     if stat.S_ISDIR(mode):
         raise TraceError(path, "is a directory, not a report file name")
     return mode
 
 
+def preflight_output(path: Path, protected: tuple[Path, ...] = ()) -> None:
+    """Raise TraceError, naming `path` as the user gave it, when a report could not be written there: an input,
+    a directory, a folder that is a file, or one this user may not write (nor create). Run before the analysis,
+    so a long one never fails at its end."""
+    mode = check_output(path, protected)
+    if mode is not None and not stat.S_ISREG(mode):
+        if not os.access(path, os.W_OK):
+            raise TraceError(path, "Permission denied")
+        return  # a device or a pipe, written in place
+    folder = path.resolve().parent
+    while not folder.exists():  # created on writing, so the nearest existing folder must take it
+        if folder.is_symlink():
+            raise TraceError(path, f"{folder} is a dangling symlink")
+        folder = folder.parent
+    if not folder.is_dir():
+        raise TraceError(path, f"{folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TraceError(path, f"Permission denied: cannot write in {folder}")
+
+
 def write_atomic(path: Path, text: str, protected: tuple[Path, ...] = ()) -> None:
-    """Write `text` to `path` via a temp file and rename; refuse to overwrite a protected (input) file."""
+    """Write `text` to `path` via a temp file and rename; refuse to overwrite a protected (input) file. A failure
+    names `path` (not the temp file) in a TraceError."""
     mode = check_output(path, protected)
     target = path.resolve()
     if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            raise TraceError(path, err.strerror or str(err)) from None
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as err:
+        raise TraceError(path, err.strerror or str(err)) from None
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -63,6 +92,9 @@ def write_atomic(path: Path, text: str, protected: tuple[Path, ...] = ()) -> Non
             os.fchmod(f.fileno(), 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
             f.write(text)
         os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise TraceError(path, err.strerror or str(err)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

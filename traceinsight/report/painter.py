@@ -16,18 +16,18 @@ from types import TracebackType
 from typing import Any
 
 from traceinsight.analysis import Analysis
-from traceinsight.parallel import fork_context
+from traceinsight.parallel import fork_context, quiet_worker, stop_pool, worker_pool
 
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`), the slowest first; the painter draws every other one, its helper the rest.
-CHART_NAMES = ("steps", "timeline", "gaps", "kernels")
+CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels")
 
 
 class ChartPainter:
     """Draws the `CHART_NAMES` charts in a forked painting process (and its helper) when `parallel`, else here."""
 
     def __init__(self, parallel: bool) -> None:
-        self._pool = ProcessPoolExecutor(1, mp_context=fork_context()) if parallel else None
+        self._pool = ProcessPoolExecutor(1, mp_context=fork_context(), initializer=quiet_worker) if parallel else None
         self._warm = False
         if self._pool is not None:
             self._pool.submit(int)  # fork now, while this process holds no trace
@@ -50,7 +50,11 @@ class ChartPainter:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        if self._pool is not None:
+        if self._pool is None:
+            return
+        if error is not None:  # interrupted, or failed: no waiting for a chart nobody will see
+            stop_pool(self._pool)
+        else:
             self._pool.shutdown(cancel_futures=True)
 
 
@@ -65,7 +69,7 @@ def _draw_all(report: dict[str, Any], analysis: Analysis, helper: bool) -> Chart
 
     if not helper:
         return {name: draw(name, report, analysis) for name in CHART_NAMES}
-    with ProcessPoolExecutor(1, mp_context=fork_context()) as pool:
+    with worker_pool(1) as pool:
         theirs = {name: pool.submit(draw, name, report, analysis) for name in CHART_NAMES[1::2]}
         mine = {name: draw(name, report, analysis) for name in CHART_NAMES[::2]}
         drawn = {**mine, **{name: future.result() for name, future in theirs.items()}}

@@ -54,7 +54,7 @@ from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
 from traceinsight.analysis.intervals import Intervals, union
 from traceinsight.analysis.step_model import StepModel
 from traceinsight.analysis.steps import Step
-from traceinsight.model import COPY_KINDS, DEVICE_WORK_KINDS, KINDS, MEMORY_KINDS, input_labels, kind_mask
+from traceinsight.model import COPY_KINDS, DEVICE_WORK_KINDS, KINDS, MEMORY_KINDS, TraceError, input_labels, kind_mask
 from traceinsight.report.output import check_output
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps
@@ -586,11 +586,14 @@ def _write_chunks(path: Path, chunks: list[str], protected: tuple[Path, ...]) ->
     if mode is not None and not target.is_file():
         _write_to(target, chunks, path.name.lower().endswith(".gz"))
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         _write_to(tmp, chunks, path.name.lower().endswith(".gz"))
         os.replace(tmp, target)
+    except OSError as err:  # named as the user gave it, not the temp file
+        tmp.unlink(missing_ok=True)
+        raise TraceError(path, err.strerror or str(err)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
