@@ -25,7 +25,7 @@ def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")  # benchmarks/replicate.py's default
     replicator = Replicator(source)
     target = tmp_path_factory.mktemp("big") / "big.pt.trace.json"
-    return replicator.write(target, replicator.copies_for(60))
+    return replicator.write(target, replicator.copies_for(150))  # several seconds of work: the signal lands mid-run
 
 
 def _session(sid: int) -> list[int]:
