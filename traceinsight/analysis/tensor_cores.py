@@ -38,8 +38,19 @@ import pandas as pd
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8")
 
 
+class _Pattern:
+    """What both tables' rows share: a regex declared as a string, matched case-insensitively unless told."""
+
+    pattern: str
+    case_sensitive: bool
+
+    def compiled(self) -> re.Pattern[str]:
+        """The pattern compiled once, so the table stays plain declared strings."""
+        return re.compile(self.pattern, 0 if self.case_sensitive else re.IGNORECASE)
+
+
 @dataclass(frozen=True)
-class NameRule:
+class NameRule(_Pattern):
     """One row of the table: names matching `pattern` (re.search) get these answers."""
 
     pattern: str
@@ -48,23 +59,15 @@ class NameRule:
     why: str
     case_sensitive: bool = False
 
-    def compiled(self) -> re.Pattern[str]:
-        """The pattern compiled once, so the table stays plain declared strings."""
-        return re.compile(self.pattern, 0 if self.case_sensitive else re.IGNORECASE)
-
 
 @dataclass(frozen=True)
-class PrecisionRule:
+class PrecisionRule(_Pattern):
     """One row of the precision table, read only for eligible names: the first match wins."""
 
     pattern: str
     precision: str
     why: str
     case_sensitive: bool = False
-
-    def compiled(self) -> re.Pattern[str]:
-        """The pattern compiled once, so the table stays plain declared strings."""
-        return re.compile(self.pattern, 0 if self.case_sensitive else re.IGNORECASE)
 
 
 def _never(pattern: str, why: str, case_sensitive: bool = False) -> NameRule:
