@@ -64,6 +64,11 @@ def _write_run_info(out: Path, trace: Path, wall_ms: list[float], info: dict[str
         **info,
         "profiled_step_wall_ms": wall_ms,
         "mean_step_ms": round(statistics.fmean(wall_ms), 3),
+        **(
+            {"samples_per_s": round(info["batch_size"] * 1000 / statistics.fmean(wall_ms), 1)}
+            if "batch_size" in info
+            else {}
+        ),
         "trace_file": trace.relative_to(out).as_posix(),
         "trace_bytes": trace.stat().st_size,
     }
@@ -108,12 +113,12 @@ def _no_injected_prefetch(ds: Any) -> Any:
     return ds.with_options(options)
 
 
-def _tf_train_step(compiled: bool = True) -> Callable[[Any], Any]:
-    """A seeded MLP 64-128-128-10 and its train step `step(iterator) -> loss`; `next(iterator)` is inside it."""
+def _tf_train_step(compiled: bool = True, width: int = 128) -> Callable[[Any], Any]:
+    """A seeded MLP 64-`width`-`width`-10 and its train step `step(iterator) -> loss`; `next(iterator)` is inside."""
     import keras
     import tensorflow as tf
 
-    model = seeded_mlp()
+    model = seeded_mlp(width)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.Adam(1e-3)
 
@@ -163,12 +168,12 @@ def _profile_tf(
     return written[0].rename(written[0].with_name(f"{HOST}.xplane.pb")), wall_ms, step_nums
 
 
-def _capture_tf(pair: str, side: str, ds: Any, info: dict[str, Any], compiled: bool = True) -> None:
+def _capture_tf(pair: str, side: str, ds: Any, info: dict[str, Any], compiled: bool = True, width: int = 128) -> None:
     """Profile the standard train step fed by `ds` into `pairs/<pair>/<side>/`."""
     out = _side_dir(pair, side)
-    step = _tf_train_step(compiled)
+    step = _tf_train_step(compiled, width)
     xplane, wall_ms, step_nums = _profile_tf(out, step, iter(ds))
-    model = "MLP 64-128-128-10, Adam, custom train step " + ("in tf.function" if compiled else "run eagerly")
+    model = f"MLP 64-{width}-{width}-10, Adam, custom train step " + ("in tf.function" if compiled else "run eagerly")
     info = {**_tf_versions(), **info, "model": model + " (GetNext inside)"}
     _write_run_info(out, xplane, wall_ms, {**info, "step_marker": "train", "step_nums": step_nums})
 
@@ -230,24 +235,33 @@ def tf_interleave() -> None:
         _capture_tf("tf_interleave", side, ds, info)
 
 
-def tf_eager_vs_function() -> None:
+def _in_memory_pipeline(batch: int, rows: int) -> tuple[Any, str]:
+    """Seeded in-memory data (`rows` x FEATURES) -> repeat -> batch: a pipeline that never waits; its words."""
     import tensorflow as tf
 
-    batch = 32
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * 64, FEATURES)).astype(np.float32)
-    y = rng.integers(0, 10, batch * 64).astype(np.int32)
+    x = rng.standard_normal((rows, FEATURES)).astype(np.float32)
+    y = rng.integers(0, 10, rows).astype(np.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
+    words = f"from_tensor_slices(in-memory {rows}x{FEATURES})->repeat->batch({batch}) (tf.data injects its prefetch)"
+    return ds, words
+
+
+def tf_eager_vs_function() -> None:
+    batch = 32
     for side, compiled in (("before", False), ("after", True)):
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
-        info = {
-            "pipeline": (
-                f"from_tensor_slices(in-memory {len(x)}x{FEATURES})->repeat->batch({batch}) "
-                "(tf.data injects its default prefetch)"
-            ),
-            "settings": {"tf_function": compiled},
-            "batch_size": batch,
-        }
+        ds, pipeline = _in_memory_pipeline(batch, batch * 64)
+        info = {"pipeline": pipeline, "settings": {"tf_function": compiled}, "batch_size": batch}
         _capture_tf("tf_eager_vs_function", side, ds, info, compiled=compiled)
+
+
+def tf_small_batch() -> None:
+    """The same tf.function train step on batches of 2 and of 256 (issue 12: a CI-sized CPU run). The model is
+    wide enough (64-1024-1024-10) that batch 256 keeps the cores computing, while batch 2 is per-step overhead."""
+    for side, batch in (("before", 2), ("after", 256)):
+        ds, pipeline = _in_memory_pipeline(batch, 8192)
+        info = {"pipeline": pipeline, "settings": {"batch_size": batch, "tf_function": True}, "batch_size": batch}
+        _capture_tf("tf_small_batch", side, ds, info, width=1024)
 
 
 def tf_tuned() -> None:
@@ -404,7 +418,6 @@ def torch_small_batch() -> None:
             return ((x[i : i + b], y[i : i + b]) for i in range(0, len(x) - b + 1, b))
 
         trace, wall_ms, nums = _profile_torch(out, batches, model, optimizer)
-        mean_s = statistics.fmean(wall_ms) / 1000
         info = {
             "torch": torch.__version__,
             "pipeline": f"in-memory tensors {tuple(x.shape)}, sliced batches of {batch} (no DataLoader)",
@@ -414,7 +427,6 @@ def torch_small_batch() -> None:
             "schedule": {"skip_first": TORCH_SKIP, "wait": 1, "warmup": 1, "active": TORCH_ACTIVE},
             "step_marker": "ProfilerStep#N",
             "step_nums": nums,
-            "samples_per_s": round(batch / mean_s, 1),
         }
         _write_run_info(out, trace, wall_ms, info)
 
@@ -459,6 +471,11 @@ PAIRS: dict[str, Pair] = {
         tf_eager_vs_function,
         "in-memory data, batch 32, custom train step run eagerly",
         "the same step under `tf.function`",
+    ),
+    "tf_small_batch": Pair(
+        tf_small_batch,
+        "in-memory MLP 64-1024-1024-10 training in `tf.function`, batch 2",
+        "batch 256 (same model)",
     ),
     "torch_small_batch": Pair(
         torch_small_batch,

@@ -33,16 +33,16 @@ FEATURES = 64
 FIRST_STEP = 4  # step_num of the first profiled step (warm-up steps come before)
 
 
-def seeded_mlp() -> Any:
-    """The seeded MLP 64-128-128-10 that the TF sample scripts train (same weights every run)."""
+def seeded_mlp(width: int = 128) -> Any:
+    """The seeded MLP 64-`width`-`width`-10 that the TF sample scripts train (same weights every run)."""
     import keras
 
     keras.utils.set_random_seed(0)
     return keras.Sequential(
         [
             keras.Input((FEATURES,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
             keras.layers.Dense(10),
         ]
     )

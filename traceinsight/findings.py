@@ -31,7 +31,6 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.input_pipeline import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION
-from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
 
 SEVERITIES = ("low", "medium", "high")
@@ -54,6 +53,9 @@ VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
 MIN_HOST_OPS_PER_STEP = 10
 # small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
 SMALL_BATCH_KERNEL_SHARE = 0.5
+# CPU-only: the share of the step (less input wait) in per-step costs a batch does not grow (tiny ops, optimizer
+# updates, the dispatch between ops) from which a bigger batch is advised.
+SMALL_BATCH_FIXED_SHARE = 0.5
 DEFAULT_BATCH_FACTOR = 4.0
 # small_batch needs memory room for at least this factor; it never advises more than MAX_BATCH_FACTOR at once.
 MIN_BATCH_FACTOR = 2.0
@@ -345,15 +347,17 @@ def _small_batch(a: Analysis) -> Finding | None:
             host_ns=m.host_floor_ns * spread,
         )
     else:
-        ops = a.host_ops
-        if not _host_loop_traced(a) or ops.median_ns is None:
+        if not _host_loop_traced(a):
             return None
-        threshold = DEFAULT_SMALL_KERNEL_NS
-        if ops.median_ns >= threshold:
+        working = np.clip(m.step_ns - m.stalls["input_wait"], 0, None)  # the step less its input wait
+        # Tiny ops, optimizer updates, the dispatch between ops (host threads compute side by side: clipped at 0).
+        per_step = np.clip(working - m.batch_work_ns, 0, None)
+        share = float(per_step.sum() / working.sum()) if working.sum() > 0 else 0.0
+        if share < SMALL_BATCH_FIXED_SHARE:
             return None
-        evidence = {"host_op_count": ops.count, "median_host_op_ns": ops.median_ns}
-        overhead = np.clip(m.step_ns - m.stalls["input_wait"] - m.host_floor_ns, 0, None)
-        fixed = fix(m, idle_ns=overhead * spread, host_ns=m.small_host_op_ns * spread)
+        evidence = {"per_step_cost_share": round(share, 4), "batch_work_per_step_ns": m.mean(m.batch_work_ns)}
+        in_floor = np.clip(m.host_floor_ns - m.batch_work_ns, 0, None)  # the part of the host's work that is fixed
+        fixed = fix(m, idle_ns=per_step * spread, host_ns=in_floor * spread)
     evidence["batch_factor_assumed"] = k
     return Finding(
         evidence,

@@ -27,6 +27,10 @@ src_memory     category            "pageable" | "pinned" | "device" | "unknown" 
 step_id        int32               step number of a `step` event; -1 otherwise (and beyond int32)
 blocks_per_sm  float32             kernel blocks per SM where the trace says, else NaN
 occupancy_pct  float32  %          kernel (estimated or theoretical) occupancy, else NaN
+op             category            the framework op a device event ran for, where the event
+                                   itself names it (XSpace ``level 0`` annotation: its op type,
+                                   ``MatMul`` of ``dense/MatMul:MatMul``); NaN otherwise (Kineto
+                                   links kernels to ops through `external_id` instead)
 input_id       int16               index into `Profile.inputs`
 =============  ==========  ======  ==========================================================
 
@@ -120,6 +124,7 @@ _CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {
     "name": None,
     "copy_kind": COPY_KINDS,
     "src_memory": MEMORY_KINDS,
+    "op": None,
 }
 COLUMNS = (
     "ts_ns",
@@ -139,6 +144,7 @@ COLUMNS = (
     "step_id",
     "blocks_per_sm",
     "occupancy_pct",
+    "op",
     "input_id",
 )
 
@@ -365,6 +371,24 @@ class Profile:
     warnings: Counter[str] = field(default_factory=Counter)
     name: str = ""
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
+
+
+TRUNCATED = "truncated"  # the first word of a truncation warning
+
+
+def truncation_warning(path: object, used_bytes: int, total_bytes: int, what: str = "bytes") -> str:
+    """The `TraceRead.warnings` key of a file cut short (a killed job): the report is made from the part read.
+
+    One form for every reader, so `--strict` and the renderers find it by its first word;
+    `what` says which bytes were counted (a gzip file's are its inflated JSON).
+    """
+    share = used_bytes / total_bytes if total_bytes else 0.0
+    read = f"{used_bytes:,} of {total_bytes:,} {what} ({share:.0%})"
+    return f"{TRUNCATED}: {path}: ends early; read the complete events in {read}"
+
+
+def is_truncation_warning(key: str) -> bool:
+    return key.startswith(f"{TRUNCATED}: ")
 
 
 def rows_of_input(events: pd.DataFrame, input_id: int, columns: list[str] | None = None) -> pd.DataFrame:

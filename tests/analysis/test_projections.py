@@ -34,6 +34,7 @@ def _model(step, busy, floor, kernel=None) -> StepModel:
         kernel_ns={},
         device_count=1,
         small_host_op_ns=np.zeros(len(step)),
+        batch_work_ns=np.zeros(len(step)),
     )
 
 

@@ -3,6 +3,7 @@ files, XProf's own figures and the expert verdicts each trace is known for."""
 
 import gzip
 import json
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from traceinsight.readers.xplane_schema import XSpace
 KINETO = [t for t in KINETO_TRACES if "cpu_only" not in t and "expected" not in t]
 RESNET_NW0, RESNET_NW4 = KINETO_TRACES[0], KINETO_TRACES[1]
 COMPUTE_BOUND = "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+MULTI_WORKER = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 XSPACE = [
     "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb",
     "tracelens/mi300/jax_conv_minimal_08/tw003.xplane.pb",
@@ -183,3 +185,33 @@ def test_no_launch_bound_on_a_deep_launch_queue():
     assert min(delays) > 1_000_000
     found = {b.id for b in find_bottlenecks(analysis)}
     assert "launch_bound" not in found and "host_bound" in found
+
+
+def _plain_kernel_ops(path: Path) -> dict[tuple[str, str], Counter]:
+    """Per (device, kernel name), the op types its ``level 0`` annotations name (TF: ``<name>:<type>``)."""
+    space = XSpace()
+    space.ParseFromString(path.read_bytes())
+    ops: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for plane in space.planes:
+        stat_names = {i: m.name for i, m in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                stats = {stat_names[s.metadata_id]: s for s in ev.stats}
+                if "kernel_details" in stats and "level 0" in stats:
+                    stat = stats["level 0"]
+                    text = stat_names[stat.ref_value] if stat.ref_value else stat.str_value
+                    name = plane.event_metadata[ev.metadata_id].name
+                    ops[plane.name.removeprefix("/device:"), name][text.rsplit(":", 1)[-1]] += 1
+    return ops
+
+
+def test_xspace_top_kernels_name_the_tf_op_that_ran_them():
+    """XSpace kernels carry their TF op in the ``level 0`` annotation; the kernel table names its type (issue 19)."""
+    path = shared_trace(MULTI_WORKER)
+    truth = _plain_kernel_ops(path)
+    checked = 0
+    for stats in _analyse(path).kernels:
+        for top in stats.top:
+            assert top.op == truth[stats.device, top.name].most_common(1)[0][0]
+            checked += 1
+    assert checked >= 10

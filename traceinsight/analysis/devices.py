@@ -30,6 +30,7 @@ _DEVICE_WORK_COLUMNS = (
     "src_memory",
     "blocks_per_sm",
     "occupancy_pct",
+    "op",
     "input_id",
 )
 

@@ -96,6 +96,17 @@ def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     return np.clip(dur - children, 0, None)
 
 
+def own_times(ops: pd.DataFrame) -> np.ndarray:
+    """Each op row's self time: its duration less its direct children's on the same thread (any row order)."""
+    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
+    starts = ops["ts_ns"].to_numpy()
+    ends = starts + ops["dur_ns"].to_numpy()
+    order = np.lexsort((-(ends - starts), starts, thread_codes))
+    self_ns = np.empty(len(order), np.int64)
+    self_ns[order] = _self_times(thread_codes[order], starts[order], ends[order])
+    return self_ns
+
+
 def _summarise(frame: pd.DataFrame, limit: int, by: str) -> list[HostOp]:
     grouped = frame.groupby("name", observed=True, sort=False).agg(
         calls=("dur", "size"), total=("dur", "sum"), own=("self", "sum")
@@ -122,12 +133,9 @@ def host_ops(events: pd.DataFrame, input_id: int) -> HostOps:
     ops = mine[host & kind_mask(mine, "cpu_op")]
     if ops.empty:
         return HostOps([], [])
-    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
     starts = ops["ts_ns"].to_numpy()
     ends = starts + ops["dur_ns"].to_numpy()
-    order = np.lexsort((-(ends - starts), starts, thread_codes))
-    self_ns = np.empty(len(order), np.int64)
-    self_ns[order] = _self_times(thread_codes[order], starts[order], ends[order])
+    self_ns = own_times(ops)
     waits = union_of_rows(mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy(), host & kind_mask(mine, "input_wait"))
     in_wait = waits.covered_between(starts, ends)
     frame = pd.DataFrame({"name": ops["name"].array, "dur": ends - starts, "self": self_ns, "in_wait": in_wait})

@@ -179,7 +179,7 @@ def _device_kernel_stats(
         else None,
         low_blocks_ns=int(dur[low_blocks].sum()),
         low_blocks_waste_ns=int((dur[low_blocks] * (1.0 - bps[low_blocks])).sum()),
-        top=_top_kernels(kernels, tc, _kernel_ops(launch, known_launches), known_launches.op_names),
+        top=_top_kernels(kernels, tc, *_kernel_ops(kernels, launch, known_launches)),
         histogram=duration_histogram(dur, (*KERNEL_HISTOGRAM_EDGES_NS, small_threshold_ns)),
         durations_ns=dur,
     )
@@ -192,10 +192,14 @@ def _exposed_communication(kernels: pd.DataFrame, comm: np.ndarray) -> int:
     return exposed(union(starts[comm], ends[comm]), union(starts[~comm], ends[~comm]))
 
 
-def _kernel_ops(launch: np.ndarray, launches: Launches) -> np.ndarray:
-    """Per kernel, the index into `launches.op_names` of the framework op that launched it (-1 unknown)."""
-    ops = np.append(launches.table["op"].to_numpy(), -1)  # launch -1 (none known) finds -1
-    return ops[launch]
+def _kernel_ops(kernels: pd.DataFrame, launch: np.ndarray, launches: Launches) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel, an index into the returned op names (-1 unknown): the framework op that launched it, as the
+    kernel event names it (the `op` column: XSpace) or else as its launch links it (Kineto)."""
+    named = kernels["op"].cat.codes.to_numpy().astype(np.int64)
+    named_ops = kernels["op"].cat.categories.to_numpy(dtype=object)
+    linked = np.append(launches.table["op"].to_numpy(), -1)[launch]  # launch -1 (none known) finds -1
+    codes = np.where(named >= 0, named, np.where(linked >= 0, linked + len(named_ops), -1))
+    return codes, np.concatenate([named_ops, launches.op_names.astype(object)])
 
 
 def _launching_op(names: np.ndarray, codes: np.ndarray) -> str | None:

@@ -14,7 +14,10 @@ side by side):
   device did no useful work because of it;
 * ``kernel_ns``: kernel time of the kernel classes efficiency estimates act on (FP32 matmul/conv,
   kernels under one block per SM, kernels under the small-kernel threshold);
-* ``small_host_op_ns``: host framework ops under that threshold (a CPU-only run's tiny ops).
+* ``small_host_op_ns``: host framework ops under that threshold (a CPU-only run's tiny ops);
+* ``batch_work_ns``: self time of host ops long enough to compute that are not optimizer
+  updates (a CPU-only run's work that grows with the batch; the rest of the step is
+  per-step fixed cost).
 
 A fix removes idle time (a stall the device waited through) and/or device time
 (exposed copies, exposed communication, faster kernels). `project` applies fixes one
@@ -30,6 +33,7 @@ host-bound step wins only down to the host's own work.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +41,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
+from traceinsight.analysis.host_ops import own_times
 from traceinsight.analysis.intervals import Intervals, union, union_of
 from traceinsight.analysis.kernels import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, flagged_kernels
 from traceinsight.analysis.steps import Steps
@@ -55,6 +60,15 @@ STALLS = (
 )
 # How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
 EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
+# Optimizer updates: per-step work that the parameter count sets, not the batch (TF scopes ``adam/``, ``SGD/``;
+# PyTorch ``Optimizer.step#Adam.step`` and its fused ``_foreach_`` ops).
+OPTIMIZER_UPDATE_PATTERN = (
+    r"(?i)(?:^|/)(?:adam|adamw|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|optimizer)(?:_\d+)?/"
+    r"|^Optimizer\.step|^aten::_foreach_|^aten::_fused_adam|ResourceApply"
+)
+# A host op whose own time is at least this computes at its size; a shorter one is dispatch or memory bound
+# (a 2x512 @ 512x512 matmul takes ~25 us on a CPU core, at batch 64 ~90 us).
+BATCH_WORK_MIN_NS = 50_000
 # Kernel classes that efficiency estimates act on.
 KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste", "small_kernels")
 
@@ -69,6 +83,7 @@ class StepModel:
     kernel_ns: dict[str, np.ndarray]
     device_count: int  # devices the per-step means are over (0: a host-only run)
     small_host_op_ns: np.ndarray  # host framework ops under the small threshold (CPU-only runs' small ops)
+    batch_work_ns: np.ndarray  # self time of computing host ops that are not optimizer updates (grows with batch)
     host_op_count: int = 0  # host ops and runtime calls (the host floor's rows) that start inside the steps
 
     @property
@@ -179,6 +194,13 @@ def _exposed_in_steps(work: Intervals, hiding: Intervals, starts: np.ndarray, en
     return union_of(work, hiding).covered_between(starts, ends) - hiding.covered_between(starts, ends)
 
 
+def _names_match(rows: pd.DataFrame, pattern: str | re.Pattern[str]) -> np.ndarray:
+    """Per row, whether its name contains `pattern` (searched once per distinct name)."""
+    names = rows["name"].cat
+    found = np.append(pd.Series(names.categories, dtype=object).str.contains(pattern).to_numpy(bool), False)
+    return found[names.codes.to_numpy()]  # code -1 (no name) finds the last slot: False
+
+
 def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
     starts = rows["ts_ns"].to_numpy()[mask]
     return union(starts, starts + rows["dur_ns"].to_numpy()[mask])
@@ -230,14 +252,23 @@ def _device_figures(
     return figures
 
 
-def _small_host_ops(
+def _host_op_figures(
     events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray, small_threshold_ns: int
-) -> np.ndarray:
-    """Per step, time in host framework ops shorter than the small threshold (dispatch-bound at that size)."""
-    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"])
-    dur = mine["dur_ns"].to_numpy()
-    small = mine["device"].isna().to_numpy() & kind_mask(mine, "cpu_op") & (dur < small_threshold_ns)
-    return _in_steps(mine["ts_ns"].to_numpy()[small], dur[small].astype(np.float64), starts, ends)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, time in host framework ops shorter than the small threshold (dispatch-bound at that size), and
+    the self time of ops long enough to compute (`BATCH_WORK_MIN_NS`) that are not optimizer updates: on a
+    CPU-only run, the work a bigger batch makes bigger."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
+    ops = mine[mine["device"].isna().to_numpy() & kind_mask(mine, "cpu_op")]
+    ts = ops["ts_ns"].to_numpy()
+    dur = ops["dur_ns"].to_numpy()
+    small = dur < small_threshold_ns
+    own = own_times(ops)
+    computing = (own >= BATCH_WORK_MIN_NS) & ~_names_match(ops, OPTIMIZER_UPDATE_PATTERN)
+    return (
+        _in_steps(ts[small], dur[small].astype(np.float64), starts, ends),
+        _in_steps(ts[computing], own[computing].astype(np.float64), starts, ends),
+    )
 
 
 def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, int]:
@@ -245,11 +276,8 @@ def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: n
     calls outside input waits and synchronisations."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
     host = mine["device"].isna().to_numpy()
-    names = pd.Series(mine["name"].cat.categories)
     # Eager TF ops, and host collectives (gloo all_reduce, ...): host work, not overhead between ops.
-    host_work = (names.str.fullmatch(EAGER_OP_RUN_PATTERN) | names.str.contains(COMMUNICATION_PATTERN)).to_numpy(bool)
-    codes = mine["name"].cat.codes.to_numpy()
-    is_host_work = np.append(host_work, False)[np.where(codes < 0, len(host_work), codes)]
+    is_host_work = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$") | _names_match(mine, COMMUNICATION_PATTERN)
     working = host & (kind_mask(mine, "cpu_op", "runtime") | is_host_work)
     work = _rows_union(mine, working)
     waiting = _rows_union(
@@ -289,6 +317,7 @@ def step_model(
     floor, host_ops = _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0)
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
     stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
+    small_ops, batch_work = _host_op_figures(events, steps.input_id, starts, ends, small_threshold_ns)
     return StepModel(
         step_ns=ends - starts,
         device_busy_ns=mean("device_busy_ns"),
@@ -297,6 +326,7 @@ def step_model(
         stalls=stalls,
         kernel_ns={name: mean(name) for name in KERNEL_CLASSES},
         device_count=len(per_device),
-        small_host_op_ns=_small_host_ops(events, steps.input_id, starts, ends, small_threshold_ns),
+        small_host_op_ns=small_ops,
+        batch_work_ns=batch_work,
         host_op_count=host_ops,
     )

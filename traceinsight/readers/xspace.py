@@ -103,7 +103,8 @@ _GRID = re.compile(r"(?:^|\s)grid:([0-9]{1,10}),([0-9]{1,10}),([0-9]{1,10})(?![0
 # The stats the table needs; all others stay in the file.
 _INT_STATS = ("correlation_id", "step_num")
 _FLOAT_STATS = ("theoretical_occupancy_pct",)
-_STR_STATS = ("memcpy_details", "Memset_details", "kernel_details")  # read on device streams only
+# Read on device streams only; ``level 0`` is the outermost annotation: TF's ``<op name>:<op type>``.
+_STR_STATS = ("memcpy_details", "Memset_details", "kernel_details", "level 0")
 # The allocator events (TF / XLA BFC allocators, TPU runtime) and the stats the memory table needs.
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}  # the sign of their bytes
 _MEMORY_INT_STATS = (
@@ -683,6 +684,20 @@ def _per_distinct(values: np.ndarray, rule: Callable[[str], Any], missing: Any, 
     return np.array([*(rule(v) for v in distinct), missing], dtype)[codes]
 
 
+def _stream_ops(annotations: np.ndarray, stream: np.ndarray) -> pd.Categorical:
+    """Per event, the op type its ``level 0`` annotation names (device stream events only; else NaN)."""
+    codes = np.full(len(annotations), -1, np.int32)
+    distinct_codes, distinct = pd.factorize(annotations[stream])  # None: -1
+    types, type_codes = np.unique(np.array([_op_type(a) for a in distinct], dtype=object), return_inverse=True)
+    codes[stream] = np.append(type_codes, -1)[distinct_codes]
+    return pd.Categorical.from_codes(codes, types)
+
+
+def _op_type(annotation: str) -> str:
+    """``MatMul`` of TF's ``dense/MatMul:MatMul``; an annotation without a type is kept whole."""
+    return annotation.rsplit(":", 1)[-1] or annotation
+
+
 def _memory_code(name: str, details: str) -> int:
     """Index in MEMORY_KINDS of the host-side memory of copy `name` with ``memcpy_details`` `details`."""
     return MEMORY_KINDS.index(details_copy_memory(name, details))
@@ -927,6 +942,7 @@ def _read_space(path: Path, space: Any) -> TraceRead:
         "step_id": step_id,
         "blocks_per_sm": blocks_per_sm,
         "occupancy_pct": occupancy,
+        "op": _stream_ops(stats.strings["level 0"], stream),
     }
     if aggregated.any():
         warnings["xspace: aggregated events (num_occurrences, no timestamp) skipped"] += int(aggregated.sum())
