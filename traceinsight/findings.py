@@ -30,42 +30,28 @@ import numpy as np
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
-from traceinsight.analysis.input_pipeline import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION
 from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
+from traceinsight.rules import (
+    BUSY_SHARE_EFFICIENCY_FIRST,
+    DEFAULT_BATCH_FACTOR,
+    DEFAULT_INPUT_FIX_PARALLELISM,
+    DRAINED_QUEUE_LAUNCH_DELAY_NS,
+    HEADLINE_FIXES,
+    HIGH_SEVERITY,
+    INPUT_FIX_PARALLELISM,
+    LOW_SEVERITY,
+    MAX_BATCH_FACTOR,
+    MEDIUM_SEVERITY,
+    MIN_BATCH_FACTOR,
+    MIN_HOST_OPS_PER_STEP,
+    SMALL_BATCH_FIXED_SHARE,
+    SMALL_BATCH_KERNEL_SHARE,
+    SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND,
+    TENSOR_CORE_UNUSED_SHARE,
+    VERDICT_SEVERITY,
+)
 
 SEVERITIES = ("low", "medium", "high")
-HIGH_SEVERITY = HIGH_INPUT_FRACTION  # XProf: >= 20 % of the step
-MEDIUM_SEVERITY = MODERATE_INPUT_FRACTION  # XProf: >= 5 %
-LOW_SEVERITY = 0.01
-# Share of kernels below the small-kernel threshold that makes host-side gaps "launch-bound" rather than "host-bound".
-SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND = 0.5
-# A drained launch queue: kernels start this soon after their launch returns. Longer median delays mean the host
-# is ahead of the device (a deep queue), which is not launch-bound whatever the kernel sizes.
-DRAINED_QUEUE_LAUNCH_DELAY_NS = 50_000
-# Tensor Cores count as unused when they run less than this share of eligible kernel time.
-TENSOR_CORE_UNUSED_SHARE = 0.1
-# From this median device-busy share of the step on, efficiency estimates rank before stalls.
-BUSY_SHARE_EFFICIENCY_FIRST = 0.9
-# The headline applies at most this many fixes.
-HEADLINE_FIXES = 3
-VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
-# CPU-only runs: framework overhead and small ops are judged only where a step holds at least this many ops.
-MIN_HOST_OPS_PER_STEP = 10
-# small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
-SMALL_BATCH_KERNEL_SHARE = 0.5
-# CPU-only: the share of the step (less input wait) in per-step costs a batch does not grow (tiny ops, optimizer
-# updates, the dispatch between ops) from which a bigger batch is advised.
-SMALL_BATCH_FIXED_SHARE = 0.5
-DEFAULT_BATCH_FACTOR = 4.0
-# small_batch needs memory room for at least this factor; it never advises more than MAX_BATCH_FACTOR at once.
-MIN_BATCH_FACTOR = 2.0
-MAX_BATCH_FACTOR = 8
-# How many times faster the first input fix makes the pipeline produce a batch. tf.data's AUTOTUNE caps a parallel
-# map / interleave near the host's core count (2x on the 2-core hosts of our pairs, which is the smallest host
-# the projection assumes); `num_workers=4` more DataLoader worker processes load 4x as fast (4.0-4.2x on our pairs).
-# A cache removes the work instead: `step_ns_after_hidden` in the evidence is the step once input is fully hidden.
-INPUT_FIX_PARALLELISM = {"DataLoader": 4.0, "DataPipe": 4.0}
-DEFAULT_INPUT_FIX_PARALLELISM = 2.0
 STALL, EFFICIENCY = "stall", "efficiency"
 
 

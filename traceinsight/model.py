@@ -79,7 +79,6 @@ marker; ``input_wait`` the training loop waiting for data (tf.data GetNext, Data
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,6 +86,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from traceinsight.rules import INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN
 
 KINDS = (
     "kernel",
@@ -148,16 +149,6 @@ COLUMNS = (
     "input_id",
 )
 
-# Host events that mean "the training loop is waiting for its next batch".
-# tf.data consumer side (XProf's input-op rule) and PyTorch DataLoader / DataPipe
-# (the PyTorch TensorBoard plugin's DataLoader rule).
-INPUT_WAIT_PATTERN = re.compile(
-    r"^(?:Iterator(?:GetNext|GetNextAsOptional|GetNextSync)Op::DoCompute"
-    r"|enumerate\(DataLoader\)#.*__next__"
-    r"|enumerate\(DataPipe\)#.*)$"
-)
-# PyTorch's step marker; the number is the step id.
-PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d{1,9})$")  # 9 digits fit int32
 _HOST_KINDS_TO_PROMOTE = ("cpu_op", "annotation", "python", "other")
 
 

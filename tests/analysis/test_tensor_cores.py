@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import shared_trace
-from traceinsight.analysis.tensor_cores import NAME_RULES, PRECISION_RULES, PRECISIONS, classify_kernel_names
+from traceinsight.analysis.tensor_cores import PRECISIONS, classify_kernel_names
+from traceinsight.rules import NAME_RULES, PRECISION_RULES
 
 HAND_MARKED = Path(__file__).with_name("kernel_names.csv")
 XPROF_GPU = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"

@@ -17,12 +17,13 @@ from traceinsight.analysis.devices import DeviceUsage, device_usage
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.host_ops import HostOps, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
-from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS, KernelStats, kernel_stats
+from traceinsight.analysis.kernels import KernelStats, kernel_stats
 from traceinsight.analysis.memory import DeviceMemory, profile_memory
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.model import Profile, input_labels, rows_of_input
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,9 @@ from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import Intervals, union, union_of, union_of_rows
 from traceinsight.model import kind_mask, rows_of_input
+from traceinsight.rules import BLOCKING_HOST_OPS
 
 CAUSES = ("input_wait", "sync", "host_launch", "other")
-# Host calls that block until the device is done, beyond the `sync` kind.
-BLOCKING_HOST_OPS = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "hipMemcpy"}
-)
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 LONGEST_GAPS = 10
 _HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation"]

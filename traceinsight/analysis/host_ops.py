@@ -16,7 +16,6 @@ the last op one level up on its thread that started before it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,12 +23,9 @@ import pandas as pd
 
 from traceinsight.analysis.intervals import union_of_rows
 from traceinsight.model import kind_mask, rows_of_input
+from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
 
 TOP_HOST_OPS = 15
-# An op is input-pipeline work when at least this share of its time lies inside input waits.
-INPUT_WORK_COVERAGE = 0.5
-# Ops that run Python under the GIL (tf.py_function, tf.numpy_function, the older py_func).
-GIL_PATTERN = re.compile(r"EagerPyFunc|PyFunc|NumpyFunction|numpy_function|py_func", re.IGNORECASE)
 _DEPTH_LIMIT = 256  # deeper nesting is damaged data; such ops are counted as top level
 
 

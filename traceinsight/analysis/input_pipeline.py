@@ -22,10 +22,8 @@ import pandas as pd
 
 from traceinsight.analysis.steps import Steps
 from traceinsight.model import rows_of_input
+from traceinsight.rules import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, POTENTIAL_OTHER_FRACTION
 
-HIGH_INPUT_FRACTION = 0.20  # XProf: "HIGHLY input-bound"
-MODERATE_INPUT_FRACTION = 0.05  # XProf: "MODERATELY input-bound"
-POTENTIAL_OTHER_FRACTION = 0.03  # XProf: "POTENTIALLY input-bound" when "All Others" >= 3 %
 TOP_STAGES = 8
 
 

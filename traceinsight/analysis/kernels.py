@@ -21,14 +21,9 @@ from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.intervals import exposed, union
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.model import kind_mask, rows_of_input
+from traceinsight.rules import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, TRITON_TEMPLATE_PATTERN
 
-DEFAULT_SMALL_KERNEL_NS = 10_000
 TOP_KERNELS = 15
-# torch.compile's Triton GEMM templates: their names do not tell the precision they compute in.
-TRITON_TEMPLATE_PATTERN = re.compile(r"^triton_tem_")
-COMMUNICATION_PATTERN = re.compile(
-    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
-)
 # The small-kernel threshold is added as an edge, so the bins below it are exactly the small kernels.
 KERNEL_HISTOGRAM_EDGES_NS = (0, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000)
 

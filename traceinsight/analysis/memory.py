@@ -46,11 +46,8 @@ import pandas as pd
 
 from traceinsight.analysis.steps import Step
 from traceinsight.model import Profile
+from traceinsight.rules import AT_LIMIT_FRACTION, BATCH_SPARE_FRACTION, SLACK_FRACTION, SLACK_MIN_BYTES
 
-AT_LIMIT_FRACTION = 0.9
-SLACK_FRACTION = 0.2
-SLACK_MIN_BYTES = 1 << 30
-BATCH_SPARE_FRACTION = 0.1
 SERIES_POINTS = 500
 TOP_OPS = 5
 _NUMBER = re.compile(r"(\d+)")

@@ -84,77 +84,37 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.host_ops import GIL_PATTERN
 from traceinsight.analysis.intervals import union_of_rows
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.model import FRAMEWORKS, kind_mask
+from traceinsight.rules import (
+    GRAPH_LAUNCH,
+    JAX_XLA,
+    KERNEL_LAUNCH,
+    MIN_SEQUENTIAL_CALLS,
+    MOST,
+    MULTIPROCESS_LOADER,
+    PARALLEL_OVERLAP_SHARE,
+    PY_FUNCTION,
+    SEQUENTIAL_OVERLAP_SHARE,
+    SINGLE_PROCESS_LOADER,
+    STAGE_TYPES,
+    TF_DATA_PREFIX,
+    TF_EAGER_OP,
+    TF_FUNCTION_CALL,
+    TF_FUNCTION_OP,
+    TF_ITERATOR,
+    TF_XLA,
+    TORCH_COMPILE,
+    TORCH_OP,
+    NamePattern,
+)
 
 # Precisions of 16 bits or fewer (the mixed-precision side) and the fp32 side (TF32 is fp32 data on Tensor Cores).
 LOW_PRECISIONS = ("fp16", "bf16", "fp8", "fp4", "int8")
 FP32_PRECISIONS = ("fp32", "tf32")
-MOST = 0.5
-# A fused MapAndBatch's py_function calls: overlapping for this share of their time means parallel calls;
-# below the second share with at least MIN_SEQUENTIAL_CALLS calls, one at a time.
-PARALLEL_OVERLAP_SHARE = 0.10
-SEQUENTIAL_OVERLAP_SHARE = 0.01
-MIN_SEQUENTIAL_CALLS = 8
-
-TF_DATA_PREFIX = "Iterator::"
 _STAGE_INDEX = re.compile(r"\[\d+\]$")  # ForeverRepeat[0], ParallelInterleaveV4[2]: the input's index
-# tf.data stage types (an iterator name's parts, without the input index), by what the stage does.
-STAGE_TYPES = {
-    "prefetch": r"^(?:Legacy)?Prefetch(?:V\d+)?$",
-    "cache": r"^(?:Memory|File)?Cache(?:Impl)?$",
-    "map": r"^Map$",
-    "parallel_map": r"^ParallelMap(?:V\d+)?$",
-    "map_and_batch": r"^MapAndBatch$",
-    "interleave": r"^Interleave$",
-    "parallel_interleave": r"^(?:Legacy)?ParallelInterleave(?:V\d+)?$",
-}
 _STAGE_PATTERNS = {kind: re.compile(pattern) for kind, pattern in STAGE_TYPES.items()}
-
-
-@dataclass(frozen=True)
-class NamePattern:
-    """A name rule: `pattern` (re.search) decides; every name it can match holds one of `literals`
-    (lower-case; a leading newline: the name starts with the rest), which find the names worth trying."""
-
-    pattern: re.Pattern[str]
-    literals: tuple[str, ...]
-
-
-TF_ITERATOR = NamePattern(re.compile("^" + re.escape(TF_DATA_PREFIX)), ("\n" + TF_DATA_PREFIX.lower(),))
-# A tf.function ran: its call (tf.data's own __inference__next_func / Dataset_map functions aside) or its ops.
-TF_FUNCTION_CALL = NamePattern(re.compile(r"__inference_(?!_(?:next|init|finalize)_func|Dataset_)"), ("__inference_",))
-TF_FUNCTION_OP = NamePattern(re.compile(r"(?:^|/)(?:Stateful)?PartitionedCall(?:[/:_]|$)"), ("partitionedcall",))
-# An op run eagerly; iterator, optional and constant ops run eagerly around tf.functions too, so they do not count.
-TF_EAGER_OP = NamePattern(
-    re.compile(
-        r"^EagerLocalExecute: (?!__inference_|_EagerConst$|Optional|Iterator|AnonymousIterator|MakeIterator"
-        r"|DeleteIterator|\w*Dataset)"
-    ),
-    ("\neagerlocalexecute: ",),
-)
-# tf.py_function / numpy_function ops (host_ops' rule: they hold the GIL).
-PY_FUNCTION = NamePattern(GIL_PATTERN, ("pyfunc", "numpyfunction", "numpy_function", "py_func"))
-TF_XLA = NamePattern(
-    re.compile(r"XlaLaunch|_XlaRun|_XlaCompile|XlaMustCompile|(?:^|/)cluster_\d+(?:[/:_]|$)"), ("xla", "cluster_")
-)
-JAX_XLA = NamePattern(re.compile(r"^(?:jit|pmap)_\w"), ("\njit_", "\npmap_"))
-TORCH_COMPILE = NamePattern(
-    re.compile(
-        r"^triton_(?:poi|red|per|tem|for)_|CompiledFunction|CompiledFxGraph|Torch-Compiled Region"
-        r"|TorchDynamo Cache Lookup|torch/_inductor/"
-    ),
-    ("\ntriton_", "compiled", "torchdynamo cache lookup", "torch/_inductor/"),
-)
-TORCH_OP = NamePattern(re.compile(r"^aten::"), ("\naten::",))
-MULTIPROCESS_LOADER = NamePattern(re.compile(r"_MultiProcessingDataLoaderIter"), ("_multiprocessingdataloaderiter",))
-SINGLE_PROCESS_LOADER = NamePattern(re.compile(r"_SingleProcessDataLoaderIter"), ("_singleprocessdataloaderiter",))
-GRAPH_LAUNCH = NamePattern(re.compile(r"^(?:cuda|cu|hip)GraphLaunch"), ("graphlaunch",))
-KERNEL_LAUNCH = NamePattern(
-    re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel"), ("\ncu", "\nhip")
-)
 
 
 @dataclass(frozen=True)

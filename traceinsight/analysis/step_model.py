@@ -40,12 +40,20 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
-from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
+from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.host_ops import own_times
 from traceinsight.analysis.intervals import Intervals, union, union_of
-from traceinsight.analysis.kernels import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, flagged_kernels
+from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
 from traceinsight.model import COPY_KINDS, kind_mask, rows_of_input
+from traceinsight.rules import (
+    BATCH_WORK_MIN_NS,
+    BLOCKING_HOST_OPS,
+    COMMUNICATION_PATTERN,
+    DEFAULT_SMALL_KERNEL_NS,
+    EAGER_OP_RUN_PATTERN,
+    OPTIMIZER_UPDATE_PATTERN,
+)
 
 # Measured stalls: idle-gap causes, the step breakdown's exposed input wait, and device time that is exposed
 # (copies and collectives not hidden under compute).
@@ -58,17 +66,6 @@ STALLS = (
     "d2h_exposed",
     "communication_exposed",
 )
-# How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
-EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
-# Optimizer updates: per-step work that the parameter count sets, not the batch (TF scopes ``adam/``, ``SGD/``;
-# PyTorch ``Optimizer.step#Adam.step`` and its fused ``_foreach_`` ops).
-OPTIMIZER_UPDATE_PATTERN = (
-    r"(?i)(?:^|/)(?:adam|adamw|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|optimizer)(?:_\d+)?/"
-    r"|^Optimizer\.step|^aten::_foreach_|^aten::_fused_adam|ResourceApply"
-)
-# A host op whose own time is at least this computes at its size; a shorter one is dispatch or memory bound
-# (a 2x512 @ 512x512 matmul takes ~25 us on a CPU core, at batch 64 ~90 us).
-BATCH_WORK_MIN_NS = 50_000
 # Kernel classes that efficiency estimates act on.
 KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste", "small_kernels")
 

@@ -24,13 +24,9 @@ import pandas as pd
 
 from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
+from traceinsight.rules import MIN_REPEATING_COVERAGE, MIN_REPEATS, MIN_STEP_GAP_NS
 
 BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
-# A repeating host event must cover this share of the window to be taken as the step.
-MIN_REPEATING_COVERAGE = 0.3
-MIN_REPEATS = 3
-# A device idle gap at least this long, and at least half the longest gap, separates inferred steps.
-MIN_STEP_GAP_NS = 1_000_000
 # Python functions repeat per layer, not per step (with_stack traces), so they are not candidates.
 _REPEATING_KINDS = ("cpu_op", "annotation", "other")
 

@@ -17,21 +17,11 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from traceinsight.rules import COPY_KIND_PATTERNS, NON_KERNEL_ACTIVITY, SYNC_API_PATTERN, TF_OP_PATTERN
+from traceinsight.rules import STEP_MARKER_PATTERN as STEP_MARKER_PATTERN  # the XSpace and Chrome readers' import
+
 T = TypeVar("T")
 
-# Host API calls that block until the device catches up: time spent in them is a
-# sync, not launch overhead. CUDA runtime and driver spellings, and HIP's.
-SYNC_API_PATTERN = re.compile(
-    r"^(?:cuda(?:Device|Stream|Event)Synchronize|cu(?:Ctx|Stream|Event)Synchronize|hip\w*Synchronize)"
-    r"(?:_v\d+)?$"
-)
-
-_COPY_KIND_PATTERNS = (
-    ("h2d", re.compile(r"HtoD|H2D|HostToDevice")),
-    ("d2h", re.compile(r"DtoH|D2H|DeviceToHost")),
-    ("d2d", re.compile(r"DtoD|D2D|DeviceToDevice")),
-    ("p2p", re.compile(r"PtoP|P2P|Peer")),
-)
 # Kineto: "Memcpy HtoD (Pageable -> Device)"; ROCm writes "(Host -> Device)".
 _KINETO_MEMORY = re.compile(r"\(\s*([A-Za-z][A-Za-z ]*?)\s*->\s*([A-Za-z][A-Za-z ]*?)\s*\)")
 # XSpace / XProf: "kind_src:pageable kind_dst:device size:4096 dest:0 async:1".
@@ -42,10 +32,6 @@ _DETAILS_DST = re.compile(r"(?:^|\s)kind_dst:(\w+)")
 _DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):([0-9]{1,18})(?![0-9])")
 _DETAILS_OCCUPANCY = re.compile(r"(?:^|\s)occ_pct:([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?!\S)")
 _STEP_NUMBER = re.compile(r"[0-9]{1,18}")
-# XProf's host-side rules (as in xspace.py): explicit step markers with a step_num
-# stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
-STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
-TF_OP_PATTERN = re.compile(r"^[A-Za-z0-9_.][\w.\-/>]*:[A-Za-z_]\w*$")
 _MEMORY_WORDS = {
     "pageable": "pageable",
     "pinned": "pinned",
@@ -53,18 +39,6 @@ _MEMORY_WORDS = {
     "device static": "device",
     "device_static": "device",
 }
-# CUPTI activity types XProf puts on "Stream #" lines that are not device work.
-_NON_KERNEL_ACTIVITY = frozenset(
-    {
-        "MemoryAlloc",
-        "MemoryFree",
-        "MemoryResidency",
-        "UnifiedMemory",
-        "HostRegister",
-        "HostUnregister",
-        "Overhead",
-    }
-)
 
 
 def per_category(values: pd.Categorical, rule: Callable[[str], T], missing: T, dtype: Any = object) -> np.ndarray:
@@ -83,7 +57,7 @@ def is_sync_api(name: str) -> bool:
 
 def copy_kind(name: str) -> str:
     """Direction of a copy from its event name: h2d, d2h, d2d, p2p, or other."""
-    for kind, pattern in _COPY_KIND_PATTERNS:
+    for kind, pattern in COPY_KIND_PATTERNS:
         if pattern.search(name):
             return kind
     return "other"
@@ -148,7 +122,7 @@ def device_activity_kind(name: str) -> str:
         return "memcpy"
     if name.startswith("Memset"):
         return "memset"
-    return "other" if name in _NON_KERNEL_ACTIVITY else "kernel"
+    return "other" if name in NON_KERNEL_ACTIVITY else "kernel"
 
 
 def xprof_host_kind(name: str) -> str:

@@ -23,10 +23,10 @@ from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.findings import Bottleneck, headline_projection
 from traceinsight.report.meta import capture_date, trace_versions
+from traceinsight.rules import MIN_STEADY_STEPS
 
 SCHEMA = "traceinsight.report/1"
 # Fewer captured steps than this get a warning: "profile at least N steps".
-MIN_STEADY_STEPS = 3
 
 
 def _gaps(g: DeviceGaps) -> dict[str, Any]:

@@ -50,12 +50,13 @@ import pandas as pd
 
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.gaps import BLOCKING_HOST_OPS, CAUSES, DeviceGaps
+from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.intervals import Intervals, union
 from traceinsight.analysis.step_model import StepModel
 from traceinsight.analysis.steps import Step
 from traceinsight.model import COPY_KINDS, DEVICE_WORK_KINDS, KINDS, MEMORY_KINDS, TraceError, input_labels, kind_mask
 from traceinsight.report.output import check_output
+from traceinsight.rules import BLOCKING_HOST_OPS
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps
 DEFAULT_MAX_STEPS = 3  # the longest steps kept when it is

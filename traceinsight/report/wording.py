@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
-from traceinsight.report.json import MIN_STEADY_STEPS
+from traceinsight.rules import MIN_STEADY_STEPS
 
 
 def verdict_sentence(report: dict[str, Any]) -> str:

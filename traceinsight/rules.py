@@ -1,0 +1,396 @@
+"""Every threshold and name rule the readers, analyses and findings apply, in one place.
+
+A newcomer asking "why 20 %?" or "which kernels count as Tensor Core work?" finds the answer here, with
+where it comes from: XProf's verdict words and thresholds, HTA's and the PyTorch TensorBoard plugin's
+rules where we follow them (``../shared/notes/peers.md``), our own measurements where we chose. The
+modules that apply a rule import it from here; how a rule is applied (vectorised, once per distinct
+name) stays with them. Published GPU peaks are data, not rules: ``analysis/hardware.py``.
+
+Sections: event names every reader classifies the same way; the input verdict; steps; gaps and host
+ops; kernels (small, communication, the Tensor Core tables); the step model; device memory; what the
+run already does (``analysis/settings.py``'s detectors); the bottleneck rules (``findings.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------- event names (all readers)
+
+# Host events that mean "the training loop is waiting for its next batch".
+# tf.data consumer side (XProf's input-op rule) and PyTorch DataLoader / DataPipe
+# (the PyTorch TensorBoard plugin's DataLoader rule).
+INPUT_WAIT_PATTERN = re.compile(
+    r"^(?:Iterator(?:GetNext|GetNextAsOptional|GetNextSync)Op::DoCompute"
+    r"|enumerate\(DataLoader\)#.*__next__"
+    r"|enumerate\(DataPipe\)#.*)$"
+)
+# PyTorch's step marker; the number is the step id.
+PROFILER_STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d{1,9})$")  # 9 digits fit int32
+# Host API calls that block until the device catches up: time spent in them is a
+# sync, not launch overhead. CUDA runtime and driver spellings, and HIP's.
+SYNC_API_PATTERN = re.compile(
+    r"^(?:cuda(?:Device|Stream|Event)Synchronize|cu(?:Ctx|Stream|Event)Synchronize|hip\w*Synchronize)"
+    r"(?:_v\d+)?$"
+)
+
+# A copy's direction from its event name (Kineto, XSpace and XProf spellings); the first match wins.
+COPY_KIND_PATTERNS = (
+    ("h2d", re.compile(r"HtoD|H2D|HostToDevice")),
+    ("d2h", re.compile(r"DtoH|D2H|DeviceToHost")),
+    ("d2d", re.compile(r"DtoD|D2D|DeviceToDevice")),
+    ("p2p", re.compile(r"PtoP|P2P|Peer")),
+)
+# XProf's host-side rules (as in xspace.py): explicit step markers with a step_num
+# stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
+STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
+TF_OP_PATTERN = re.compile(r"^[A-Za-z0-9_.][\w.\-/>]*:[A-Za-z_]\w*$")
+# CUPTI activity types XProf puts on "Stream #" lines that are not device work.
+NON_KERNEL_ACTIVITY = frozenset(
+    {
+        "MemoryAlloc",
+        "MemoryFree",
+        "MemoryResidency",
+        "UnifiedMemory",
+        "HostRegister",
+        "HostUnregister",
+        "Overhead",
+    }
+)
+
+# --------------------------------------------------------------------------- input verdict
+
+# The input verdict's thresholds are XProf's, so its users read ours the same way.
+HIGH_INPUT_FRACTION = 0.20  # XProf: "HIGHLY input-bound"
+MODERATE_INPUT_FRACTION = 0.05  # XProf: "MODERATELY input-bound"
+POTENTIAL_OTHER_FRACTION = 0.03  # XProf: "POTENTIALLY input-bound" when "All Others" >= 3 %
+
+# --------------------------------------------------------------------------- steps
+
+# A repeating host event must cover this share of the window to be taken as the step.
+MIN_REPEATING_COVERAGE = 0.3
+MIN_REPEATS = 3
+# A device idle gap at least this long, and at least half the longest gap, separates inferred steps.
+MIN_STEP_GAP_NS = 1_000_000
+# Fewer steps than this get the `few_steps` warning: "profile at least N steps".
+MIN_STEADY_STEPS = 3
+
+# --------------------------------------------------------------------------- gaps and host ops
+
+# Host calls that block until the device is done, beyond the `sync` kind.
+BLOCKING_HOST_OPS = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "hipMemcpy"}
+)
+# An op is input-pipeline work when at least this share of its time lies inside input waits.
+INPUT_WORK_COVERAGE = 0.5
+# Ops that run Python under the GIL (tf.py_function, tf.numpy_function, the older py_func).
+GIL_PATTERN = re.compile(r"EagerPyFunc|PyFunc|NumpyFunction|numpy_function|py_func", re.IGNORECASE)
+
+# --------------------------------------------------------------------------- kernels
+
+DEFAULT_SMALL_KERNEL_NS = 10_000
+# torch.compile's Triton GEMM templates: their names do not tell the precision they compute in.
+TRITON_TEMPLATE_PATTERN = re.compile(r"^triton_tem_")
+COMMUNICATION_PATTERN = re.compile(
+    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
+)
+
+
+class _Pattern:
+    """What both tables' rows share: a regex declared as a string, matched case-insensitively unless told."""
+
+    pattern: str
+    case_sensitive: bool
+
+    def compiled(self) -> re.Pattern[str]:
+        """The pattern compiled once, so the table stays plain declared strings."""
+        return re.compile(self.pattern, 0 if self.case_sensitive else re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class NameRule(_Pattern):
+    """One row of the table: names matching `pattern` (re.search) get these answers."""
+
+    pattern: str
+    eligible: bool
+    tensor_core: bool
+    why: str
+    case_sensitive: bool = False
+
+
+@dataclass(frozen=True)
+class PrecisionRule(_Pattern):
+    """One row of the precision table, read only for eligible names: the first match wins."""
+
+    pattern: str
+    precision: str
+    why: str
+    case_sensitive: bool = False
+
+
+def _never(pattern: str, why: str, case_sensitive: bool = False) -> NameRule:
+    """A rule for names that are no matrix work, so the table reads as what each row decides."""
+    return NameRule(pattern, eligible=False, tensor_core=False, why=why, case_sensitive=case_sensitive)
+
+
+def _tensor_core(pattern: str, why: str, case_sensitive: bool = False) -> NameRule:
+    """A rule for matrix work whose name shows Tensor Core / matrix-core use."""
+    return NameRule(pattern, eligible=True, tensor_core=True, why=why, case_sensitive=case_sensitive)
+
+
+def _cuda_cores(pattern: str, why: str, case_sensitive: bool = False) -> NameRule:
+    """A rule for matrix work whose name does not show Tensor Core use."""
+    return NameRule(pattern, eligible=True, tensor_core=False, why=why, case_sensitive=case_sensitive)
+
+
+# 16-, 8- and 4-bit and TF32 element types as they appear in CUTLASS and attention kernel names.
+_NARROW_TYPE = r"(?:half_t|bfloat16_t|tfloat32_t|float_e4m3_t|float_e5m2_t|float_e2m1_t|_f16|bf16|tf32|e4m3|e5m2)"
+
+NAME_RULES: tuple[NameRule, ...] = (
+    # --- Triton: the kind prefix decides (see the module docstring) ---
+    _cuda_cores(
+        r"^triton_tem_",
+        "Triton template kernel (mm, addmm, bmm, conv, flex attention); its dtype, hence Tensor Core use, "
+        "is not in the name",
+    ),
+    _never(
+        r"^triton_(?:poi|red|per|for)_", "Triton pointwise / reduction / foreach kernel, even when named after an addmm"
+    ),
+    _cuda_cores(r"^triton_\w*?_(?:mm|bmm|addmm|baddbmm|matmul)(?:_|$)", "other Triton kernels named after a matmul"),
+    # --- never eligible: kernels whose names contain a matmul word or are easily mistaken for one ---
+    _never(
+        r"nccl|rccl|multimem|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|sendrecv",
+        "communication (collectives, send/recv)",
+    ),
+    _never(
+        r"cudnn::bn_|\bbn_(?:fw|bw)|batch_?norm|layer_?norm|rms_?norm|group_?norm|instance_?norm|GammaBetaBackward",
+        "normalisation (cuDNN batch norm, layer / RMS / group norm)",
+    ),
+    _never(
+        r"TensorConversionOp|_typeConvert|convert(?!er)|cast_kernel|cast_transpose|(?:^|::|\s)cast_|_to_copy"
+        r"|bfloat16_copy|half_copy|quantiz|_quant_",
+        "casts, conversions, (de)quantisation ('Conv' inside TensorConversionOp is no convolution)",
+    ),
+    _never(
+        r"EigenMetaKernel|TensorCwise|scalar_\w+_op|elementwise_kernel",
+        "elementwise (PyTorch TensorIterator, Eigen)",
+    ),
+    _never(
+        r"reduce_kernel|splitKreduce|ReduceSplitK|reduce_1Block|reduce_wgrad|DeviceReduce|DeviceSegmentedReduce",
+        "reductions, including the split-K reduction after a GEMM or a conv",
+    ),
+    _never(r"softmax_warp|cunn_SoftMax|SoftMax(?:Forward|Backward)|softmax_kernel", "softmax"),
+    _never(
+        r"fbgemm|embedding|EmbeddingBag|index_?select|permute_pooled_embs|bounds_check_indices|linearize_index",
+        "embedding lookups and their index kernels ('gemm' inside fbgemm is no GEMM)",
+    ),
+    _never(
+        r"reshape_and_cache|cache_kernel|copy_blocks|swap_blocks|_copy_page|memcpy|memset|copyBuffer|fillBuffer"
+        r"|CatArray|copy_kernel|copy_device_to_device|recat_copy|copy-start|copy-done",
+        "copies and KV-cache writes ('flash' inside reshape_and_cache_flash_kernel is no attention)",
+    ),
+    _never(
+        r"nchwToNhwc|nhwcToNchw|transpose(?:_fusion|_kernel|Kernel)|(?:^|::|\s|%)(?:transpose|im\d?d?2col)",
+        "layout transposes and im2col kernels around a conv or GEMM: copies (not CUTLASS's TMA IM2COL loads "
+        "inside a conv kernel's name)",
+    ),
+    _never(
+        r"cask_\w+::compute\w*Offsets|scalePackedTensor|winograd_nonfused::|generateWinogradTiles"
+        r"|epilogue::impl::|gemmk1_kernel|\bgemv|\bdot_kernel|flash_bwd_dot_do_o|splitkv_combine",
+        "conv / GEMM / attention helpers (offsets, scaling, Winograd transforms, epilogues, FlashAttention "
+        "pre- and post-passes) and memory-bound BLAS (GEMV, K = 1 GEMM, dot): no MMA",
+        case_sensitive=True,
+    ),
+    _never(r"moe::dev::(?:routing|finalize)", "MoE routing and un-permute: index work"),
+    _never(r"depthwise", "depthwise convolution: a per-channel stencil, no GEMM"),
+    # --- eligible, on CUDA cores although a Tensor Core pattern below might match ---
+    _cuda_cores(r"cutlass\w*_simt_", "CUTLASS SIMT kernels run on CUDA cores whatever their element type"),
+    _cuda_cores(r"fmha_cutlass[FB]_f32|AttentionKernel<float", "memory-efficient attention in fp32: CUDA cores"),
+    # --- on Tensor Cores / matrix cores ---
+    _tensor_core(
+        r"16816|c1688|conv1x1|conv2d_c1_k1|dgrad_1x1_stride_2x2|direct_group|first_layer_wgrad_kernel|h1688|h884"
+        r"|hmma|i16832|i8816|s884|s1688|xmma_gemm|xmma_implicit_gemm|xmma_sparse_conv|xmma_sparse_gemm"
+        r"|xmma_warp_specialized_implicit_gemm",
+        "XProf's Tensor Core list (kernel_stats_utils.cc)",
+    ),
+    _tensor_core(r"xmma|tf32|tfloat32", "xmma kernels and TF32 (which exists only on Tensor Cores)"),
+    _tensor_core(
+        r"(?<![a-z0-9])sm(?:90|100|101|103|110|120|121)[af]?_|wgmma|gmma|tcgen05|nvjet",
+        "Hopper / Blackwell kernels (warpgroup MMA, tcgen05) and cuBLAS nvjet GEMMs",
+    ),
+    _tensor_core(r"tensorop|wmma", "CUTLASS tensorop / WMMA kernels"),
+    _tensor_core(
+        rf"^(?=.*cutlass)(?=.*(?:gemm|conv|fprop|dgrad|wgrad))(?=.*{_NARROW_TYPE})",
+        "CUTLASS GEMM / conv on a 16-, 8- or 4-bit or TF32 type",
+    ),
+    _tensor_core(r"flash_fwd|flash_bwd|fmha", "FlashAttention / fused multi-head attention"),
+    _tensor_core(
+        rf"^(?=.*(?:AttentionKernel|attention_kernel_batched|AttentionBackwardKernel))(?=.*{_NARROW_TYPE})",
+        "memory-efficient (xformers) attention on a 16-bit type",
+    ),
+    _tensor_core(r"mfma", "AMD MFMA matrix-core kernels"),
+    _tensor_core(r"_MI\d+x\d+x\d+", "hipBLASLt / Tensile GEMM using MFMA instructions", case_sensitive=True),
+    _tensor_core(
+        r"^(?:bmm|gemm)_\w*(?:Mx|E\dm\d)|^(?:bmm|gemm)_\w+_sm1\d\d[af]?$",
+        "TensorRT-LLM generated Blackwell GEMMs, e.g. MX-FP4 / MX-FP8 bmm_MxE4m3_...",
+    ),
+    _tensor_core(
+        r"^[^<(]*gemm[^<(]*(?:_f16|_bf16|_fp16|bf16_|f16_)|^[^<(]*(?:_f16|_bf16|_fp16|bf16_|f16_)[^<(]*gemm",
+        "cuBLAS / cuBLASLt GEMM whose own name (before template arguments) gives a 16-bit type",
+    ),
+    # --- eligible, on CUDA cores ---
+    _cuda_cores(r"gemm", "GEMM without Tensor Core marks (sgemm, SIMT, cuDNN implicit / explicit GEMM conv)"),
+    _cuda_cores(r"^Cijk_", "hipBLASLt / Tensile GEMM without MFMA", case_sensitive=True),
+    _cuda_cores(r"[sdh]cudnn", "cuDNN SIMT convolution (scudnn = fp32)"),
+    _cuda_cores(
+        r"convolve|conv[23]d|3dconv|convolution|conv_?(?:fwd|bwd)|fprop|dgrad|wgrad|winograd",
+        "convolution kernels (cuDNN direct / implicit GEMM / fused Winograd)",
+    ),
+    _cuda_cores(r"bmm|matmul", "batched GEMM / matmul kernels"),
+    _cuda_cores(r"AttentionKernel|attention_kernel_batched|AttentionBackwardKernel", "memory-efficient attention"),
+)
+
+PRECISION_RULES: tuple[PrecisionRule, ...] = (
+    PrecisionRule(r"e2m1|fp4|mxf4|nvf4", "fp4", "FP4 / MX-FP4 operand (E2m1); narrowest wins over an fp8 partner"),
+    PrecisionRule(r"e4m3|e5m2|fp8|float8", "fp8", "FP8 operand"),
+    PrecisionRule(r"(?<!u)int8|i8816|i16832|imma|i8i8|s8s8", "int8", "8-bit integer MMA"),
+    PrecisionRule(r"tf32|tfloat32", "tf32", "TF32"),
+    PrecisionRule(r"bf16|bfloat16|nvjet_(?:sm\d+_)?tst", "bf16", "bf16 (nvjet 'tst' = bf16 in / out, fp32 compute)"),
+    PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_BB", "bf16", "Tensile type code BB (bf16)", case_sensitive=True),
+    PrecisionRule(
+        r"fp16|_f16|f16_|f16f16|half|h884|h1688|h16816|hmma|s884|nvjet_(?:sm\d+_)?hsh",
+        "fp16",
+        "fp16 (Volta s884 = fp16 inputs with fp32 accumulation)",
+    ),
+    PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_H[HSB]", "fp16", "Tensile type code H (fp16)", case_sensitive=True),
+    PrecisionRule(r"s1688(?:gemm|fprop|dgrad|wgrad)", "tf32", "s1688 with fp32 data and no 16-bit type: TF32"),
+    PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_SB?_", "fp32", "Tensile type code S (fp32), B = batched", case_sensitive=True),
+    PrecisionRule(r"sgemm|scudnn|_simt_s|<float\b", "fp32", "single-precision SIMT kernels, float templates"),
+)
+
+# --------------------------------------------------------------------------- the step model
+
+# How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
+EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
+# Optimizer updates: per-step work that the parameter count sets, not the batch (TF scopes ``adam/``, ``SGD/``;
+# PyTorch ``Optimizer.step#Adam.step`` and its fused ``_foreach_`` ops).
+OPTIMIZER_UPDATE_PATTERN = (
+    r"(?i)(?:^|/)(?:adam|adamw|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion|optimizer)(?:_\d+)?/"
+    r"|^Optimizer\.step|^aten::_foreach_|^aten::_fused_adam|ResourceApply"
+)
+# A host op whose own time is at least this computes at its size; a shorter one is dispatch or memory bound
+# (a 2x512 @ 512x512 matmul takes ~25 us on a CPU core, at batch 64 ~90 us).
+BATCH_WORK_MIN_NS = 50_000
+
+# --------------------------------------------------------------------------- device memory
+
+# Device memory: peak reserved above this share of capacity is "at the limit" (the PyTorch TensorBoard plugin
+# warned at 90 %); reserved above allocated by this share of the peak, and by at least SLACK_MIN_BYTES, is
+# allocator slack; a bigger batch keeps this share of the free memory spare.
+AT_LIMIT_FRACTION = 0.9
+SLACK_FRACTION = 0.2
+SLACK_MIN_BYTES = 1 << 30
+BATCH_SPARE_FRACTION = 0.1
+
+# --------------------------------------------------------------------------- what the run already does
+
+# A setting "is the run's" when it holds for at least this share (of kernel time, of copies, of calls).
+MOST = 0.5
+# A fused MapAndBatch's py_function calls: overlapping for this share of their time means parallel calls;
+# below the second share with at least MIN_SEQUENTIAL_CALLS calls, one at a time.
+PARALLEL_OVERLAP_SHARE = 0.10
+SEQUENTIAL_OVERLAP_SHARE = 0.01
+MIN_SEQUENTIAL_CALLS = 8
+
+TF_DATA_PREFIX = "Iterator::"
+# tf.data stage types (an iterator name's parts, without the input index), by what the stage does.
+STAGE_TYPES = {
+    "prefetch": r"^(?:Legacy)?Prefetch(?:V\d+)?$",
+    "cache": r"^(?:Memory|File)?Cache(?:Impl)?$",
+    "map": r"^Map$",
+    "parallel_map": r"^ParallelMap(?:V\d+)?$",
+    "map_and_batch": r"^MapAndBatch$",
+    "interleave": r"^Interleave$",
+    "parallel_interleave": r"^(?:Legacy)?ParallelInterleave(?:V\d+)?$",
+}
+
+
+@dataclass(frozen=True)
+class NamePattern:
+    """A name rule: `pattern` (re.search) decides; every name it can match holds one of `literals`
+    (lower-case; a leading newline: the name starts with the rest), which find the names worth trying."""
+
+    pattern: re.Pattern[str]
+    literals: tuple[str, ...]
+
+
+TF_ITERATOR = NamePattern(re.compile("^" + re.escape(TF_DATA_PREFIX)), ("\n" + TF_DATA_PREFIX.lower(),))
+# A tf.function ran: its call (tf.data's own __inference__next_func / Dataset_map functions aside) or its ops.
+TF_FUNCTION_CALL = NamePattern(re.compile(r"__inference_(?!_(?:next|init|finalize)_func|Dataset_)"), ("__inference_",))
+TF_FUNCTION_OP = NamePattern(re.compile(r"(?:^|/)(?:Stateful)?PartitionedCall(?:[/:_]|$)"), ("partitionedcall",))
+# An op run eagerly; iterator, optional and constant ops run eagerly around tf.functions too, so they do not count.
+TF_EAGER_OP = NamePattern(
+    re.compile(
+        r"^EagerLocalExecute: (?!__inference_|_EagerConst$|Optional|Iterator|AnonymousIterator|MakeIterator"
+        r"|DeleteIterator|\w*Dataset)"
+    ),
+    ("\neagerlocalexecute: ",),
+)
+# tf.py_function / numpy_function ops (host_ops' rule: they hold the GIL).
+PY_FUNCTION = NamePattern(GIL_PATTERN, ("pyfunc", "numpyfunction", "numpy_function", "py_func"))
+TF_XLA = NamePattern(
+    re.compile(r"XlaLaunch|_XlaRun|_XlaCompile|XlaMustCompile|(?:^|/)cluster_\d+(?:[/:_]|$)"), ("xla", "cluster_")
+)
+JAX_XLA = NamePattern(re.compile(r"^(?:jit|pmap)_\w"), ("\njit_", "\npmap_"))
+TORCH_COMPILE = NamePattern(
+    re.compile(
+        r"^triton_(?:poi|red|per|tem|for)_|CompiledFunction|CompiledFxGraph|Torch-Compiled Region"
+        r"|TorchDynamo Cache Lookup|torch/_inductor/"
+    ),
+    ("\ntriton_", "compiled", "torchdynamo cache lookup", "torch/_inductor/"),
+)
+TORCH_OP = NamePattern(re.compile(r"^aten::"), ("\naten::",))
+MULTIPROCESS_LOADER = NamePattern(re.compile(r"_MultiProcessingDataLoaderIter"), ("_multiprocessingdataloaderiter",))
+SINGLE_PROCESS_LOADER = NamePattern(re.compile(r"_SingleProcessDataLoaderIter"), ("_singleprocessdataloaderiter",))
+GRAPH_LAUNCH = NamePattern(re.compile(r"^(?:cuda|cu|hip)GraphLaunch"), ("graphlaunch",))
+KERNEL_LAUNCH = NamePattern(
+    re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel"), ("\ncu", "\nhip")
+)
+
+# --------------------------------------------------------------------------- bottleneck rules (findings.py)
+
+# Severity from the projected saving's share of the step: XProf's input thresholds, and 1 % for "low".
+HIGH_SEVERITY = HIGH_INPUT_FRACTION  # XProf: >= 20 % of the step
+MEDIUM_SEVERITY = MODERATE_INPUT_FRACTION  # XProf: >= 5 %
+LOW_SEVERITY = 0.01
+# Share of kernels below the small-kernel threshold that makes host-side gaps "launch-bound" rather than "host-bound".
+SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND = 0.5
+# A drained launch queue: kernels start this soon after their launch returns. Longer median delays mean the host
+# is ahead of the device (a deep queue), which is not launch-bound whatever the kernel sizes.
+DRAINED_QUEUE_LAUNCH_DELAY_NS = 50_000
+# Tensor Cores count as unused when they run less than this share of eligible kernel time.
+TENSOR_CORE_UNUSED_SHARE = 0.1
+# From this median device-busy share of the step on, efficiency estimates rank before stalls.
+BUSY_SHARE_EFFICIENCY_FIRST = 0.9
+# The headline applies at most this many fixes.
+HEADLINE_FIXES = 3
+# An input verdict gives `input_bound` this severity.
+VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
+# CPU-only runs: framework overhead and small ops are judged only where a step holds at least this many ops.
+MIN_HOST_OPS_PER_STEP = 10
+# small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
+SMALL_BATCH_KERNEL_SHARE = 0.5
+# CPU-only: the share of the step (less input wait) in per-step costs a batch does not grow (tiny ops, optimizer
+# updates, the dispatch between ops) from which a bigger batch is advised.
+SMALL_BATCH_FIXED_SHARE = 0.5
+DEFAULT_BATCH_FACTOR = 4.0
+# small_batch needs memory room for at least this factor; it never advises more than MAX_BATCH_FACTOR at once.
+MIN_BATCH_FACTOR = 2.0
+MAX_BATCH_FACTOR = 8
+# How many times faster the first input fix makes the pipeline produce a batch. tf.data's AUTOTUNE caps a parallel
+# map / interleave near the host's core count (2x on the 2-core hosts of our pairs, which is the smallest host
+# the projection assumes); `num_workers=4` more DataLoader worker processes load 4x as fast (4.0-4.2x on our pairs).
+# A cache removes the work instead: `step_ns_after_hidden` in the evidence is the step once input is fully hidden.
+INPUT_FIX_PARALLELISM = {"DataLoader": 4.0, "DataPipe": 4.0}
+DEFAULT_INPUT_FIX_PARALLELISM = 2.0
