@@ -67,6 +67,17 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
+@pytest.fixture(scope="session")
+def trace_300mb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real Kineto trace (``hta/nccl_parser_config``) replicated to about 300 MB of JSON by
+    benchmarks/replicate.py, made once for the tests that need a load of that size (interrupts, memory limit)."""
+    from benchmarks.replicate import Replicator
+
+    replicator = Replicator(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
+    target = tmp_path_factory.mktemp("big") / "big.pt.trace.json"
+    return replicator.write(target, replicator.copies_for(300))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     """Under CI, a skip for want of the shared traces that a test decided alone (not through `shared_trace`)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
+import zlib
 from typing import Any
 
 from tests.conftest import SAMPLE_TRACES
 
+_BLANKS = re.compile(r"[ \t\n\r]*")
 KINETO_SEED = SAMPLE_TRACES / "synthetic_gpu" / "healthy" / "sample_1.1767229323456.pt.trace.json.gz"
 XSPACE_SEED = next((SAMPLE_TRACES / "synthetic_gpu_xspace" / "healthy").rglob("*.xplane.pb"))
 CHROME_KERNELS = 30
@@ -59,8 +62,84 @@ def chrome_export(kernel: str = "gemm", host_op: str = "model/dense/MatMul:MatMu
     return {"displayTimeUnit": "ns", "traceEvents": events}
 
 
+def complete_events(text: bytes) -> tuple[list[Any], int]:
+    """The events of a Chrome-trace text cut anywhere that are complete before the cut, and the byte offset
+    where the complete part ends (after the last of them, or after the events' array when it closed).
+
+    Independent of the readers: the standard library's JSON decoder, one top-level key and then one event
+    at a time. The text is taken as Latin-1, so offsets are byte offsets (names outside ASCII come out
+    garbled, which the structure does not care about)."""
+    s = text.decode("latin-1")
+    decoder = json.JSONDecoder()
+
+    def skip(pos: int) -> int:  # past JSON's whitespace
+        return _BLANKS.match(s, pos).end()  # type: ignore[union-attr]  # matches anywhere, even at the end
+
+    pos = skip(0) + 1  # past the top-level {
+    while True:  # the keys before the events, whole (a cut among them leaves no event)
+        key, pos = decoder.raw_decode(s, skip(pos))
+        pos = skip(pos) + 1  # past the :
+        if key == "traceEvents":
+            break
+        _, pos = decoder.raw_decode(s, skip(pos))
+        pos = skip(pos) + 1  # past the ,
+    pos = end = skip(pos) + 1  # past the [
+    events: list[Any] = []
+    while (pos := skip(pos)) < len(s):
+        if s[pos] == "]":
+            return events, pos + 1
+        try:
+            event, pos = decoder.raw_decode(s, pos)
+        except ValueError:
+            break
+        events.append(event)
+        end = pos
+        pos = skip(pos)
+        if pos < len(s) and s[pos] == ",":
+            pos += 1
+    return events, end
+
+
+def kernel_count(events: list[Any]) -> int:
+    """Kernel events among complete `events` of the seeds here: Kineto's by their cat; the XProf export's (no
+    cats) are those on its one GPU stream line (`chrome_export`)."""
+    return sum(
+        e.get("ph") == "X"
+        and (str(e["cat"]).lower() == "kernel" if "cat" in e else (e.get("pid"), e.get("tid")) == (1, 7))
+        for e in events
+    )
+
+
 def _json(doc: Any) -> bytes:
     return json.dumps(doc).encode()
+
+
+def cut_gzip(text: bytes) -> bytes:
+    """A gzip stream of `text` that ends right after it: no end marker, no trailer (a writer killed there)."""
+    packer = zlib.compressobj(wbits=31)
+    return packer.compress(text) + packer.flush(zlib.Z_SYNC_FLUSH)
+
+
+def truncated_files() -> dict[str, bytes]:
+    """File name -> content: Kineto and XProf-export JSON cut short (a job killed while writing), plain and
+    gzip, at shares of the file and at awkward places; each holds complete events before its cut."""
+    cases: dict[str, bytes] = {}
+    kineto = gzip.decompress(KINETO_SEED.read_bytes())
+    for label, text, name in (("kineto", kineto, "pt.trace.json"), ("xprof", _json(chrome_export()), "trace.json")):
+        packed = gzip.compress(text)
+        for share in (50, 75, 90, 99):
+            cases[f"{label}-{share}pc.{name}"] = text[: len(text) * share // 100]
+            cases[f"{label}-{share}pc.{name}.gz"] = packed[: len(packed) * share // 100]
+        middle = len(text) // 2
+        cases[f"{label}-in-a-name.{name}"] = text[: text.index(b'"name": "', middle) + 11]
+        cases[f"{label}-after-an-event.{name}"] = text[: text.index(b"}, {", middle) + 1]
+        cases[f"{label}-after-a-comma.{name}"] = text[: text.index(b"}, {", middle) + 2]
+        cases[f"{label}-at-the-end-marker.{name}.gz"] = cut_gzip(text)
+        cases[f"{label}-in-the-trailer.{name}.gz"] = packed[:-4]
+    after = kineto.rindex(b"]") + 1  # Kineto writes keys after the events: a cut among them loses only them
+    cases["kineto-after-the-events.pt.trace.json"] = kineto[:after]
+    cases["kineto-in-the-last-key.pt.trace.json"] = kineto[: after + 12]
+    return cases
 
 
 def broken_files() -> dict[str, tuple[bytes, str]]:
@@ -99,11 +178,16 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
         "huge-numbers.trace.json": (_json(impossible), "impossible"),
         "huge-literal.trace.json": (b'{"traceEvents": [' + b"9" * 5000 + b"]}", "neither a Kineto trace nor an XProf"),
     }
-    for label, cut in (("10", 10), ("half", len(kineto_gz) // 2), ("last", len(kineto_gz) - 1)):
-        cases[f"cut-{label}.pt.trace.json.gz"] = (kineto_gz[:cut], "truncated gzip stream")
-    for label, cut in (("1", 1), ("half", len(kineto) // 2), ("last", len(kineto) - 1)):
-        cases[f"cut-{label}.pt.trace.json"] = (kineto[:cut], "invalid JSON at byte")
-    cases["cut-half.trace.json.gz"] = (gzip.compress(chrome)[: len(gzip.compress(chrome)) // 2], "truncated gzip")
+    # Cut before any event (files cut later are read as far as they go: `truncated_files`).
+    cases["cut-10.pt.trace.json.gz"] = (kineto_gz[:10], "truncated gzip stream")
+    cases["cut-1.pt.trace.json"] = (kineto[:1], "invalid JSON at byte")
+    first_event = kineto.index(b'"traceEvents": [') + 40
+    cases["cut-in-first-event.pt.trace.json"] = (kineto[:first_event], "ends early (truncated file?)")
+    cases["cut-in-first-event.pt.trace.json.gz"] = (cut_gzip(kineto[:first_event]), "ends early (truncated file?)")
+    first_event = chrome.index(b'"traceEvents": [') + 40
+    cases["cut-in-first-event.trace.json"] = (chrome[:first_event], "ends early (truncated file?)")
+    # Only metadata events (process and thread names) before the cut: nothing to report.
+    cases["cut-before-timed-events.trace.json.gz"] = (gzip.compress(chrome)[:200], "ends early (truncated file?)")
     for label, cut in (("3", 3), ("half", len(xspace) // 2), ("last", len(xspace) - 1)):
         cases[f"cut-{label}.xplane.pb"] = (xspace[:cut], "not an XSpace protobuf")
     return cases

@@ -4,7 +4,9 @@ Seeds are small: the synthetic traces of sample_traces/ and the hand-built XProf
 plus, when ../shared/traces is there, the small AMD Kineto trace and the MI300 XSpace.
 Mutations are byte-level (truncate, flip, splice, delete, insert) and structural (event
 bytes of an XSpace line damaged, JSON event fields dropped or given odd values, events
-repeated or reordered). Examples are derandomized, so CI runs the same ones every time.
+repeated or reordered), and cuts (a trace cut short anywhere, plain or gzip, read as far as it goes).
+Examples are derandomized, so CI runs the same ones every time; a failure prints the failing example and the
+``@reproduce_failure`` line that replays it.
 
 A "valid table": the canonical columns, durations >= 0, every kind a known one, and for
 the XSpace and XProf readers timestamps a clock can give and durations under 7 days.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,15 +29,17 @@ from hypothesis import strategies as st
 
 from tests import corpus
 from tests.conftest import SHARED_TRACES
-from traceinsight.model import COLUMNS, KINDS, TraceError, TraceRead
+from traceinsight.model import COLUMNS, KINDS, TraceError, TraceRead, is_truncation_warning
 from traceinsight.readers import read_trace, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS, TS_MAX_NS, TS_MIN_NS
+from traceinsight.readers.kineto import read_kineto_json
 
 FUZZ = settings(
     max_examples=120,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
 )
 SHARED_KINETO = SHARED_TRACES / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 SHARED_XSPACE = SHARED_TRACES / "tracelens" / "mi300" / "jax_conv_minimal_08" / "tw003.xplane.pb"
@@ -295,6 +300,41 @@ def test_json_reader_on_damaged_events(scratch: Path, seed: int, ops: list[tuple
     path = scratch / "events.pt.trace.json"
     path.write_text(json.dumps(mutate_events(seeds[seed % len(seeds)], ops)))
     _read_or_refuse(lambda: read_trace(path))
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), at=st.integers(0, 2**32), gz=st.booleans(), chunk=st.sampled_from((61, 997, 1 << 16)))
+def test_json_readers_on_truncated_text(scratch: Path, seed: int, at: int, gz: bool, chunk: int) -> None:
+    """A trace cut anywhere: its complete kernels (`corpus.complete_events` counts them) and one truncation
+    warning, streamed in chunks as decoded whole; or a TraceError when nothing before the cut can be read."""
+    seeds = json_seeds()
+    text = json.dumps(seeds[seed % len(seeds)]).encode()
+    cut = text[: at % (len(text) + 1)]
+    path = scratch / ("cut.pt.trace.json.gz" if gz else "cut.pt.trace.json")
+    path.write_bytes(corpus.cut_gzip(cut) if gz else cut)
+    try:
+        complete, _ = corpus.complete_events(cut)
+    except (ValueError, IndexError):  # cut before the events: no reader can read it
+        complete = []
+    streamed = _refused_or(lambda: read_kineto_json(path, chunk_bytes=chunk) or read_trace(path))
+    decoded = _refused_or(lambda: read_trace(path))
+    reads = [read for read in (streamed, decoded) if read is not None and len(read.events)]
+    if len(reads) < 2:  # refused, or nothing read (which `load.read_file`, the CLI's reader, refuses too)
+        assert not reads and not corpus.kernel_count(complete)
+        return
+    for read in reads:
+        assert_valid(read)
+        assert int((read.events["kind"] == "kernel").sum()) == corpus.kernel_count(complete)
+        truncated = [k for k in read.warnings if is_truncation_warning(k)]
+        assert len(truncated) == (1 if gz or len(cut) < len(text) else 0)
+    assert reads[0].events.equals(reads[1].events)
+
+
+def _refused_or(read: Callable[[], TraceRead]) -> TraceRead | None:
+    try:
+        return read()
+    except TraceError:
+        return None
 
 
 def test_the_mutators_do_damage() -> None:

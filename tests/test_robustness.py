@@ -77,7 +77,7 @@ def test_broken_file_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, 
 def test_directory_of_broken_files_exits_2(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    for name in ("cut-half.pt.trace.json.gz", "nul.pt.trace.json", "random.pt.trace.json"):
+    for name in ("cut-10.pt.trace.json.gz", "nul.pt.trace.json", "random.pt.trace.json"):
         (run / name).write_bytes(BROKEN[name][0])
     code, _, err = _report(tmp_path, run, capsys)
     assert code == 2
@@ -95,7 +95,7 @@ def test_directory_without_traces_exits_2(tmp_path, capsys):
 
 def test_broken_files_through_the_real_command(tmp_path):
     """The installed entry point, in a fresh interpreter: exit 2, one line, nothing written."""
-    cases = ["cut-half.pt.trace.json.gz", "cut-half.xplane.pb", "nul.pt.trace.json", "events-numbers.trace.json"]
+    cases = ["cut-10.pt.trace.json.gz", "cut-half.xplane.pb", "nul.pt.trace.json", "events-numbers.trace.json"]
     for name in cases:
         path = tmp_path / name
         path.write_bytes(BROKEN[name][0])

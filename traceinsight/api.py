@@ -33,6 +33,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.analysis.steps import BREAKDOWN
 from traceinsight.findings import Bottleneck, BottleneckProjection
+from traceinsight.limits import MemoryLimit
 from traceinsight.model import Profile, TraceError
 from traceinsight.pipeline import (
     Analysed,
@@ -75,19 +76,22 @@ _HOST_OP_COLUMNS = ("name", "function", "calls", "total_ns", "self_ns", "holds_g
 _CHARTS_MODULE = "traceinsight.report.charts"
 
 
-def load(path: PathLike, run: str | None = None, *, jobs: int = 1) -> Profile:
+def load(path: PathLike, run: str | None = None, *, jobs: int = 1, max_memory: str | int | None = None) -> Profile:
     """Read the run under `path` (a trace file, a profile run folder or a TensorBoard logdir) into one `Profile`.
 
     Files in one folder are one run (several hosts' ``.xplane.pb``, several ranks' ``.pt.trace.json.gz``);
     with several runs the newest is read, or the one `run` names (as ``--run``). `jobs`: processes that
-    decode one large Kineto file. The profile's `.events` is the event table (`traceinsight.model` documents
-    its columns), `.inputs` the files read and `.framework` the framework that wrote them.
+    decode one large Kineto file. `max_memory`: the most memory the events may take (``--max-memory``: bytes
+    or a size such as ``"2GB"``; default 75 % of the memory available, `traceinsight.limits`). The profile's
+    `.events` is the event table (`traceinsight.model` documents its columns), `.inputs` the files read and
+    `.framework` the framework that wrote them. A trace cut short (a killed job's) is read as far as it goes,
+    and a truncation warning in `.warnings` says so.
 
-    Raises `TraceError` for a path without traces, an unknown run, a saved report, or a file that is not
-    a trace it can read.
+    Raises `TraceError` for a path without traces, an unknown run, a saved report, a file that is not
+    a trace it can read, or a run whose events would pass `max_memory`.
     """
     _check_jobs(jobs)
-    _, profile = load_path(Path(path), run, jobs)
+    _, profile = load_path(Path(path), run, jobs, MemoryLimit.of(max_memory))
     return profile
 
 
@@ -101,6 +105,7 @@ def analyze(
     progress: TextIO | None = None,
     on_loaded: Callable[[], None] | None = None,
     on_analysed: OnAnalysed | None = None,
+    max_memory: str | int | None = None,
 ) -> Report:
     """Read and analyse the run under a path (as ``traceinsight report`` does), or analyse a `Profile` from
     `load`; the `Report` of it.
@@ -111,7 +116,7 @@ def analyze(
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
     `on_loaded()` is called once the traces are read, before the analyses (the CLI starts drawing then).
     `on_analysed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
-    ``--trace-out`` export); the inputs are then read in this process.
+    ``--trace-out`` export); the inputs are then read in this process. `max_memory`: as for `load`.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -126,7 +131,8 @@ def analyze(
             on_loaded()
         return Report(analyse_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
-    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded, on_analysed)
+    limit = MemoryLimit.of(max_memory)
+    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded, on_analysed, limit)
     return Report(analysed, path)
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from traceinsight.discover import Run
+from traceinsight.limits import MemoryLimit
 from traceinsight.memory import release_free_memory
-from traceinsight.model import Profile, TraceRead, merge_reads
+from traceinsight.model import Profile, TraceError, TraceRead, is_truncation_warning, merge_reads
 from traceinsight.parallel import map_files
 from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
 from traceinsight.readers.jsonload import json_size_guess
@@ -31,24 +32,45 @@ PROGRESS_MIN_BYTES = 32 << 20
 PARALLEL_FILE_MIN_BYTES = 32 << 20
 
 
-def read_file(path: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+def read_file(
+    path: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+) -> TraceRead:
     """One trace file: Kineto JSON streamed (`on_bytes(n)`: bytes read so far), anything else by `read_trace`.
 
-    A large Kineto file is decoded by `jobs` processes, chunk by chunk.
+    A large Kineto file is decoded by `jobs` processes, chunk by chunk. `limit`: a `TraceError` as soon as
+    the file's events would not fit (an XSpace file: estimated from its size before it is read). A file cut
+    short is read as far as it goes (a truncation warning says so); one with no complete event to report
+    before the cut is a `TraceError`.
     """
+    read = None
     if path.name.lower().endswith(JSON_SUFFIXES):
         with nesting_checked(path):
             read = read_kineto_json(
-                path, on_bytes=on_bytes, jobs=jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
+                path,
+                on_bytes=on_bytes,
+                jobs=jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1,
+                limit=limit,
             )
-        if read is not None:
-            return read
-    return read_trace(path)
+    elif limit is not None:
+        limit.check_xspace(path)
+    if read is None:
+        read = read_trace(path, limit)
+    if not len(read.events) and any(is_truncation_warning(w) for w in read.warnings):
+        raise TraceError(
+            path, "the document ends early (truncated file?), with no complete event to report before the cut"
+        )
+    return read
 
 
-def read_input(path: Path, base: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1) -> TraceRead:
+def read_input(
+    path: Path,
+    base: Path,
+    on_bytes: Callable[[int], None] | None = None,
+    jobs: int = 1,
+    limit: MemoryLimit | None = None,
+) -> TraceRead:
     """`read_file`, its path recorded relative to the folder `base` (see `input_base`)."""
-    read = read_file(path, on_bytes, jobs)
+    read = read_file(path, on_bytes, jobs, limit)
     try:
         read.input.path = str(path.relative_to(base))
     except ValueError:
@@ -57,27 +79,36 @@ def read_input(path: Path, base: Path, on_bytes: Callable[[int], None] | None = 
 
 
 def load_run(
-    run: Run, base: Path, jobs: int = 1, scheduler: str | None = None, progress: TextIO | None = None
+    run: Run,
+    base: Path,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    progress: TextIO | None = None,
+    limit: MemoryLimit | None = None,
 ) -> Profile:
     """All inputs of `run`, paths recorded relative to `base` (the path the user gave).
 
     `jobs` files are read at a time (one process each; a single large file is cut
     into chunks decoded by `jobs` processes), or each by a worker of the Dask
     `scheduler` (an address or ``"local"``). `progress`: where to draw a
-    progress bar while a large run is read (a terminal), or None.
+    progress bar while a large run is read (a terminal), or None. `limit`: the
+    memory the run's events may take here (`limits`); the files read in
+    processes of their own split it, as all their tables come back here.
     """
     base = input_base(base)
     if reads_in_parallel(run, jobs, scheduler):
-        reads = map_run(partial(read_input, base=base), run, jobs, scheduler, progress)
+        each = shared_limit(limit, scheduler, len(run.files))
+        reads = map_run(partial(read_input, base=base, limit=each), run, jobs, scheduler, progress)
     else:  # here, with a bar that moves within files
         files = [f.absolute() for f in run.files]
         sizes = [f.stat().st_size for f in files]
         bar = _bar(sizes, progress)
+        reads = []
         try:
-            reads = [
-                read_input(path, base, bar.within_next(size) if bar else None, jobs)
-                for path, size in zip(files, sizes, strict=True)
-            ]
+            for path, size in zip(files, sizes, strict=True):
+                reads.append(read_input(path, base, bar.within_next(size) if bar else None, jobs, limit))
+                if limit is not None:  # the next file's events are held besides this one's
+                    limit = limit.after(len(reads[-1].events))
         finally:
             if bar:
                 bar.close()
@@ -89,6 +120,12 @@ def load_run(
 def input_base(path: Path) -> Path:
     """The folder input paths are recorded relative to: the path the user gave, or its folder."""
     return (path if path.is_dir() else path.parent).absolute()
+
+
+def shared_limit(limit: MemoryLimit | None, scheduler: str | None, holders: int) -> MemoryLimit | None:
+    """The limit of each process reading a file of a run while `holders` tables are held at once (`limit`
+    split among them); none for Dask workers, whose own memory limits apply (another machine, say)."""
+    return None if limit is None or scheduler is not None else limit.shared(holders)
 
 
 def reads_in_parallel(run: Run, jobs: int, scheduler: str | None) -> bool:

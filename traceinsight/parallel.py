@@ -18,6 +18,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
@@ -31,6 +32,8 @@ from traceinsight.model import TraceError
 
 R = TypeVar("R")
 LOCAL = "local"
+WORKERLESS_S = 60.0  # how long a Dask run waits with no worker at all before it gives up
+_POLL_S = 1.0  # how often it looks
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,14 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Kill `pool`'s workers (SIGKILL: no handler runs, nothing is printed) and reap them."""
+    """Kill `pool`'s workers (SIGKILL: no handler runs, nothing is printed) and reap them.
+
+    A worker killed while it sent a result leaves half a message in the pool's result pipe, and the pool's
+    manager thread, reading it, would wait for the rest for ever (and the interpreter's exit, which joins that
+    thread, with it): this process's own writing end of the pipe is closed too, so the thread reads its end.
+    """
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    results = getattr(pool, "_result_queue", None)
     for process in processes:
         with suppress(OSError, ValueError):  # already gone, or closed
             process.kill()
@@ -127,6 +136,8 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         with suppress(OSError, ValueError, AssertionError):
             process.join(5)
+    with suppress(OSError, AttributeError):  # the workers are gone: no one else writes there
+        results._writer.close()  # type: ignore[union-attr]
 
 
 def _pool_map(
@@ -164,9 +175,37 @@ def _dask_map(call: Callable[[Path], Any], paths: Sequence[Path], scheduler: str
             cluster.close()
         raise TraceError(scheduler, f"cannot reach the Dask scheduler ({error})") from None
     try:
-        futures = client.map(call, list(paths), pure=False)
-        return client.gather(futures)
+        return _gathered(client, client.map(call, list(paths), pure=False), paths, scheduler)
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _gathered(client: Any, futures: list[Any], paths: Sequence[Path], scheduler: str) -> list[Any]:
+    """The futures' results, in order. A worker lost mid-task is Dask's to handle: it runs the task again on
+    another, up to ``distributed.scheduler.allowed-failures`` times, then gives up on it (`KilledWorker`),
+    which is a `TraceError` naming that input. A cluster left without any worker for `WORKERLESS_S`
+    seconds is one too, so a run never hangs."""
+    from distributed import KilledWorker, wait
+    from distributed import TimeoutError as DaskTimeout
+
+    workerless_since = None
+    while True:
+        try:
+            wait(futures, timeout=_POLL_S)
+            break
+        except DaskTimeout:
+            if client.scheduler_info().get("workers"):
+                workerless_since = None
+            elif workerless_since is None:
+                workerless_since = time.monotonic()
+            elif time.monotonic() - workerless_since > WORKERLESS_S:
+                raise TraceError(scheduler, f"no Dask worker left for {WORKERLESS_S:.0f} s to read the files") from None
+    try:
+        return list(client.gather(futures))
+    except KilledWorker as error:
+        lost = next((path for path, f in zip(paths, futures, strict=True) if f.key == error.task), scheduler)
+        raise TraceError(
+            lost, f"the Dask workers reading it died {error.allowed_failures + 1} times (out of memory?)"
+        ) from None

@@ -29,8 +29,9 @@ from traceinsight.analysis import Analysis, analyze, merge_analyses
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.discover import Run, discover
 from traceinsight.findings import find_bottlenecks
-from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel
-from traceinsight.model import Profile, TraceError, TraceRead, merge_reads
+from traceinsight.limits import MemoryLimit
+from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
+from traceinsight.model import TRUNCATED, Profile, TraceError, TraceRead, is_truncation_warning, merge_reads
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info
 from traceinsight.report.output import check_output, preflight_output, write_atomic
@@ -76,10 +77,12 @@ def find_run(path: Path, run_name: str | None = None) -> Run:
     return discover(path, run_name)
 
 
-def load_path(path: Path, run_name: str | None = None, jobs: int = 1) -> tuple[Run, Profile]:
+def load_path(
+    path: Path, run_name: str | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+) -> tuple[Run, Profile]:
     """The run under `path` and its inputs read into one profile, as `analyse_path` reads them in this process."""
     run = find_run(path, run_name)
-    return run, load_run(run, path, jobs)
+    return run, load_run(run, path, jobs, limit=limit)
 
 
 def analyse_path(
@@ -91,24 +94,28 @@ def analyse_path(
     progress: TextIO | None = None,
     on_loaded: Callable[[], None] | None = None,
     on_analysed: OnAnalysed | None = None,
+    limit: MemoryLimit | None = None,
 ) -> Analysed:
     """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
-    `scheduler` and `progress`). `on_loaded()` is called before the analyses: once the traces are read
-    here, or as the workers that read and analyse the inputs start. `on_analysed(analysis, report, files)`
-    is called while the analysis still holds the run's event table (an export needs it), so with it the
-    inputs are read here, never analysed apart."""
+    `scheduler`, `progress` and `limit`). `on_loaded()` is called before the analyses: once the traces are
+    read here, or as the workers that read and analyse the inputs start. `on_analysed(analysis, report,
+    files)` is called while the analysis still holds the run's event table (an export needs it), so with it
+    the inputs are read here, never analysed apart."""
     run = find_run(path, run_name)
     if on_analysed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analysed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
         if on_loaded is not None:
             on_loaded()
-        read_and_analyse = partial(_read_and_analyse, base=input_base(path), small_kernel_ns=small_kernel_ns)
+        each = shared_limit(limit, scheduler, min(jobs, len(run.files)))  # jobs tables at a time
+        read_and_analyse = partial(
+            _read_and_analyse, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each
+        )
         parts = map_run(read_and_analyse, run, jobs, scheduler, progress)
         profile = merge_reads([read for read, _ in parts], name=run.name)
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
-        profile = load_run(run, path, jobs, scheduler, progress)
+        profile = load_run(run, path, jobs, scheduler, progress, limit)
         if on_loaded is not None:
             on_loaded()
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
@@ -136,11 +143,21 @@ def _reported(
     return Analysed(run, analysis.without_events(), report)
 
 
-def _read_and_analyse(path: Path, base: Path, small_kernel_ns: int) -> tuple[TraceRead, Analysis]:
+def _read_and_analyse(
+    path: Path, base: Path, small_kernel_ns: int, limit: MemoryLimit | None
+) -> tuple[TraceRead, Analysis]:
     """One input read and analysed alone (`merge_analyses` puts the run together), without its event table."""
-    read = read_input(path, base)
+    read = read_input(path, base, limit=limit)
     analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
     return replace(read, events=read.events.iloc[:0]), analysis
+
+
+def refuse_partial(report: dict[str, Any]) -> None:
+    """``--strict``: a report made from part of a file (a trace cut short: its truncation warning) is bad input,
+    a `TraceError` naming the file and how much of it was read."""
+    for warning in report["warnings"]:
+        if is_truncation_warning(warning):
+            raise TraceError(warning.removeprefix(f"{TRUNCATED}: "), "--strict refuses a report from part of a file")
 
 
 def read_saved_report(path: Path) -> dict[str, Any] | None:

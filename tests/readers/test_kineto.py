@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers import is_trace_file, read_trace
@@ -577,11 +578,16 @@ def test_broken_inputs(tmp_path: Path, data: bytes, gz: bool, reason: str) -> No
     assert re.match(reason, info.value.reason), info.value.reason
 
 
-def test_truncated_gzip(tmp_path: Path) -> None:
+def test_gzip_cut_before_its_first_event(tmp_path: Path) -> None:
+    """Files cut later are read as far as they go (tests/test_truncated.py); before the first event, nothing can be."""
     packed = gzip.compress(json.dumps({"traceEvents": [_x("cpu_op", "a")] * 100}).encode())
     path = tmp_path / "cut.json.gz"
-    path.write_bytes(packed[: len(packed) // 2])
+    path.write_bytes(packed[:10])  # the gzip header only
     with pytest.raises(TraceError, match="truncated gzip stream"):
+        read_trace(path)
+    text = json.dumps({"traceEvents": [_x("cpu_op", "a")]}).encode()
+    path.write_bytes(corpus.cut_gzip(text[:30]))  # part of the first event
+    with pytest.raises(TraceError, match="ends early"):
         read_trace(path)
 
 

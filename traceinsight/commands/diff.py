@@ -9,10 +9,10 @@ from typing import Any
 
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.api import analyze
-from traceinsight.commands.options import positive_float
+from traceinsight.commands.options import add_fault_options, positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import Threshold, parse_threshold
-from traceinsight.pipeline import finish, preflight_outputs, read_saved_report, removed_on_interrupt
+from traceinsight.pipeline import finish, preflight_outputs, read_saved_report, refuse_partial, removed_on_interrupt
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 from traceinsight.report.json import dumps
 
@@ -45,12 +45,14 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     protected: list[Path] = []
     for path, report in zip(paths, saved, strict=True):
         if report is None:
-            analysed = analyze(path, small_kernel_us=small_kernel_ns / 1000)
+            analysed = analyze(path, small_kernel_us=small_kernel_ns / 1000, max_memory=args.max_memory)
             report, source = analysed.to_dict(), "trace"
             protected += analysed.files
         else:
             source = "report"
             protected.append(path)
+        if args.strict:
+            refuse_partial(report)
         reports.append(report)
         origins.append({"path": str(path), "source": source})
     return reports, origins, tuple(protected)
@@ -87,6 +89,7 @@ class DiffCommand:
             help="exit 1 when crossed: a change 'totals.idle_fraction>+0.05', 'steps.mean_ns>+5%%' (also '<-X', "
             "'<-X%%'), 'PATH OP NUMBER' on the new run, or 'bottleneck=ID' (new, or medium/high in NEW)",
         )
+        add_fault_options(parser)
         parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     @staticmethod

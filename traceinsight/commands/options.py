@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from traceinsight.limits import parse_size
+
 
 def positive_float(text: str) -> float:
     value = float(text)
@@ -17,3 +19,28 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
     return value
+
+
+def memory_size(text: str) -> str:
+    """``--max-memory``: a size (64MB, 2GB, bytes), kept as written for the messages that name it."""
+    try:
+        parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def add_fault_options(parser: argparse.ArgumentParser) -> None:
+    """``--strict`` and ``--max-memory``, for every command that reads traces."""
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 2 instead of reporting from part of a trace cut short (a killed job's file)",
+    )
+    parser.add_argument(
+        "--max-memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="stop (exit 2) when the traces' events would take more memory than this: 64MB, 2GB, bytes "
+        "(default: 75%% of the memory available)",
+    )

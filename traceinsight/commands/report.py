@@ -13,12 +13,19 @@ from typing import Any
 
 from traceinsight.analysis import Analysis
 from traceinsight.api import analyze
-from traceinsight.commands.options import positive_float, positive_int
+from traceinsight.commands.options import add_fault_options, positive_float, positive_int
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.load import progress_stream
 from traceinsight.model import TraceError
 from traceinsight.parallel import default_jobs
-from traceinsight.pipeline import OnAnalysed, finish, preflight_outputs, relative_link, removed_on_interrupt
+from traceinsight.pipeline import (
+    OnAnalysed,
+    finish,
+    preflight_outputs,
+    refuse_partial,
+    relative_link,
+    removed_on_interrupt,
+)
 from traceinsight.report.painter import ChartPainter
 from traceinsight.report.trace_export import parse_steps, write_annotated_trace
 
@@ -77,6 +84,7 @@ class ReportCommand:
         parser.add_argument(
             "--steps", type=_steps, metavar="A:B", help="--trace-out keeps steps A to B (default: all, or the longest)"
         )
+        add_fault_options(parser)
         parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success, draw no progress bar")
 
     @staticmethod
@@ -101,10 +109,13 @@ class ReportCommand:
                 progress=progress_stream(args.quiet),
                 on_loaded=painter.warm_up,
                 on_analysed=export,
+                max_memory=args.max_memory,
             )
             report.record_invocation(_command_line(args), _options(args))
+            document = report.to_dict()
+            if args.strict:
+                refuse_partial(document)
             outputs = {args.output: report.to_html(painter)}
-        document = report.to_dict()
         crossed = [msg for t in thresholds if (msg := t.check(document))]
         if args.json:
             outputs[args.json] = report.to_json() + "\n"
@@ -126,9 +137,12 @@ def _steps(text: str) -> tuple[int, int]:
 
 def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalysed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
-    A step range the run does not have is bad input (exit 2)."""
+    A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
+    refused before the timeline is written."""
 
     def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:
+        if args.strict:
+            refuse_partial(report)
         try:
             warnings.extend(write_annotated_trace(analysis, report, args.trace_out, args.steps, protected=files))
         except ValueError as err:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from traceinsight.limits import MemoryLimit
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.jsonload import load_trace_json
@@ -39,19 +40,20 @@ def nesting_checked(path: Path | str) -> Iterator[None]:
         raise TraceError(path, "nested too deeply to read (a damaged or hostile file)") from None
 
 
-def read_trace(path: Path | str) -> TraceRead:
-    """Read one trace file with the reader its name and content call for."""
+def read_trace(path: Path | str, limit: MemoryLimit | None = None) -> TraceRead:
+    """Read one trace file with the reader its name and content call for; `limit`: refuse JSON too large to
+    decode whole (`load_trace_json`)."""
     with nesting_checked(path):
-        return _read_trace(Path(path))
+        return _read_trace(Path(path), limit)
 
 
-def _read_trace(path: Path) -> TraceRead:
+def _read_trace(path: Path, limit: MemoryLimit | None) -> TraceRead:
     name = path.name.lower()
     if name.endswith(XSPACE_SUFFIX):
         from traceinsight.readers.xspace import read_xspace  # protobuf is only needed here
 
         return read_xspace(path)
     if name.endswith(JSON_SUFFIXES):
-        doc = load_trace_json(path)
+        doc = load_trace_json(path, limit=limit)
         return read_kineto(path, doc) if looks_like_kineto(doc) else read_chrome(path, doc)
     raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")

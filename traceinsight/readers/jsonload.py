@@ -23,7 +23,7 @@ strict decode falls back to decoding event by event and counts what it skipped.
 from __future__ import annotations
 
 import gc
-import gzip
+import io
 import itertools
 import math
 import os
@@ -44,17 +44,17 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from traceinsight.model import TraceError
+from traceinsight.limits import WHOLE_JSON_FACTOR, MemoryLimit
+from traceinsight.model import TraceError, truncation_warning
 from traceinsight.parallel import worker_pool
 from traceinsight.readers._repair import floats, usable_json_times
 
-fast_gzip: ModuleType = gzip  # the standard library's, where ISA-L's wheels are missing
-_CORRUPT_GZIP: tuple[type[Exception], ...] = (gzip.BadGzipFile, zlib.error)
-try:  # ISA-L's gzip decompresses about three times as fast as zlib's (benchmarks/README.md)
-    from isal import igzip
-    from isal.igzip_lib import IsalError
+fast_zlib: ModuleType = zlib  # the standard library's, where ISA-L's wheels are missing
+_CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error,)
+try:  # ISA-L inflates about three times as fast as zlib (benchmarks/README.md)
+    from isal import isal_zlib
 
-    fast_gzip, _CORRUPT_GZIP = igzip, (*_CORRUPT_GZIP, cast(type[Exception], IsalError))  # stubs: an instance
+    fast_zlib, _CORRUPT_GZIP = isal_zlib, (zlib.error, cast(type[Exception], isal_zlib.error))  # stubs: an instance
 except ImportError:
     pass
 
@@ -74,6 +74,11 @@ CHUNK_BYTES = 4 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NEXT_EVENT = re.compile(rb"\s*,\s*\{")
 _GZIP_RATIO_GUESS = 8
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's code for a gzip stream (header and trailer)
+_PACKED_BLOCK = 1 << 20  # bytes of a .gz file read at a time
+# +1 for the opening bracket and brace of an object or array, -1 for the closing ones (`_last_event_end`).
+_NESTING = np.zeros(256, np.int8)
+_NESTING[[ord("{"), ord("[")]], _NESTING[[ord("}"), ord("]")]] = 1, -1
 _CUT_LOOKBEHIND = 1 << 16  # bytes before a chunk's end searched for its cut point
 _CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
 T = TypeVar("T")
@@ -190,28 +195,62 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class JsonText:
+    """A file's JSON text; `inflated`: from a gzip stream, `cut`: which ended before its end marker."""
+
+    data: bytes
+    inflated: bool = False
+    cut: bool = False
+
+
+def read_json_text(path: Path | str, data: bytes | None = None, limit: MemoryLimit | None = None) -> JsonText:
+    """The JSON text of a ``.json`` or ``.json.gz`` file (or of its bytes, `data`); gzip is told by its magic
+    bytes, and a gzip stream cut short (a killed job's) gives what it inflates to. `limit`: refuse a text too
+    large to decode whole (`WHOLE_JSON_FACTOR`), a gzip bomb as soon as its inflated part is."""
+    text = FileText(path, data)
+    if limit is not None and not text.packed:  # a plain file is read in one go: its size says at once
+        limit.check(path, (json_size_guess(path) if data is None else len(data)) * WHOLE_JSON_FACTOR)
+    blocks = []
+    for block in text.blocks(CHUNK_BYTES if text.packed else -1):
+        blocks.append(block)
+        if limit is not None:
+            limit.check(path, text.given * WHOLE_JSON_FACTOR)
+    raw = b"".join(blocks)
+    if not raw or raw.isspace():
+        raise TraceError(path, "truncated gzip stream" if text.cut else "empty file")
+    return JsonText(raw, text.packed, text.cut)
+
+
 def read_json_bytes(path: Path | str, data: bytes | None = None) -> bytes:
-    """The JSON text of a ``.json`` or ``.json.gz`` file; gzip is told by its magic bytes."""
-    if data is None:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise TraceError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = fast_gzip.decompress(data)
-        except EOFError:
-            raise TraceError(path, "truncated gzip stream") from None
-        except (OSError, *_CORRUPT_GZIP) as exc:  # type: ignore[misc]  # a tuple of exception classes
-            raise TraceError(path, f"corrupt gzip stream ({exc})") from None
-    if not data or data.isspace():
-        raise TraceError(path, "empty file")
-    return data
+    """`read_json_text`'s bytes."""
+    return read_json_text(path, data).data
 
 
-def load_trace_json(path: Path | str, data: bytes | None = None) -> TraceDoc:
-    """Decode a Chrome-trace JSON file (or its bytes, `data`) into a `TraceDoc`."""
-    raw = read_json_bytes(path, data)
+def load_trace_json(path: Path | str, data: bytes | None = None, limit: MemoryLimit | None = None) -> TraceDoc:
+    """Decode a Chrome-trace JSON file (or its bytes, `data`) into a `TraceDoc`.
+
+    A file cut short (a job killed while writing it) gives the complete events before the cut and a
+    truncation warning (`model.truncation_warning`); one cut before its first event is a `TraceError`.
+    `limit`: see `read_json_text`.
+    """
+    text = read_json_text(path, data, limit)
+    raw, cut_at = text.data, None
+    try:
+        doc = _decode_document(path, raw)
+    except _EndsEarly as error:
+        cut_at, closing = _complete_part(path, raw, limit)
+        if not cut_at:
+            raise TraceError(error.path, error.reason) from None
+        doc = _decode_document(path, raw[:cut_at] + closing)
+    if cut_at is not None or text.cut:
+        used = len(raw) if cut_at is None else cut_at
+        doc.warnings[truncation_warning(path, used, len(raw), _unit(text.inflated))] = 1
+    return doc
+
+
+def _decode_document(path: Path | str, raw: bytes) -> TraceDoc:
+    """`load_trace_json` of a whole text; `_EndsEarly` when it is cut short."""
     warnings: Counter[str] = Counter()
     with gc_paused():
         try:
@@ -226,6 +265,23 @@ def load_trace_json(path: Path | str, data: bytes | None = None) -> TraceDoc:
             doc, skipped = _decode(path, raw, ExactEvent)
     warnings.update(skipped)
     return TraceDoc(events=doc.traceEvents, top=_top(doc), warnings=warnings, exact_ts=exact)
+
+
+def _complete_part(path: Path | str, raw: bytes, limit: MemoryLimit | None) -> tuple[int | None, bytes]:
+    """Where the complete events of a text cut short end (None when the stream cannot tell: the cut is before
+    them), and what closes the document there: ``]}``, or ``}`` when the cut came after the events' array."""
+    stream = TraceStream(path, data=raw, limit=limit)
+    try:
+        chunks = sum(1 for _ in stream)  # each chunk of events is checked, then dropped: only where they end is kept
+    except StreamFallback:
+        return None, b""
+    return (stream.cut_at if chunks else None), b"}" if stream.array_closed else b"]}"
+
+
+def _unit(inflated: bool) -> str:
+    """What a truncation warning counts: the file's bytes, or a gzip file's inflated JSON (its whole size is
+    unknown, so the share is of what the part before the cut inflates to)."""
+    return "bytes of inflated JSON" if inflated else "bytes"
 
 
 def _top(doc: Any) -> dict[str, Any]:
@@ -243,14 +299,16 @@ class StreamRestart(Exception):
 
 
 class TraceStream:
-    """The events of a Chrome-trace JSON file, decoded chunk by chunk; iterate once.
+    """The events of a Chrome-trace JSON file (or of its text, `data`), decoded chunk by chunk; iterate once.
 
     Each item is ``(events, exact_ts)`` for one chunk of about `chunk_bytes` of
     JSON, in file order (`exact_ts` as in `TraceDoc`, decided per chunk). `top`
     holds the kept top-level keys (complete once the iteration has ended: Kineto
     writes some after the events) and `warnings` what was skipped or replaced.
     `on_bytes(n)` is told how many bytes of the file (compressed, for ``.gz``)
-    have been read, for a progress bar.
+    have been read, for a progress bar. `limit`: refuse a file whose text would
+    not fit (an event longer than the limit, a gzip bomb of blanks); the reader
+    checks its events against it (`projected`).
 
     A chunk ends at a ``}`` followed by ``, {``, which is where one event ends
     unless the brace closes an object nested in an event's args (a list of
@@ -259,16 +317,30 @@ class TraceStream:
     at the end, and an earlier cut point is tried. An error before the end means
     the array closed inside the chunk (then the keys after it are decoded) or the
     file is broken (`StreamFallback`). `map` spreads the decoding over processes.
+
+    A file cut short (a job killed while writing it, a gzip stream that ends
+    early) gives every complete event before the cut and a truncation warning;
+    `cut_at` is then where the complete part ends, and `array_closed` whether
+    the events' array had closed there.
     """
 
     def __init__(
-        self, path: Path | str, chunk_bytes: int = CHUNK_BYTES, on_bytes: Callable[[int], None] | None = None
+        self,
+        path: Path | str,
+        chunk_bytes: int = CHUNK_BYTES,
+        on_bytes: Callable[[int], None] | None = None,
+        limit: MemoryLimit | None = None,
+        data: bytes | None = None,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1, chunk_bytes)
-        self.on_bytes = on_bytes
+        self.limit = limit
         self.top: dict[str, Any] = {}
         self.warnings: Counter[str] = Counter()
+        self.cut_at: int | None = None
+        self.array_closed = False
+        self.done = 0  # bytes of JSON up to the end of the last event handed out
+        self._text = FileText(path, data, on_bytes)
         self._blocks: Iterator[bytes] | None = None  # None once the array has been read
         self._buf = b""
         self._eof = False
@@ -277,13 +349,20 @@ class TraceStream:
         self._exact = False  # whether the last chunk decoded needed exact ts
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
-        self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
+        self._blocks = self._text.blocks(self.chunk_bytes)
         self._find_events()
         while self._blocks is not None:
             self._fill(self.chunk_bytes)
             events, exact = self._next_chunk()
             if events:
                 yield events, exact
+
+    def projected(self, count: int) -> float:
+        """`count` things found in the chunks handed out so far, scaled to the whole file (for a ``.gz`` file,
+        whose size inflated is unknown, by the share of it inflated so far)."""
+        if self._blocks is None:
+            return count
+        return count * self._text.size_guess() / max(1, self.done)
 
     def _fill(self, size: float) -> None:
         """Read on until the buffer holds `size` bytes or the file has ended."""
@@ -296,26 +375,25 @@ class TraceStream:
                 parts.append(block)
                 have += len(block)
                 self._read += len(block)
+                if self.limit is not None and have > 2 * self.chunk_bytes:  # one event (or blank) longer than that
+                    self.limit.check(self.path, have)
         self._buf = b"".join(parts)
+
+    def _position(self, offset: int) -> int:
+        """Where byte `offset` of the buffer lies in the JSON text."""
+        return self._read - len(self._buf) + offset
 
     def _find_events(self) -> None:
         """Move past ``"traceEvents": [``, keeping what came before it (the top-level keys so far)."""
         start = 0
-        while True:
-            match = _EVENTS_KEY.search(self._buf, start)
-            if match is None:
-                if self._eof:
-                    raise StreamFallback
-                start = max(0, len(self._buf) - 4096)  # a key cut at the block end is found again
-                self._fill(len(self._buf) + self.chunk_bytes)
-                continue
-            header = self._buf[: match.start()]
-            doc = _try_decode(header + b'"traceEvents":[]}')
-            if doc is not None:  # the key is one of the top-level object's, not nested or in a string
-                self._header, self.top = header, _top(doc)
-                self._buf = self._buf[match.end() :]
-                return
-            start = match.start() + 1
+        while (found := _events_array(self._buf, start)) is None:
+            if self._eof:
+                raise StreamFallback
+            start = max(0, len(self._buf) - 4096)  # a key cut at the block end is found again
+            self._fill(len(self._buf) + self.chunk_bytes)
+        key, events_start, self.top = found
+        self._header, self._buf = self._buf[:key], self._buf[events_start:]
+        self.done = self._position(0)
 
     def _next_chunk(self) -> tuple[list[Event], bool]:
         """Decode the next chunk of events."""
@@ -336,29 +414,59 @@ class TraceStream:
                     if at < end or self._eof:
                         return self._last_chunk(at)
                     continue  # the cut was inside an event
-                if self._eof:
-                    raise StreamFallback  # the events run to the end of the file: the array is not closed
-                self._buf = self._buf[next_start:]
+                if self._eof:  # the events run to the end of the file: it was cut right after one
+                    self._end(self._position(len(self._buf[:end].rstrip())))
+                else:
+                    self.done = self._position(end)
+                    self._buf = self._buf[next_start:]
                 return chunk
             else:
                 self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
 
     def _last_chunk(self, at: int) -> tuple[list[Event], bool]:
-        """The array closes just before byte `at` of the buffer: its last events, then the keys after it."""
+        """The array closes just before byte `at` of the buffer: its last events, then the keys after it. Or,
+        when the file ends at `at` (cut short), the complete events before the cut."""
         close = self._buf.rfind(b"]", 0, at)  # not checked against `at`: msgspec's offsets vary by error
-        if close < 0:
-            raise StreamFallback
         try:
+            if close < 0:
+                raise StreamFallback
             chunk = self._decode(self._buf[:close])
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, StreamFallback):
+            if self._eof and at == len(self._buf):
+                return self._cut_short()
             raise StreamFallback from None
         self._fill(math.inf)
-        doc = _try_decode(self._header + b'"traceEvents":[]' + self._buf[close + 1 :])
-        if doc is None:
+        tail = self._header + b'"traceEvents":[]' + self._buf[close + 1 :]
+        doc = _try_decode(tail)
+        self.array_closed = True
+        if doc is not None:
+            self.top = _top(doc)
+            self._end(None)
+        elif _ends_early(tail):  # cut among the keys after the events: those before them are kept
+            self._end(self._position(close + 1))
+        else:
             raise StreamFallback
-        self.top = _top(doc)
-        self._buf, self._blocks = b"", None
         return chunk
+
+    def _cut_short(self) -> tuple[list[Event], bool]:
+        """The file ends inside an event: the complete events before it."""
+        end = _last_event_end(self._buf)
+        try:
+            chunk = self._decode(memoryview(self._buf)[:end])
+        except msgspec.DecodeError:
+            raise StreamFallback from None
+        self._end(self._position(end) if end else self.done)
+        return chunk
+
+    def _end(self, cut_at: int | None) -> None:
+        """The events have all been read; `cut_at`: where the complete part of a file cut short ends (or a
+        gzip stream cut after its JSON), which a truncation warning then says."""
+        self._buf, self._blocks = b"", None
+        if cut_at is None and self._text.cut:
+            cut_at = self._read
+        if cut_at is not None:
+            self.cut_at = cut_at
+            self.warnings[truncation_warning(self.path, cut_at, self._read, _unit(self._text.packed))] = 1
 
     def _decode(self, piece: bytes | memoryview) -> tuple[list[Event], bool]:
         """The events of one chunk; raises msgspec.DecodeError when `piece` is not whole events."""
@@ -379,58 +487,189 @@ class TraceStream:
         here. `convert` and its results must pickle.
         """
         workers = max(1, jobs - 1)
-        self._blocks = _file_blocks(self.path, self.chunk_bytes, self.on_bytes)
+        self._blocks = self._text.blocks(self.chunk_bytes)
         self._find_events()
-        pieces = self._pieces() if _is_gzip(self.path) else self._ranges()
+        pieces = self._pieces() if self._text.packed else self._ranges()
         with worker_pool(workers) as pool:
-            pending: deque[Future[tuple[R, Counter[str], bool] | None]] = deque()
-            for piece in pieces:
-                if sum(not f.done() for f in pending) < 2 * workers:  # one running, one queued each
-                    pending.append(pool.submit(_decode_and_convert, piece, convert, self._exact))
+            pending: deque[tuple[Future[tuple[R, Counter[str], bool] | None], int]] = deque()
+            for piece, end in pieces:
+                if sum(not f.done() for f, _ in pending) < 2 * workers:  # one running, one queued each
+                    pending.append((pool.submit(_decode_and_convert, piece, convert, self._exact), end))
                 else:  # every worker is busy: decode this one here meanwhile
-                    pending.append(Future())
-                    pending[-1].set_result(_decode_and_convert(piece, convert, self._exact))
-                while pending and (pending[0].done() or len(pending) > 3 * jobs):
-                    yield self._result(pending.popleft())
+                    pending.append((Future(), end))
+                    pending[-1][0].set_result(_decode_and_convert(piece, convert, self._exact))
+                while pending and (pending[0][0].done() or len(pending) > 3 * jobs):
+                    yield self._result(*pending.popleft())
             while pending:
-                yield self._result(pending.popleft())
+                yield self._result(*pending.popleft())
         while self._blocks is not None:
             events, exact = self._next_chunk()
             if events:
                 yield convert(events, exact)
 
-    def _result(self, future: Future[tuple[R, Counter[str], bool] | None]) -> R:
+    def _result(self, future: Future[tuple[R, Counter[str], bool] | None], end: int) -> R:
         outcome = future.result()
         if outcome is None:
             raise StreamRestart
         result, skipped, self._exact = outcome
         self.warnings.update(skipped)
+        self.done = end
         return result
 
-    def _pieces(self) -> Iterator[bytes]:
-        """Chunks of the buffer, each up to the last cut point in it, until the file has been read."""
+    def _pieces(self) -> Iterator[tuple[bytes, int]]:
+        """Chunks of the buffer, each up to the last cut point in it, until the file has been read; with where
+        each ends in the JSON text."""
         while not self._eof:
             self._fill(self.chunk_bytes)
             cut = None if self._eof else next(_cut_points(self._buf), None)
             if cut is not None:
-                piece, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
-                yield piece
+                piece, end = self._buf[: cut[0]], self._position(cut[0])
+                self._buf = self._buf[cut[1] :]
+                yield piece, end
             elif not self._eof:
                 self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
 
-    def _ranges(self) -> Iterator[ByteRange]:
-        """Byte ranges of a plain file, each up to the last cut point before its end; the file's last
-        chunk is left in the buffer. Here only a little text before each end is read, to find the cut."""
-        start = self._read - len(self._buf)  # where the buffer begins in the file
+    def _ranges(self) -> Iterator[tuple[ByteRange, int]]:
+        """Byte ranges of a plain file, each up to the last cut point before its end, with that end; the file's
+        last chunk is left in the buffer. Here only a little text before each end is read, to find the cut."""
+        start = self._position(0)
         with open(self.path, "rb") as file:
             size = os.fstat(file.fileno()).st_size
             while (cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size)) is not None:
-                yield ByteRange(str(self.path), start, cut[0])
+                yield ByteRange(str(self.path), start, cut[0]), cut[0]
                 start = cut[1]
-                if self.on_bytes is not None:
-                    self.on_bytes(start)
+                if self._text.on_bytes is not None:
+                    self._text.on_bytes(start)
             self._buf = os.pread(file.fileno(), size - start, start)
+        self._read = size
         self._blocks, self._eof = iter(()), True
+
+
+class FileText:
+    """The JSON text of a ``.json`` or ``.json.gz`` file (or of its bytes, `data`), in blocks; gzip is told by
+    its magic bytes and inflated as read.
+
+    A gzip stream cut short (a job killed while writing it) gives what it inflates
+    to, and `cut` says so. `size` is the file's, `consumed` how much of it has
+    been inflated and `given` how many bytes of JSON were handed out, so far:
+    what the whole inflates to is guessed from them (`size_guess`). `on_bytes(n)`:
+    told `consumed` as each block is handed out.
+    """
+
+    def __init__(
+        self, path: Path | str, data: bytes | None = None, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
+        self.path = path
+        self.on_bytes = on_bytes
+        self._data = data
+        self.packed = (data[:2] if data is not None else _magic(path)) == b"\x1f\x8b"
+        self.cut = False
+        self.size = 0
+        self.consumed = 0
+        self.given = 0
+
+    def size_guess(self) -> float:
+        """The bytes of JSON in the whole file: its size, or (gzip) what the part inflated so far suggests."""
+        return self.given * self.size / max(1, self.consumed) if self.packed else self.size
+
+    def blocks(self, size: int) -> Iterator[bytes]:
+        """The text in blocks of at most `size` bytes (-1: a plain file in one block)."""
+        try:
+            file = io.BytesIO(self._data) if self._data is not None else open(self.path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot read file: {exc.strerror or exc}") from None
+        with file:
+            self.size = len(self._data) if self._data is not None else os.fstat(file.fileno()).st_size
+            for block in self._inflated(file, size) if self.packed else self._plain(file, size):
+                self.given += len(block)
+                self._tell()
+                yield block
+            self._tell()
+
+    def _tell(self) -> None:
+        if self.on_bytes is not None:
+            self.on_bytes(self.consumed)
+
+    def _read(self, file: io.BufferedIOBase, size: int) -> bytes:
+        try:
+            return file.read(size)
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot read file: {exc.strerror or exc}") from None
+
+    def _plain(self, file: io.BufferedIOBase, size: int) -> Iterator[bytes]:
+        while block := self._read(file, size):
+            self.consumed += len(block)
+            yield block
+
+    def _inflated(self, file: io.BufferedIOBase, size: int) -> Iterator[bytes]:
+        """Inflate the members of a gzip file (gzip allows several, and zero bytes after them) as they are read,
+        in blocks of `size` bytes but the last (any size, for `size` < 1): larger ones would make larger chunks."""
+        inflater = fast_zlib.decompressobj(wbits=_GZIP_WBITS)
+        pending, parts, have = b"", [], 0
+        try:
+            while pending or (pending := self._read(file, _PACKED_BLOCK)):
+                if inflater.eof:  # the member ended: another follows, or padding
+                    pending = pending.lstrip(b"\0")
+                    if not pending:
+                        continue
+                    inflater = fast_zlib.decompressobj(wbits=_GZIP_WBITS)
+                parts.append(inflater.decompress(pending, max(0, size - have)))
+                have += len(parts[-1])
+                pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                self.consumed = file.tell() - len(pending)
+                if 0 < size <= have:
+                    yield b"".join(parts)
+                    parts, have = [], 0
+            if not inflater.eof:
+                parts.append(inflater.flush())  # output held back for want of input, then the stream ended
+                self.cut = not inflater.eof
+        except _CORRUPT_GZIP as exc:
+            raise TraceError(self.path, f"corrupt gzip stream ({exc})") from None
+        if rest := b"".join(parts):
+            yield rest
+
+
+def _magic(path: Path | str) -> bytes:
+    """The first two bytes of a file (none when it cannot be read: reading it then says why)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(2)
+    except OSError:
+        return b""
+
+
+def _events_array(buf: bytes, start: int = 0) -> tuple[int, int, dict[str, Any]] | None:
+    """Where the top-level ``"traceEvents": [`` lies in `buf` (from `start` on), where its events start, and
+    the kept keys before it; None when it is not there (nor a key in a nested object or a string)."""
+    while (match := _EVENTS_KEY.search(buf, start)) is not None:
+        doc = _try_decode(buf[: match.start()] + b'"traceEvents":[]}')
+        if doc is not None:
+            return match.start(), match.end(), _top(doc)
+        start = match.start() + 1
+    return None
+
+
+def _last_event_end(text: bytes) -> int:
+    """Where the last complete event in `text` ends (0: none): whole events, then the start of one more, cut.
+
+    The text is valid JSON as far as it goes, so its brackets outside strings tell:
+    an event ends at a ``}`` back at depth 0. A quote preceded by an odd number of
+    backslashes is inside a string; whether a bracket is, the count of quotes
+    before it says.
+    """
+    chars = np.frombuffer(text, np.uint8)
+    quotes = np.flatnonzero(chars == ord('"'))
+    after_backslash = quotes[(quotes > 0) & (chars[np.maximum(quotes - 1, 0)] == ord("\\"))]
+    if len(after_backslash):
+        plain = np.flatnonzero(chars != ord("\\"))  # the run of backslashes before a quote ends at one of these
+        run = after_backslash - plain[np.maximum(np.searchsorted(plain, after_backslash) - 1, 0)] - 1
+        quotes = np.setdiff1d(quotes, after_backslash[run % 2 == 1], assume_unique=True)
+    step = _NESTING[chars]
+    brackets = np.flatnonzero(step)
+    brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
+    depth = np.cumsum(step[brackets], dtype=np.int64)
+    ends = brackets[(depth == 0) & (chars[brackets] == ord("}"))]
+    return int(ends[-1]) + 1 if len(ends) else 0
 
 
 def _cut_before(fd: int, start: int, end: int, size: int) -> tuple[int, int] | None:
@@ -502,40 +741,6 @@ def _decode_and_convert(
         return convert(events, exact), skipped, exact
 
 
-def _is_gzip(path: Path | str) -> bool:
-    try:
-        with open(path, "rb") as file:
-            return file.read(2) == b"\x1f\x8b"
-    except OSError:
-        return False  # the reader says why when it opens the file
-
-
-def _file_blocks(path: Path | str, size: int, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
-    """The JSON text of a ``.json`` or ``.json.gz`` file in blocks of `size` bytes (gzip told by its magic bytes)."""
-    try:
-        file = open(path, "rb")  # noqa: SIM115  # closed by the with below
-    except OSError as exc:
-        raise TraceError(path, f"cannot read file: {exc.strerror or exc}") from None
-    with file:
-        packed = file.read(2) == b"\x1f\x8b"
-        file.seek(0)
-        stream = fast_gzip.GzipFile(fileobj=file) if packed else file
-        while True:
-            try:
-                block = stream.read(size)
-            except EOFError:
-                raise TraceError(path, "truncated gzip stream") from None
-            except _CORRUPT_GZIP as exc:
-                raise TraceError(path, f"corrupt gzip stream ({exc})") from None
-            except OSError as exc:
-                raise TraceError(path, f"cannot read file: {exc.strerror or exc}") from None
-            if on_bytes is not None:
-                on_bytes(file.tell())
-            if not block:
-                return
-            yield block
-
-
 def _cut_points(buf: bytes) -> Iterator[tuple[int, int]]:
     """(end of a chunk, start of the next) at each ``}`` followed by ``, {``, last first."""
     end = len(buf)
@@ -599,10 +804,15 @@ def _decode_items(items: list[msgspec.Raw], event_type: type[Event]) -> tuple[li
     return events, skipped
 
 
+class _EndsEarly(TraceError):
+    """The text is valid JSON as far as it goes, and ends too soon: a file cut short."""
+
+
 def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any, Counter[str]]:
     """Strict decode; on a damaged event, decode event by event and count the skipped ones.
 
-    Syntax errors raise `TraceError`, except invalid UTF-8, which is left to the caller.
+    Syntax errors raise `TraceError` (`_EndsEarly` for a text cut short), except invalid UTF-8, which is left
+    to the caller.
     """
     try:
         return _doc_decoder(event_type).decode(raw), Counter()
@@ -612,24 +822,36 @@ def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any,
     except msgspec.DecodeError as exc:
         if "UTF-8" in str(exc):
             raise
-        raise TraceError(path, _syntax_reason(str(exc), len(raw))) from None
+        raise _syntax_error(path, str(exc), len(raw)) from None
     try:
         doc = _doc_decoder(msgspec.Raw).decode(raw)
     except msgspec.DecodeError as exc:  # a syntax error after the damaged event
-        raise TraceError(path, _syntax_reason(str(exc), len(raw))) from None
+        raise _syntax_error(path, str(exc), len(raw)) from None
     doc.traceEvents, skipped = _decode_items(doc.traceEvents, event_type)
     return doc, skipped
 
 
-def _syntax_reason(message: str, size: int) -> str:
-    """``invalid JSON at byte N: what`` from msgspec's message."""
+def _syntax_error(path: Path | str, message: str, size: int) -> TraceError:
+    """``invalid JSON at byte N: what`` from msgspec's message about a text of `size` bytes; `_EndsEarly` when
+    the text only ends too soon."""
     match = _BYTE_POSITION.match(message)
     if match:
         what = match.group(1).removeprefix("JSON is malformed: ")
-        return f"invalid JSON at byte {match.group(2)}: {what}"
+        # At the end, a number or word cut short; msgspec puts trailing characters there too.
+        error = _EndsEarly if int(match.group(2)) >= size and "trailing" not in what else TraceError
+        return error(path, f"invalid JSON at byte {match.group(2)}: {what}")
     if "truncated" in message:
-        return f"invalid JSON at byte {size}: the document ends early (truncated file?)"
-    return f"invalid JSON: {message}"
+        return _EndsEarly(path, f"invalid JSON at byte {size}: the document ends early (truncated file?)")
+    return TraceError(path, f"invalid JSON: {message}")
+
+
+def _ends_early(doc: bytes) -> bool:
+    """Whether `doc` is valid JSON as far as it goes and ends too soon (a file cut short)."""
+    try:
+        _doc_decoder(msgspec.Raw).decode(doc)
+    except msgspec.DecodeError as exc:
+        return isinstance(_syntax_error("", str(exc), len(doc)), _EndsEarly)
+    return False
 
 
 def _needs_exact_ts(events: list[Event], sample: int = 4096) -> bool:
@@ -922,7 +1144,7 @@ def json_size_guess(path: Path | str) -> int:
     For ``.gz``, guessed from the size on disk: Kineto JSON packs about eightfold.
     """
     try:
-        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if _is_gzip(path) else 1)
+        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if _magic(path) == b"\x1f\x8b" else 1)
     except OSError:
         return 0
 

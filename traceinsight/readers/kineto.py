@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.model import (
     COPY_KINDS,
     KINDS,
@@ -126,21 +127,28 @@ def read_kineto(
     chunk_bytes: int = CHUNK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
     jobs: int = 1,
+    limit: MemoryLimit | None = None,
 ) -> TraceRead:
     """Read a Kineto trace (``*.pt.trace.json[.gz]``): `doc` when already decoded whole, else streamed from `path`."""
-    rows = _Rows.of_doc(doc) if doc is not None else _Rows.of_file(path, chunk_bytes, on_bytes, jobs)
+    rows = _Rows.of_doc(doc) if doc is not None else _Rows.of_file(path, chunk_bytes, on_bytes, jobs, limit)
     return rows.read(path)
 
 
 def read_kineto_json(
-    path: Path | str, chunk_bytes: int = CHUNK_BYTES, on_bytes: Callable[[int], None] | None = None, jobs: int = 1
+    path: Path | str,
+    chunk_bytes: int = CHUNK_BYTES,
+    on_bytes: Callable[[int], None] | None = None,
+    jobs: int = 1,
+    limit: MemoryLimit | None = None,
 ) -> TraceRead | None:
     """Stream a Chrome-trace JSON file as Kineto; None when it is not a Kineto trace (an XProf export, say),
     which its first thousands of events tell.
 
     `jobs` > 1 decodes the chunks in that many processes (`TraceStream.map`); `on_bytes`: see `TraceStream`.
+    `limit`: a `TraceError` as soon as the events of the whole file, projected from those read so far, would
+    not fit (after the first chunk, for a file far too large).
     """
-    rows = _Rows.of_file(path, chunk_bytes, on_bytes, jobs)
+    rows = _Rows.of_file(path, chunk_bytes, on_bytes, jobs, limit)
     return rows.read(path) if rows.kineto else None
 
 
@@ -288,16 +296,25 @@ class _Rows:
         return rows
 
     @classmethod
-    def of_file(cls, path: Path | str, chunk_bytes: int, on_bytes: Callable[[int], None] | None, jobs: int) -> _Rows:
+    def of_file(
+        cls,
+        path: Path | str,
+        chunk_bytes: int,
+        on_bytes: Callable[[int], None] | None,
+        jobs: int,
+        limit: MemoryLimit | None = None,
+    ) -> _Rows:
         """Stream the file; one the stream cannot take apart is decoded whole (`load_trace_json`)."""
         rows = json_size_guess(path) // _FEWEST_BYTES_PER_EVENT
+        if limit is not None:  # the buffers' capacity costs address space only, but no more than the limit allows
+            rows = min(rows, limit.total // (limit.holders * EVENT_BYTES))
         try:
             try:
-                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), jobs, rows)
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes, limit), jobs, rows)
             except StreamRestart:  # a chunk was cut inside an event: plain iteration sorts that out
-                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes), 1, rows)
+                return cls._of_stream(TraceStream(path, chunk_bytes, on_bytes, limit), 1, rows)
         except StreamFallback:
-            return cls.of_doc(load_trace_json(path))
+            return cls.of_doc(load_trace_json(path, limit=limit))
 
     @classmethod
     def _of_stream(cls, stream: TraceStream, jobs: int, expected_rows: int) -> _Rows:
@@ -306,6 +323,8 @@ class _Rows:
             chunks = stream.map(_convert, jobs) if jobs > 1 else (_convert(*chunk) for chunk in stream)
             for chunk in chunks:
                 rows.add(chunk)
+                if stream.limit is not None:
+                    stream.limit.check_events(stream.path, stream.projected(rows.rows))
                 if rows.rows >= _ROWS_TO_TELL_KINETO and not rows.kineto and not _has_kineto_keys(stream.top):
                     # Neither Kineto's keys before the events nor its cats in thousands of events: an XProf
                     # export, say. Stop here: `read_trace` decodes it once, as what it is.

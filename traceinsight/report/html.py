@@ -35,7 +35,7 @@ from traceinsight.report.format import (
     step_spread,
 )
 from traceinsight.report.painter import ChartPainter
-from traceinsight.report.wording import projection_sentence, verdict_sentence
+from traceinsight.report.wording import other_warnings, partial_notes, projection_sentence, verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _BACKTICKS = re.compile(r"`([^`]+)`")
@@ -79,7 +79,9 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(_FILTERS)
-    env.globals.update({f.__name__: f for f in (evidence_rows, gap_step, kernel_tables, step_spread)})
+    env.globals.update(
+        {f.__name__: f for f in (evidence_rows, gap_step, kernel_tables, step_spread, partial_notes, other_warnings)}
+    )
     return env
 
 

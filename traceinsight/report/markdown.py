@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell, step_spread
-from traceinsight.report.wording import projection_sentence, step_after_fix, verdict_sentence
+from traceinsight.report.wording import partial_notes, projection_sentence, step_after_fix, verdict_sentence
 
 
 def _link(text: str, target: str) -> str:
@@ -59,6 +59,7 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
         *provenance(report, html_link),
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",
+        *(line for note in partial_notes(report) for line in (f"**{markdown_cell(note)}**", "")),
         *([markdown_cell(projection_sentence(report) or ""), ""] if report.get("projection") else []),
         "| metric | value |",
         "|---|---|",

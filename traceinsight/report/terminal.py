@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
-from traceinsight.report.wording import projection_sentence, step_after_fix, verdict_sentence
+from traceinsight.report.wording import (
+    other_warnings,
+    partial_notes,
+    projection_sentence,
+    step_after_fix,
+    verdict_sentence,
+)
 
 _SEVERITY_COLOUR = {"high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
@@ -45,6 +51,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     headline = projection_sentence(report)
     if headline:
         lines.append("  " + headline)
+    lines += [paint("  " + escape_control(note), _SEVERITY_COLOUR["high"]) for note in partial_notes(report)]
     if report["devices"]:
         lines += ["", f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]
     for d in report["devices"]:
@@ -67,7 +74,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         )
         if b["recommendations"]:
             lines.append(f"       -> {b['recommendations'][0]}")
-    if report["warnings"]:
-        warned = ", ".join(f"{k} x{v}" for k, v in report["warnings"].items())
+    if warnings := other_warnings(report):
+        warned = ", ".join(f"{k} x{v}" for k, v in warnings.items())
         lines += ["", "  warnings: " + escape_control(warned)]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.model import is_truncation_warning
 from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
 from traceinsight.rules import MIN_STEADY_STEPS
 
@@ -56,3 +57,18 @@ def step_after_fix(bottleneck: dict[str, Any]) -> str:
     """The step before and after fixing this one bottleneck alone: '174.8 -> 115.6 ms (1.51x)'."""
     p = bottleneck["projection"]
     return fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
+
+
+def partial_notes(report: dict[str, Any]) -> list[str]:
+    """One sentence per input cut short (its truncation warning, verbatim): the report covers only the events
+    read before the cut, which every page must say where it is seen first."""
+    return [
+        f"Partial report: {warning}. Only the events before the cut are counted."
+        for warning in report["warnings"]
+        if is_truncation_warning(warning)
+    ]
+
+
+def other_warnings(report: dict[str, Any]) -> dict[str, int]:
+    """The report's warnings that `partial_notes` does not say."""
+    return {k: v for k, v in report["warnings"].items() if not is_truncation_warning(k)}
