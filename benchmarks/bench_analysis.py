@@ -25,8 +25,8 @@ from traceinsight import analysis
 from traceinsight.analysis.devices import device_usage
 from traceinsight.analysis.steps import find_steps
 from traceinsight.findings import find_bottlenecks
-from traceinsight.load import read_file
 from traceinsight.model import Profile, merge_reads
+from traceinsight.readers import read_trace
 from traceinsight.report.html import render_html
 from traceinsight.report.json import build_report
 
@@ -73,7 +73,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for copies in (args.copies, 10 * args.copies):
             path = replicator.write(Path(tmp) / f"x{copies}.pt.trace.json", copies)
-            profile = merge_reads([read_file(path)], name=path.name)
+            profile = merge_reads([read_trace(path)], name=path.name)
             results.append((len(profile.events), timings(profile, args.repeat)))
     (small_n, small), (big_n, big) = results
     print(f"{'':18s} {small_n:>10,d} {big_n:>10,d}   events")

@@ -4,9 +4,9 @@ For every Kineto trace in ../shared/traces, and for a ~100 MB trace made in a
 temporary directory by repeating one trace's events with shifted timestamps
 (benchmarks/replicate.py). MB are of the uncompressed JSON. Columns:
 
-* read: `load.read_file`, the reader `traceinsight report` uses (gunzip, streamed
-  decode, event table), best of --repeat;
-* whole: `read_trace`, which decodes the whole document at once (`load_trace_json`), then the same table;
+* read: `readers.read_trace`, the one reader (gunzip, streamed decode, event table), best of --repeat;
+* whole: its whole-document path for Chrome-trace JSON (`_read_document`: `load_trace_json` at once), then
+  the same table;
 * decode: `load_trace_json` alone on the uncompressed bytes (msgspec into structs);
 * orjson: ``orjson.loads`` with the garbage collector off, i.e. only a parse into dicts,
   no table (orjson with the collector on is 1.2-1.6x slower still).
@@ -28,8 +28,7 @@ import orjson
 
 from benchmarks.replicate import Replicator
 from tests.conftest import KINETO_TRACES, SHARED_TRACES
-from traceinsight.load import read_file
-from traceinsight.readers import read_trace
+from traceinsight.readers import _read_document, read_trace
 from traceinsight.readers.jsonload import load_trace_json, read_json_bytes
 
 TRACES = SHARED_TRACES
@@ -57,9 +56,9 @@ def best_of(repeat: int, run: Callable[[], Any], gc_off: bool = False) -> float:
 def measure(label: str, path: Path, repeat: int) -> None:
     raw = read_json_bytes(path)
     mb = len(raw) / 1e6
-    rows = len(read_file(path).events)
-    streamed = best_of(repeat, lambda: read_file(path))
-    whole = best_of(repeat, lambda: read_trace(path))
+    rows = len(read_trace(path).events)
+    streamed = best_of(repeat, lambda: read_trace(path))
+    whole = best_of(repeat, lambda: _read_document(path, None))
     decode = best_of(repeat, lambda: load_trace_json(path, raw))
     parse = best_of(repeat, lambda: orjson.loads(raw), gc_off=True)
     speeds = " ".join(f"{mb / seconds:8.0f}" for seconds in (streamed, whole, decode, parse))

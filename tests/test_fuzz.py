@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from tests import corpus
 from tests.conftest import SHARED_TRACES
 from traceinsight.model import COLUMNS, KINDS, TraceError, TraceRead, is_truncation_warning
+from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS, TS_MAX_NS, TS_MIN_NS
 from traceinsight.readers.kineto import read_kineto_json
@@ -317,9 +318,9 @@ def test_json_readers_on_truncated_text(scratch: Path, seed: int, at: int, gz: b
     except (ValueError, IndexError):  # cut before the events: no reader can read it
         complete = []
     streamed = _refused_or(lambda: read_kineto_json(path, chunk_bytes=chunk) or read_trace(path))
-    decoded = _refused_or(lambda: read_trace(path))
+    decoded = _refused_or(lambda: read_whole_document(path, None))
     reads = [read for read in (streamed, decoded) if read is not None and len(read.events)]
-    if len(reads) < 2:  # refused, or nothing read (which `load.read_file`, the CLI's reader, refuses too)
+    if len(reads) < 2:  # refused, or nothing read (which `read_trace` refuses too)
         assert not reads and not corpus.kernel_count(complete)
         return
     for read in reads:

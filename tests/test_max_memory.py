@@ -22,7 +22,6 @@ from tests.conftest import REPO, SAMPLE_TRACES
 from traceinsight import limits
 from traceinsight.cli import main
 from traceinsight.limits import EVENT_BYTES, WHOLE_JSON_FACTOR, MemoryLimit, parse_size
-from traceinsight.load import read_file
 from traceinsight.model import TraceError
 from traceinsight.readers import read_trace
 
@@ -167,7 +166,7 @@ def test_a_gzip_bomb_of_blanks_stops_as_it_inflates(tmp_path: Path) -> None:
     bomb.write_bytes(gzip.compress(b'{"schemaVersion": 1, "traceEvents": [') + blanks * 40)
     start = time.monotonic()
     with pytest.raises(TraceError, match="over the limit of 64 MB"):
-        read_file(bomb, limit=MemoryLimit(64_000_000, "--max-memory 64MB"))
+        read_trace(bomb, limit=MemoryLimit(64_000_000, "--max-memory 64MB"))
     assert time.monotonic() - start < 20
 
 
@@ -176,7 +175,7 @@ def test_a_gzip_bomb_read_whole_stops_as_it_inflates(tmp_path: Path) -> None:
     bomb = _gzip_bomb(tmp_path / "bomb.trace.json.gz", gigabytes=1, chrome=True)
     start = time.monotonic()
     with pytest.raises(TraceError, match="over the limit of 64 MB"):
-        read_trace(bomb, MemoryLimit(64_000_000, "--max-memory 64MB"))
+        read_trace(bomb, limit=MemoryLimit(64_000_000, "--max-memory 64MB"))
     assert time.monotonic() - start < 20
 
 
@@ -185,8 +184,8 @@ def test_a_plain_json_read_whole_is_checked_by_its_size(tmp_path: Path) -> None:
     path.write_text(json.dumps(corpus.chrome_export()))
     size = path.stat().st_size
     with pytest.raises(TraceError, match="over the limit"):
-        read_trace(path, MemoryLimit(size * WHOLE_JSON_FACTOR - 1, "a test"))
-    assert len(read_trace(path, MemoryLimit(size * WHOLE_JSON_FACTOR, "a test")).events) > 0
+        read_trace(path, limit=MemoryLimit(size * WHOLE_JSON_FACTOR - 1, "a test"))
+    assert len(read_trace(path, limit=MemoryLimit(size * WHOLE_JSON_FACTOR, "a test")).events) > 0
 
 
 # --------------------------------------------------------------------------- what counts against the limit
@@ -203,7 +202,7 @@ def two_ranks(tmp_path: Path) -> Path:
 
 
 def test_files_read_one_after_another_add_up(two_ranks: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    events = len(read_file(corpus.KINETO_SEED).events)
+    events = len(read_trace(corpus.KINETO_SEED).events)
     limit = str(events * EVENT_BYTES * 3 // 2)  # one file fits, two do not
     out = two_ranks.parent / "out"
     assert main(["report", str(two_ranks), "--jobs", "1", "--max-memory", limit, "-o", str(out / "r.html")]) == 2
@@ -229,7 +228,7 @@ def test_files_read_one_after_another_add_up(two_ranks: Path, capsys: pytest.Cap
 
 
 def test_files_read_at_once_split_the_limit(two_ranks: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    events = len(read_file(corpus.KINETO_SEED).events)
+    events = len(read_trace(corpus.KINETO_SEED).events)
     limit = str(events * EVENT_BYTES * 3 // 2)  # one file fits in all of it, not in half
     out = two_ranks.parent / "out"
     assert main(["report", str(two_ranks), "--jobs", "2", "--max-memory", limit, "-o", str(out / "r.html")]) == 2

@@ -21,8 +21,8 @@ from tests import corpus
 from tests.conftest import shared_trace
 from tests.test_scale import DOCS
 from traceinsight.cli import main
-from traceinsight.load import read_file
 from traceinsight.model import TraceRead, is_truncation_warning, truncation_warning
+from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace
 from traceinsight.readers.jsonload import DAMAGED_EVENTS, StreamFallback, TraceStream, fast_zlib, load_trace_json
 from traceinsight.readers.kineto import read_kineto_json
@@ -71,7 +71,7 @@ def test_a_file_cut_short_gives_its_complete_events_and_one_warning(tmp_path: Pa
     path.write_bytes(content)
     events, _ = corpus.complete_events(_text(content))
     whole, _ = corpus.complete_events(_text(corpus.KINETO_SEED.read_bytes()))
-    streamed, decoded = read_file(path), read_trace(path)  # the CLI's reader, and the whole-document one
+    streamed, decoded = read_trace(path), read_whole_document(path, None)  # streamed, and decoded whole
     for read in (streamed, decoded):
         kernels = int((read.events["kind"] == "kernel").sum())
         assert kernels == corpus.kernel_count(events), name

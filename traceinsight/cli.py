@@ -81,10 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _run(args)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-    if not argv_given and code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
-        # The command itself, interrupted: its workers are killed and its files removed; leave now. A normal
-        # exit would join a process pool's manager thread, which hangs reading the half result of a worker
-        # killed mid-send.
+    if not argv_given and code in (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BAD_INPUT, EXIT_INTERNAL):
+        # The command itself, cut short (interrupted, or a read stopped by bad input or the memory limit): its
+        # workers are killed and its files removed; leave now. A normal exit would join the stopped pool's
+        # manager thread, and Python 3.11's exit handler races it to the pool's wake-up pipe (a traceback).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -106,12 +106,13 @@ class MemoryLimit:
         self.check(path, int(events * EVENT_BYTES))
 
     def check_xspace(self, path: Path) -> None:
-        """`check` for an XSpace file before it is read (whole): its bytes and the events its size suggests."""
+        """`check` for an XSpace file before it is read: the events its size suggests (the reader holds their
+        table and a batch of lines, never the whole file)."""
         try:
             size = path.stat().st_size
         except OSError:
             return  # the reader says why
-        self.check(path, size + size // XSPACE_BYTES_PER_EVENT * EVENT_BYTES)
+        self.check(path, size // XSPACE_BYTES_PER_EVENT * EVENT_BYTES)
 
 
 def available_memory() -> int:

@@ -1,10 +1,8 @@
 """Read every trace file of a run and merge them into one `Profile`.
 
 Files are read in parallel (`parallel.map_files`: `jobs` processes, or a Dask
-cluster) and merged on one clock. Kineto JSON is streamed (`read_kineto_json`),
-so a gigabyte trace needs memory for its event table, not for its text; other
-files go through `read_trace`. Reading a large run can show a progress bar on
-stderr.
+cluster) and merged on one clock, each by `readers.read_trace` (Kineto JSON
+streamed). Reading a large run can show a progress bar on stderr.
 """
 
 from __future__ import annotations
@@ -19,47 +17,13 @@ from typing import TextIO, TypeVar
 from traceinsight.discover import Run
 from traceinsight.limits import MemoryLimit
 from traceinsight.memory import release_free_memory
-from traceinsight.model import Profile, TraceError, TraceRead, is_truncation_warning, merge_reads
+from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
-from traceinsight.readers import JSON_SUFFIXES, nesting_checked, read_trace
-from traceinsight.readers.jsonload import json_size_guess
-from traceinsight.readers.kineto import read_kineto_json
+from traceinsight.readers import read_trace
 
 R = TypeVar("R")
 # Below this much input a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 32 << 20
-# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
-PARALLEL_FILE_MIN_BYTES = 32 << 20
-
-
-def read_file(
-    path: Path, on_bytes: Callable[[int], None] | None = None, jobs: int = 1, limit: MemoryLimit | None = None
-) -> TraceRead:
-    """One trace file: Kineto JSON streamed (`on_bytes(n)`: bytes read so far), anything else by `read_trace`.
-
-    A large Kineto file is decoded by `jobs` processes, chunk by chunk. `limit`: a `TraceError` as soon as
-    the file's events would not fit (an XSpace file: estimated from its size before it is read). A file cut
-    short is read as far as it goes (a truncation warning says so); one with no complete event to report
-    before the cut is a `TraceError`.
-    """
-    read = None
-    if path.name.lower().endswith(JSON_SUFFIXES):
-        with nesting_checked(path):
-            read = read_kineto_json(
-                path,
-                on_bytes=on_bytes,
-                jobs=jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1,
-                limit=limit,
-            )
-    elif limit is not None:
-        limit.check_xspace(path)
-    if read is None:
-        read = read_trace(path, limit)
-    if not len(read.events) and any(is_truncation_warning(w) for w in read.warnings):
-        raise TraceError(
-            path, "the document ends early (truncated file?), with no complete event to report before the cut"
-        )
-    return read
 
 
 def read_input(
@@ -69,8 +33,8 @@ def read_input(
     jobs: int = 1,
     limit: MemoryLimit | None = None,
 ) -> TraceRead:
-    """`read_file`, its path recorded relative to the folder `base` (see `input_base`)."""
-    read = read_file(path, on_bytes, jobs, limit)
+    """`read_trace`, its path recorded relative to the folder `base` (see `input_base`)."""
+    read = read_trace(path, on_bytes, jobs, limit)
     try:
         read.input.path = str(path.relative_to(base))
     except ValueError:

@@ -21,7 +21,6 @@ import pandas as pd
 import pytest
 
 from tests.conftest import shared_trace
-from traceinsight.load import read_file
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers import jsonload, kineto, read_trace
 
@@ -234,4 +233,4 @@ def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, mo
     monkeypatch.setattr(kineto, "_ROWS_TO_TELL_KINETO", 2_000)  # this export has 20,631 complete events
     assert kineto.read_kineto_json(export, chunk_bytes=1 << 16) is None
     assert sum(decoded) < export.stat().st_size / 4  # its first events, not the file
-    assert read_file(export).input.format == "chrome"
+    assert read_trace(export).input.format == "chrome"

@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import traceinsight as ti
+from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
 from traceinsight.model import COLUMNS, TraceError, TraceRead
-from traceinsight.readers import xspace
+from traceinsight.readers import xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
 
@@ -448,7 +450,7 @@ def test_lines_already_on_the_epoch_clock_are_not_shifted() -> None:
         b"\xff\xff\xff\xff\xff",
         b'{"traceEvents": []}',
         b"\x08\x01",  # valid protobuf, but no planes
-        _hand_built()[:-40],
+        _hand_built()[:40],  # cut inside the first plane: no plane is whole
     ],
     ids=["empty", "garbage", "json", "no-planes", "truncated"],
 )
@@ -470,8 +472,150 @@ def test_corrupt_event_bytes() -> None:
 
 
 def test_too_big_and_unreadable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(xspace, "MAX_PROTOBUF_BYTES", 10)
+    """Protobuf parses a line (or a plane's metadata) of at most 2 GiB; the file may be larger."""
+    monkeypatch.setattr(xspace_wire, "MAX_PROTOBUF_BYTES", 100)
     with pytest.raises(TraceError, match="2 GiB"):
-        read_xspace(Path("big.xplane.pb"), bytes(11))
+        read_xspace(Path("big.xplane.pb"), _hand_built())
     with pytest.raises(TraceError, match="cannot read"):
         read_xspace(tmp_path / "missing.xplane.pb")
+
+
+# ----------------------------------------------------------------------------- any layout protobuf allows
+
+
+def _varint(value: int) -> bytes:
+    value &= 2**64 - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    """One protobuf field: a varint, or length-delimited bytes."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _odd_events_space() -> bytes:
+    """A GPU stream whose events (and one stat) are written in ways writers do not, though protobuf allows
+    them: fields out of order, repeated (the last wins), unknown, a tag written in two bytes; and a line
+    whose events have another line field between them."""
+    b = _Builder()
+    gpu = b.plane("/device:GPU:0")
+    md = {name: i + 1 for i, name in enumerate(("k_usual", "k_reordered", "k_repeated", "k_unknown", "MemcpyH2D"))}
+    for name, key in md.items():
+        gpu.event_metadata[key].id = key
+        gpu.event_metadata[key].name = name
+    corr, details = b.stat_id(gpu, "correlation_id"), b.stat_id(gpu, "memcpy_details")
+    stat = _field(1, corr) + _field(4, 7)  # correlation_id 7
+    events = [
+        _field(1, md["k_usual"]) + _field(2, 5_000) + _field(3, 2_000) + _field(4, stat),
+        _field(4, _field(4, 8) + _field(1, corr)) + _field(3, 3_000) + _field(2, 9_000) + _field(1, md["k_reordered"]),
+        _field(1, md["k_repeated"]) + _field(2, 1) + _field(2, 12_000) + _field(3, 1_000) + _field(3, 4_000),
+        b"\x88\x00" + _varint(md["k_unknown"]) + _field(2, 20_000) + _field(9, 5) + _field(3, 6_000),
+        _field(1, md["MemcpyH2D"]) + _field(2, 30_000) + _field(4, _field(1, details) + _field(5, b"size:64")),
+    ]
+    header = _field(1, 3) + _field(2, b"Stream #3(Compute)") + _field(3, 100)
+    first = header + b"".join(_field(4, event) for event in events)
+    second = (
+        _field(1, 4)
+        + _field(2, b"Stream #4(Compute)")
+        + _field(4, events[0])
+        + _field(9, 123)  # duration_ps, between the events
+        + _field(4, events[1])
+    )
+    rest = gpu.SerializeToString()  # the plane's metadata
+    plane = _field(3, first) + _field(3, second) + rest
+    return _field(1, plane)
+
+
+def test_events_in_any_layout_read_as_protobuf_reads_them() -> None:
+    data = _odd_events_space()
+    space = XSpace()
+    space.ParseFromString(data)
+    plane = space.planes[0]
+    expected = sorted(
+        (
+            plane.event_metadata[event.metadata_id].name,
+            line.id,
+            line.timestamp_ns + event.offset_ps // 1000,
+            event.duration_ps // 1000,
+            _stat(plane, event.stats, "correlation_id") or -1,
+        )
+        for line in plane.lines
+        for event in line.events
+    )
+    assert len(expected) == 7  # the layouts above are valid protobuf
+    read = read_xspace(Path("odd.xplane.pb"), data)
+    rows = read.events
+    got = sorted(
+        zip(
+            rows["name"].astype(str),
+            rows["stream"].tolist(),
+            rows["ts_ns"].tolist(),
+            rows["dur_ns"].tolist(),
+            rows["correlation"].tolist(),
+            strict=True,
+        )
+    )
+    assert got == expected
+    copy = rows[rows["name"] == "MemcpyH2D"]
+    assert copy["bytes"].tolist() == [64]
+    assert not read.warnings  # nothing here is damage
+
+
+def test_a_stat_whose_id_runs_on_is_corrupt_and_the_event_read() -> None:
+    """A stat id over 10 bytes long, where the reader looks for the stats it wants (ids 0 and 128 share the
+    first byte of that varint): that stat is ignored and counted, the event and its other stat read."""
+    b = _Builder()
+    cpu = b.plane("/host:CPU")
+    for key, name in ((0, "correlation_id"), (128, "step_num")):
+        cpu.stat_metadata[key].id = key
+        cpu.stat_metadata[key].name = name
+    cpu.event_metadata[1].id = 1
+    cpu.event_metadata[1].name = "work"
+    bad = _field(4, b"\x08" + b"\x80" * 10 + b"\x01" + _field(4, 5))
+    event = _field(1, 1) + _field(2, 1_000) + bad + _field(4, _field(1, 0) + _field(4, 9))
+    line = _field(1, 1) + _field(2, b"main") + _field(4, event)
+    rest = cpu.SerializeToString()
+    read = read_xspace(Path("odd.xplane.pb"), _field(1, _field(3, line) + rest))
+    assert read.events[["name", "correlation", "ts_ns"]].values.tolist() == [["work", 9, 1]]
+    assert read.warnings == Counter({"xspace: corrupt event stats (bad protobuf wire data) ignored": 1})
+
+
+def test_batches_and_chunks_do_not_change_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines read a few at a time and events decoded a few at a time give the table read in large pieces."""
+    paths = [_real_path(relative) for relative in REAL_FILES]
+    whole = [read_xspace(path) for path in paths]
+    monkeypatch.setattr(xspace_wire, "LINE_BATCH_BYTES", 3000)
+    monkeypatch.setattr(xspace_wire, "EVENT_CHUNK", 97)
+    for path, want in zip(paths, whole, strict=True):
+        got = read_xspace(path)
+        pd.testing.assert_frame_equal(got.events, want.events)
+        pd.testing.assert_frame_equal(got.memory, want.memory)
+        assert got.warnings == want.warnings and got.metadata == want.metadata
+
+
+def test_replicated_file_reports_the_copies_figures(tmp_path: Path) -> None:
+    """Every line's events copied 3 times, end to end on the clock: 3x the kernels, copies and their bytes."""
+    source = shared_trace(GPU_MULTI_WORKER)
+    copies = 3
+    replica = XSpaceReplicator(source).write(tmp_path / "replica.xplane.pb", copies)
+    once, thrice = (ti.analyze(path).to_dict() for path in (source, replica))
+    devices = {device["id"]: device for device in thrice["devices"]}
+    assert sorted(devices) == sorted(device["id"] for device in once["devices"])
+    checked = 0
+    for device in once["devices"]:
+        other = devices[device["id"]]
+        assert other["kernels"]["count"] == copies * device["kernels"]["count"]
+        assert other["kernels"]["total_ns"] == copies * device["kernels"]["total_ns"]
+        assert other["memset"]["count"] == copies * device["memset"]["count"]
+        for kind, figures in device["copies"].items():
+            assert other["copies"][kind]["count"] == copies * figures["count"], kind
+            assert other["copies"][kind]["bytes"] == copies * figures["bytes"], kind
+            checked += figures["count"]
+    # The original's figures, counted from the protobuf (`test_gpu_multi_worker_figures`): 1,330 kernels, 202 H2D.
+    assert sum(d["kernels"]["count"] for d in once["devices"]) == 1330 and checked > 202

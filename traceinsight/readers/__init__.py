@@ -1,25 +1,29 @@
 """Readers: one per trace format, all returning a `TraceRead` with the canonical event table.
 
-`read_trace` picks the reader from the file name and, for JSON, from the content:
-Kineto (PyTorch profiler) writes its own top-level keys and event cats; anything
-else in Chrome-trace JSON is read as XProf's trace_viewer export.
+`read_trace` is the one way in, for the CLI, the API and the tests alike. It picks
+the reader from the file name and, for JSON, from the content: Kineto (PyTorch
+profiler) JSON is streamed chunk by chunk (`read_kineto_json`), so a gigabyte trace
+needs memory for its event table, not its text; any other Chrome-trace JSON is
+XProf's trace_viewer export, decoded whole (`_read_document`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import TraceError, TraceRead
+from traceinsight.model import TraceError, TraceRead, is_truncation_warning
 from traceinsight.readers.chrome import read_chrome
-from traceinsight.readers.jsonload import load_trace_json
-from traceinsight.readers.kineto import looks_like_kineto, read_kineto
+from traceinsight.readers.jsonload import json_size_guess, load_trace_json
+from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
+# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
+PARALLEL_FILE_MIN_BYTES = 32 << 20
 
 
 def is_trace_file(path: Path | str) -> bool:
@@ -40,20 +44,42 @@ def nesting_checked(path: Path | str) -> Iterator[None]:
         raise TraceError(path, "nested too deeply to read (a damaged or hostile file)") from None
 
 
-def read_trace(path: Path | str, limit: MemoryLimit | None = None) -> TraceRead:
-    """Read one trace file with the reader its name and content call for; `limit`: refuse JSON too large to
-    decode whole (`load_trace_json`)."""
+def read_trace(
+    path: Path | str, on_bytes: Callable[[int], None] | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+) -> TraceRead:
+    """Read one trace file with the reader its name and content call for.
+
+    `on_bytes(n)`: bytes of a Kineto file read so far (a progress bar). A large Kineto file is decoded by
+    `jobs` processes, chunk by chunk. `limit`: a `TraceError` as soon as the file's events would not fit
+    (an XSpace file: estimated from its size before it is read). A file cut short is read as far as it goes
+    (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
+    """
+    path = Path(path)
     with nesting_checked(path):
-        return _read_trace(Path(path), limit)
+        read = _read_trace(path, on_bytes, jobs, limit)
+    if not len(read.events) and any(is_truncation_warning(w) for w in read.warnings):
+        raise TraceError(
+            path, "the document ends early (truncated file?), with no complete event to report before the cut"
+        )
+    return read
 
 
-def _read_trace(path: Path, limit: MemoryLimit | None) -> TraceRead:
+def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, limit: MemoryLimit | None) -> TraceRead:
     name = path.name.lower()
     if name.endswith(XSPACE_SUFFIX):
         from traceinsight.readers.xspace import read_xspace  # protobuf is only needed here
 
+        if limit is not None:
+            limit.check_xspace(path)
         return read_xspace(path)
     if name.endswith(JSON_SUFFIXES):
-        doc = load_trace_json(path, limit=limit)
-        return read_kineto(path, doc) if looks_like_kineto(doc) else read_chrome(path, doc)
+        jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
+        streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)
+        return streamed if streamed is not None else _read_document(path, limit)
     raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")
+
+
+def _read_document(path: Path, limit: MemoryLimit | None) -> TraceRead:
+    """A JSON trace the streaming reader does not take (Chrome-trace JSON, XProf's export), decoded whole."""
+    doc = load_trace_json(path, limit=limit)
+    return read_kineto(path, doc) if looks_like_kineto(doc) else read_chrome(path, doc)

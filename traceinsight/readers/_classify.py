@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.rules import COPY_KIND_PATTERNS, NON_KERNEL_ACTIVITY, SYNC_API_PATTERN, TF_OP_PATTERN
-from traceinsight.rules import STEP_MARKER_PATTERN as STEP_MARKER_PATTERN  # the XSpace and Chrome readers' import
 
 T = TypeVar("T")
 

@@ -46,7 +46,6 @@ from traceinsight.model import (
     make_event_table,
 )
 from traceinsight.readers._classify import (
-    STEP_MARKER_PATTERN,
     copy_kind,
     details_bytes,
     details_copy_memory,
@@ -71,6 +70,7 @@ from traceinsight.readers.jsonload import (
     int_column,
     load_trace_json,
 )
+from traceinsight.rules import STEP_MARKER_PATTERN
 
 _DEVICE_PROCESS = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 # What the events of one (process, thread) line become; lines without a role are not read.

@@ -1,11 +1,9 @@
 """Read TensorFlow / JAX / XLA profiler output (XSpace ``.xplane.pb``) into the event table.
 
-Why the events are decoded by hand: touching an XEvent from Python costs ~0.2 µs for
-the wrapper plus ~0.1 µs per field, i.e. under 1 M events/s before a single stat is
-read. So upb parses the file with a variant of the schema whose ``XLine.events`` is
-``repeated bytes`` (same wire format): planes, lines and metadata come out as
-messages, each event as a bytes slice, and `_Wire.scan` decodes the fields of all
-events (then of the stats we need) at once with numpy.
+How the bytes are read is `xspace_wire`'s: plane by plane, a batch of lines at a time,
+every event's fields decoded with numpy (never a Python object per event), so a
+gigabyte file needs memory for its table, not for its bytes. Here each batch becomes
+rows, and the rows of all batches one table once the file's clock is known.
 
 Mapping (model.py has the columns and kinds; the name rules live in `_classify`, shared
 with the Kineto and XProf-JSON readers):
@@ -16,7 +14,8 @@ with the Kineto and XProf-JSON readers):
   kernel; stream = line id, correlation = ``correlation_id``. Copies get bytes and the
   host-side memory kind from ``memcpy_details``, memsets bytes from ``Memset_details``,
   kernels occupancy (``theoretical_occupancy_pct`` stat, else ``occ_pct`` of
-  ``kernel_details``) and blocks per SM (``grid`` / the plane's ``core_count``).
+  ``kernel_details``) and blocks per SM (``grid`` / the plane's ``core_count``), and
+  every stream event the op type its ``level 0`` annotation names.
   The converter-derived ``Steps`` line -> step rows (step id = event name). Other
   derived lines (``TensorFlow Ops``, ``XLA Ops``, ``_counters_``, ...) repeat or
   summarise the stream events and are not read.
@@ -28,6 +27,8 @@ with the Kineto and XProf-JSON readers):
   step markers) or ``Profiled batch`` (Keras) with a ``step_num`` stat -> step;
   names starting ``$`` (the Python tracer) -> python; TF ops ``<node>:<OpType>`` ->
   cpu_op; the rest -> other (`make_event_table` turns tf.data waits into input_wait).
+  Allocator events (``MemoryAllocation`` / ``MemoryDeallocation``) also make the
+  memory table.
 * Time: start = line.timestamp_ns + offset_ps // 1000 (the exact integer form of
   (ns * 1000 + ps) // 1000), plus ``Task Environment``'s ``profile_start_time`` when
   the lines are relative to it (saved files are), giving epoch ns; dur =
@@ -39,6 +40,8 @@ with the Kineto and XProf-JSON readers):
   duration over 7 days, far outside the profiling window, or repeating another
   exactly are skipped; device properties of the wrong type are left unknown. Only
   a file whose every event is corrupt is refused.
+* A file cut short (a job killed mid-write) is read up to its last whole plane, with
+  one `truncation_warning`; one with no event before the cut is refused.
 """
 
 from __future__ import annotations
@@ -47,16 +50,15 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cache, partial
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from google.protobuf import descriptor_pb2, descriptor_pool
-from google.protobuf.message import DecodeError
 
+from traceinsight.memory import release_free_memory
 from traceinsight.model import (
     COPY_KINDS,
     KINDS,
@@ -67,21 +69,20 @@ from traceinsight.model import (
     TraceRead,
     make_event_table,
     make_memory_table,
+    truncation_warning,
 )
 from traceinsight.readers import xplane_schema
+from traceinsight.readers._classify import copy_kind as _copy_kind
 from traceinsight.readers._classify import (
-    STEP_MARKER_PATTERN,
     details_bytes,
     details_copy_memory,
     details_occupancy,
     device_activity_kind,
     is_sync_api,
-    per_category,
     step_number,
     xprof_framework,
     xprof_host_kind,
 )
-from traceinsight.readers._classify import copy_kind as _copy_kind
 from traceinsight.readers._repair import (
     TS_MAX_NS,
     drop_duplicates,
@@ -90,8 +91,24 @@ from traceinsight.readers._repair import (
     usable_times,
     valid_occupancy,
 )
-
-MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf refuses messages of 2 GiB and more
+from traceinsight.readers.xspace_wire import (
+    NOT_XSPACE,
+    ST_DOUBLE,
+    ST_INT,
+    ST_REF,
+    ST_STR,
+    ST_UINT,
+    EventFields,
+    LineBatch,
+    PlaneLayout,
+    Source,
+    SpaceLayout,
+    Wire,
+    line_batches,
+    raw_events_pool,
+    walk_space,
+)
+from traceinsight.rules import STEP_MARKER_PATTERN
 
 # Line roles: what the events of a line become.
 _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _HOST = range(6)
@@ -117,179 +134,33 @@ _MEMORY_INT_STATS = (
     "device_ordinal",
 )
 _MEMORY_FLOAT_STATS = ("fragmentation",)
-_MEMORY_STR_STATS = ("allocator_name", "tf_op")
+_MEMORY_STR_STATS = ("allocator_name",)
+_MEMORY_OP_STATS = ("tf_op",)  # read only for allocator events on a device of the file
 _DEVICE_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")  # not gpu_host_bfc (pinned host memory) nor CPU allocators
+_READ_STATS = frozenset(
+    (
+        *_INT_STATS,
+        *_FLOAT_STATS,
+        *_STR_STATS,
+        *_MEMORY_INT_STATS,
+        *_MEMORY_FLOAT_STATS,
+        *_MEMORY_STR_STATS,
+        *_MEMORY_OP_STATS,
+    )
+)
 
-# Field numbers of XEvent and XStat (tsl/profiler/protobuf/xplane.proto).
-_EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS, _EV_OCCURRENCES = 1, 2, 3, 4, 5
-_ST_METADATA, _ST_DOUBLE, _ST_UINT, _ST_INT, _ST_STR, _ST_REF = 1, 2, 3, 4, 5, 7
-# The wire type each field must have (varint 0, fixed64 1, length-delimited 2); any other is ignored, as protobuf does.
-_EV_WIRE = np.array([-1, 0, 0, 0, 2, 0])  # by XEvent field number
-_ST_VALUE_WIRE = np.array([-1, -1, 1, 0, 0, 2, 2, 0])  # by XStat field number: double, uint64, int64, str, bytes, ref
-_PAD = 16
-_BAD_VARINT = 1 << 40  # the "size" of a varint over 10 bytes: runs past any message, so it is caught as such
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_CORRUPT_STATS = "xspace: corrupt event stats (bad protobuf wire data) ignored"
 
 
-@cache
 def _space_class() -> Any:
-    """The XSpace message class with ``XLine.events`` declared ``repeated bytes``."""
-    proto = descriptor_pb2.FileDescriptorProto()
-    xplane_schema.message_class("XSpace").DESCRIPTOR.file.CopyToProto(proto)
-    old, new = f".{proto.package}.", f".{proto.package}.raw_events."
-    proto.name = "traceinsight/xplane_raw_events.proto"
-    proto.package += ".raw_events"
-    for message in proto.message_type:
-        for fld in [*message.field, *(f for nested in message.nested_type for f in nested.field)]:
-            if fld.type_name:
-                fld.type_name = fld.type_name.replace(old, new)
-            if message.name == "XLine" and fld.name == "events":
-                fld.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-                fld.ClearField("type_name")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return xplane_schema.get_message_class(pool.FindMessageTypeByName(f"{proto.package}.XSpace"))
-
-
-# --------------------------------------------------------------------------- wire decoding
-
-
-@dataclass
-class _Fields:
-    """Top-level fields of many messages, one row per field occurrence."""
-
-    msg: np.ndarray  # which message (index into the scanned ranges)
-    number: np.ndarray  # field number
-    wire: np.ndarray  # wire type
-    value: np.ndarray  # uint64: the varint or fixed value, or the start of a length-delimited field
-    length: np.ndarray  # int64: length of a length-delimited field, else 0
-    corrupt: np.ndarray  # per scanned message: not valid protobuf (none of its fields are above)
-
-    def last(self, number: int, n: int, wire: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Per message: the value of scalar field `number` (0 if absent, last one wins) and its presence.
-
-        Occurrences with another wire type than `wire` are not the field (protobuf keeps them as unknown fields).
-        """
-        sel = (self.number == number) & (self.wire == wire)
-        value = np.zeros(n, np.uint64)
-        present = np.zeros(n, bool)
-        value[self.msg[sel]] = self.value[sel]
-        present[self.msg[sel]] = True
-        return value, present
-
-
-class _Wire:
-    """Protobuf decoding of many messages at once, over the concatenated event bytes."""
-
-    def __init__(self, messages: list[bytes]) -> None:
-        self.raw = b"".join([*messages, bytes(_PAD)])  # zero bytes at the end: reads just past a message stay inside
-        self.buf = np.frombuffer(self.raw, np.uint8)
-
-    def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
-        """The varint at each position: (values as uint64, sizes in bytes; `_BAD_VARINT` for one over 10 bytes).
-
-        Goes byte by byte over the shrinking set of varints not yet ended, so the
-        common one-byte varints (tags, small ids) cost one gather.
-        """
-        byte = self.buf[pos]
-        value = byte.astype(np.uint64)
-        todo = np.flatnonzero(byte >= 0x80)
-        if not todo.size:
-            return value, 1
-        size = np.ones(len(pos), np.int64)
-        acc, at = value[todo] & np.uint64(0x7F), pos[todo]
-        for k in range(1, 10):
-            at = at + 1
-            byte = self.buf[at]
-            acc |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            going = byte >= 0x80
-            if not going.any():
-                value[todo], size[todo] = acc, k + 1
-                return value, size
-            done = ~going
-            value[todo[done]], size[todo[done]] = acc[done], k + 1
-            todo, acc, at = todo[going], acc[going], at[going]
-        size[todo] = _BAD_VARINT
-        return value, size
-
-    def scan(self, starts: np.ndarray, ends: np.ndarray) -> _Fields:
-        """Decode the top-level fields of the messages ``raw[starts[i]:ends[i]]``.
-
-        Pass k reads the k-th field of every message not yet finished, so the number
-        of numpy passes is the largest field count of one message. A message that is
-        not valid protobuf (a bad tag, a varint over 10 bytes, a field running past
-        its end) is marked corrupt and none of its fields are returned.
-        """
-        corrupt = np.zeros(len(starts), bool)
-        parts: list[tuple[np.ndarray, ...]] = []
-        idx = np.flatnonzero(starts < ends)
-        pos, end = starts[idx], ends[idx]
-        while idx.size:
-            first = self.buf[pos]
-            if (first < 0x80).all():  # one-byte tags (field numbers < 16): the usual case
-                wire, number, pos = first & 7, (first >> 3).astype(np.int64), pos + 1
-            else:
-                tag, used = self.varints(pos)
-                wire, number = (tag & np.uint64(7)).astype(np.uint8), (tag >> np.uint64(3)).astype(np.int64)
-                pos = pos + used
-            ok = (number > 0) & ((wire <= 2) | (wire == 5)) & (pos <= end)  # groups (3, 4) are long gone
-            if not ok.all():
-                corrupt[idx[~ok]] = True
-                idx, pos, end, wire, number = idx[ok], pos[ok], end[ok], wire[ok], number[ok]
-            value = np.zeros(len(idx), np.uint64)
-            length = np.zeros(len(idx), np.int64)
-            counts = np.bincount(wire, minlength=8)
-            for wire_type, width in ((0, 0), (1, 8), (2, 0), (5, 4)):
-                if not counts[wire_type]:
-                    continue
-                sel = slice(None) if counts[wire_type] == len(idx) else np.flatnonzero(wire == wire_type)
-                at = pos[sel]
-                if wire_type == 0:
-                    value[sel], used = self.varints(at)
-                    pos[sel] = at + used
-                elif wire_type == 2:
-                    size, used = self.varints(at)
-                    start = at + used
-                    fits = size <= np.maximum(end[sel] - start, 0).astype(np.uint64)
-                    length[sel] = np.where(fits, size, 0).astype(np.int64)
-                    value[sel] = start.astype(np.uint64)
-                    pos[sel] = np.where(fits, start + length[sel], end[sel] + 1)
-                else:
-                    window = self.buf[at[:, None] + np.arange(width)]
-                    value[sel] = np.ascontiguousarray(window).view(f"<u{width}")[:, 0]
-                    pos[sel] = at + width
-            ok = pos <= end
-            if not ok.all():
-                corrupt[idx[~ok]] = True
-                idx, pos, end, wire, number = idx[ok], pos[ok], end[ok], wire[ok], number[ok]
-                value, length = value[ok], length[ok]
-            parts.append((idx, number, wire, value, length))
-            more = pos < end
-            if not more.all():
-                idx, pos, end = idx[more], pos[more], end[more]
-        if not parts:
-            none = np.zeros(0, np.int64)
-            return _Fields(none, none, none.astype(np.uint8), none.astype(np.uint64), none, corrupt)
-        msg, number, wire, value, length = (np.concatenate(column) for column in zip(*parts, strict=True))
-        if corrupt.any():  # fields read from a message before its damage was found
-            good = ~corrupt[msg]
-            msg, number, wire, value, length = msg[good], number[good], wire[good], value[good], length[good]
-        return _Fields(msg, number, wire.astype(np.uint8), value, length, corrupt)
+    """The XSpace message class with ``XLine.events`` declared ``repeated bytes``: how tests reach the
+    events' raw bytes to damage them."""
+    pool, package = raw_events_pool()
+    return xplane_schema.get_message_class(pool.FindMessageTypeByName(f"{package}.XSpace"))
 
 
 # --------------------------------------------------------------------------- planes and lines
-
-
-@dataclass
-class _Lines:
-    """The lines whose events become rows, in file order, and their serialized events."""
-
-    plane: list[int]  # index into space.planes
-    role: list[int]
-    line_id: list[int]
-    timestamp_ns: list[int]
-    count: list[int]
-    events: list[bytes]
 
 
 def _device_id(plane_name: str) -> tuple[str, str] | None:
@@ -307,30 +178,6 @@ def _line_role(device_type: str | None, line_name: str) -> int | None:
             return _STREAM
         return _DEVICE_STEPS if line_name == "Steps" else None
     return _TPU_LINE_ROLES.get(line_name, _DEVICE_OTHER)
-
-
-def _collect_lines(space: Any) -> tuple[_Lines, dict[int, str]]:
-    """The lines to read and the device id of each device plane (by plane index)."""
-    lines = _Lines([], [], [], [], [], [])
-    devices: dict[int, str] = {}
-    for p, plane in enumerate(space.planes):
-        device = _device_id(plane.name)
-        if device is None and (not plane.name.startswith("/host:") or plane.name == "/host:metadata"):
-            continue
-        if device is not None:
-            devices[p] = device[1]
-        for line in plane.lines:
-            role = _line_role(device[0] if device else None, line.name)
-            events = line.events
-            if role is None or not events:
-                continue
-            lines.plane.append(p)
-            lines.role.append(role)
-            lines.line_id.append(line.id)
-            lines.timestamp_ns.append(line.timestamp_ns)
-            lines.count.append(len(events))
-            lines.events.extend(events)
-    return lines, devices
 
 
 def _ref_name(stat_names: Any, ref: int) -> str | None:
@@ -392,34 +239,78 @@ def _device_info(device: str, stats: dict[str, Any]) -> DeviceInfo:
     )
 
 
+@dataclass
+class _Plane:
+    """What the events of one plane share, and what was learnt of its metadata so far."""
+
+    meta: Any  # the XPlane message without its lines
+    device_type: str | None  # "GPU", "TPU"; None for a host plane
+    device_code: int  # index into the file's device labels; -1 for a host plane
+    sm_count: float  # of its device; NaN if unknown
+    stat_ids: dict[str, list[int]]  # the stat metadata ids of each stat name read
+    wanted_ids: np.ndarray  # all of them
+    # event metadata id -> its name code, whether it has no entry, its metadata if that carries stats
+    metadata: dict[int, tuple[int, bool, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, meta: Any, device_type: str | None, device_code: int, sm_count: float) -> _Plane:
+        """The plane `meta`, its stat metadata looked up once for the names read."""
+        stat_ids: dict[str, list[int]] = {}
+        for key, stat in meta.stat_metadata.items():
+            if stat.name in _READ_STATS:
+                stat_ids.setdefault(stat.name, []).append(key)
+        wanted_ids = np.array([md for ids in stat_ids.values() for md in ids], np.int64)
+        return cls(meta, device_type, device_code, sm_count, stat_ids, wanted_ids)
+
+
 # --------------------------------------------------------------------------- names
 
 
-def _event_names(
-    space: Any, event_plane: np.ndarray, event_md: np.ndarray
-) -> tuple[np.ndarray, list[str], np.ndarray, list[tuple[int, int, Any]]]:
-    """Name code of every event, the names, which events have no metadata entry, and the metadata with stats.
+class _NameRule:
+    """A rule on event names, evaluated once per distinct name of a file (its name codes)."""
 
-    An event whose metadata id has no entry gets the empty name.
-    """
-    local: list[str] = []
-    segments: list[tuple[np.ndarray, np.ndarray, int]] = []
-    with_stats: list[tuple[int, int, Any]] = []
-    unnamed = np.zeros(len(event_md), bool)
-    for p in np.flatnonzero(np.bincount(event_plane)).tolist():
-        rows = np.flatnonzero(event_plane == p)
-        inverse, ids = pd.factorize(event_md[rows])
-        metadata = space.planes[p].event_metadata
-        metas = [metadata.get(md) for md in ids.tolist()]
-        segments.append((rows, inverse, len(local)))
-        local.extend("" if m is None else m.name for m in metas)
-        unnamed[rows] = np.array([m is None for m in metas], bool)[inverse]
-        with_stats.extend((p, md, m) for md, m in zip(ids.tolist(), metas, strict=True) if m is not None and m.stats)
-    local_codes, names = pd.factorize(np.array(local, dtype=object))
-    codes = np.zeros(len(event_md), np.int64)
-    for rows, inverse, offset in segments:
-        codes[rows] = local_codes[offset + inverse]
-    return codes, [str(name) for name in names], unnamed, with_stats
+    def __init__(self, rule: Callable[[str], Any], dtype: Any) -> None:
+        self.rule = rule
+        self.dtype = dtype
+        self.known: dict[int, Any] = {}
+
+    def __call__(self, codes: np.ndarray, names: list[str]) -> np.ndarray:
+        """The rule's value for each name code in `codes`."""
+        used = np.flatnonzero(np.bincount(codes, minlength=1)).tolist()
+        values = np.zeros(max(used, default=0) + 1, self.dtype)
+        for code in used:
+            if code not in self.known:
+                self.known[code] = self.rule(names[code])
+            values[code] = self.known[code]
+        return values[codes]
+
+
+@dataclass
+class _NameRules:
+    """The rules the rows' kinds follow, each remembering its value per name code of one file."""
+
+    activity_kind: _NameRule = field(default_factory=lambda: _NameRule(_activity_kind, np.int8))
+    copy_kind: _NameRule = field(default_factory=lambda: _NameRule(_copy_kind_code, np.int8))
+    step_number: _NameRule = field(default_factory=lambda: _NameRule(step_number, np.int64))
+    host_kind: _NameRule = field(default_factory=lambda: _NameRule(_host_kind, np.int8))
+    step_marker: _NameRule = field(default_factory=lambda: _NameRule(_is_step_marker, bool))
+    sync_api: _NameRule = field(default_factory=lambda: _NameRule(is_sync_api, bool))
+
+
+def _activity_kind(name: str) -> int:
+    return KINDS.index(device_activity_kind(name))
+
+
+def _copy_kind_code(name: str) -> int:
+    return COPY_KINDS.index(_copy_kind(name))
+
+
+def _host_kind(name: str) -> int:
+    return KINDS.index(xprof_host_kind(name))
+
+
+def _is_step_marker(name: str) -> bool:
+    return bool(STEP_MARKER_PATTERN.match(name))
 
 
 # --------------------------------------------------------------------------- stats
@@ -463,234 +354,124 @@ class _Stats:
 
     def put_wire(self, name: str, rows: np.ndarray, field: np.ndarray, value: np.ndarray) -> None:
         """Give `rows` the values of numeric stat `name` as decoded (value field number, raw 64 bits)."""
-        is_int = (field == _ST_INT) | (field == _ST_UINT)
+        is_int = (field == ST_INT) | (field == ST_UINT)
         if name in self.ints:
             ok = is_int
             self.ints[name][rows[ok]] = value[ok].view(np.int64)
         else:
-            ok = is_int | (field == _ST_DOUBLE)
+            ok = is_int | (field == ST_DOUBLE)
             as_int = value[ok].view(np.int64).astype(np.float64)
             self.floats[name][rows[ok]] = np.where(is_int[ok], as_int, value[ok].view(np.float64))
         self.present[name][rows[ok]] = True
 
 
+@dataclass
+class _FoundStats:
+    """The stats of a batch's events that a table may want (by metadata id), found once for both tables."""
+
+    index: np.ndarray  # into the events' stats, in stat order
+    md: np.ndarray  # their metadata ids
+    value_at: np.ndarray  # where their value field starts (-1: unknown)
+
+    @classmethod
+    def of(cls, plane: _Plane, wire: Wire, events: EventFields, warnings: Counter[str]) -> _FoundStats:
+        """The stats of `events` named like a stat either table reads; corrupt ones are counted."""
+        index, md, value_at, corrupt = wire.stat_ids(events, plane.wanted_ids)
+        if corrupt:
+            warnings[_CORRUPT_STATS] += corrupt
+        return cls(index, md, value_at)
+
+
 def _read_stats(
-    space: Any,
-    wire: _Wire,
-    events: _Fields,
-    event_plane: np.ndarray,
-    event_md: np.ndarray,
+    plane: _Plane,
+    wire: Wire,
+    events: EventFields,
+    found: _FoundStats,
+    rows: np.ndarray | None,
     string_rows: np.ndarray,
-    with_stats: list[tuple[int, int, Any]],
+    with_stats: list[tuple[int, Any]],
     warnings: Counter[str],
-    stats: _Stats | None = None,
+    stats: _Stats,
 ) -> _Stats:
-    """The wanted stats of every event (those `stats` has, empty, else the table's); string stats only on
-    `string_rows`. Corrupt stats are ignored (counted)."""
-    stats = stats or _Stats.empty(len(event_md))
-    want_string = np.zeros(len(event_md), bool)
+    """The stats `stats` wants of the events `rows` (None: all) of `plane`, string stats only on `string_rows`
+    (positions in `rows`): from the events' metadata (`with_stats`: id, metadata), then from the events' own
+    (`found`). Corrupt stats are ignored (counted)."""
+    stat_names = plane.meta.stat_metadata
+    row_of = np.arange(len(events.md)) if rows is None else np.full(len(events.md), -1, np.int64)
+    if rows is not None:
+        row_of[rows] = np.arange(len(rows))
+    want_string = np.zeros(len(row_of) if rows is None else len(rows), bool)
     want_string[string_rows] = True
 
     # Stats on the event metadata first (rare: TPU XLA Ops), so the events' own stats overwrite them.
-    for p, md, meta in with_stats:
-        stat_names = space.planes[p].stat_metadata
-        for stat in meta.stats:
-            name = _ref_name(stat_names, stat.metadata_id)
-            if name in stats.present:
-                rows = np.flatnonzero((event_plane == p) & (event_md == md))
-                stats.put(
-                    name, rows[want_string[rows]] if name in stats.strings else rows, _stat_value(stat, stat_names)
-                )
+    if with_stats:
+        md = events.md if rows is None else events.md[rows]
+        order = np.argsort(md, kind="stable")
+        ordered = md[order]
+        for meta_id, meta in with_stats:
+            with_meta = order[np.searchsorted(ordered, meta_id) : np.searchsorted(ordered, meta_id, side="right")]
+            for stat in meta.stats:
+                name = _ref_name(stat_names, stat.metadata_id)
+                if name in stats.present:
+                    to = with_meta[want_string[with_meta]] if name in stats.strings else with_meta
+                    stats.put(name, to, _stat_value(stat, stat_names))
 
-    is_stat = (events.number == _EV_STATS) & (events.wire == _EV_WIRE[_EV_STATS])
-    stat_event = events.msg[is_stat]
-    starts = events.value[is_stat].astype(np.int64)
-    ends = starts + events.length[is_stat]
-    # The stat metadata ids: writers put field 1 first; the generic scan takes any other layout.
-    stat_md = np.zeros(len(starts), np.int64)
-    usual = (wire.buf[starts] == (_ST_METADATA << 3)) & (ends - starts > 1)
-    stat_md[usual] = wire.varints(starts[usual] + 1)[0].view(np.int64)
-    unusual = np.flatnonzero(~usual)
-    corrupt = 0
-    if unusual.size:
-        fields = wire.scan(starts[unusual], ends[unusual])
-        stat_md[unusual] = np.where(fields.corrupt, -1, fields.last(_ST_METADATA, unusual.size)[0].view(np.int64))
-        corrupt += int(fields.corrupt.sum())
-
-    # Which stats are wanted: resolve each plane's distinct stat ids to names.
-    chosen: list[np.ndarray] = []
-    chosen_names: list[tuple[int, str, int]] = []  # (plane, name, how many) in `chosen` order
-    stat_plane = event_plane[stat_event]
-    for p in np.flatnonzero(np.bincount(stat_plane)).tolist():
-        in_plane = np.flatnonzero(stat_plane == p)
-        inverse, ids = pd.factorize(stat_md[in_plane])
-        for j, md in enumerate(ids.tolist()):
-            name = _ref_name(space.planes[p].stat_metadata, md)
-            if name in stats.present:
-                sel = in_plane[inverse == j]
-                if name in stats.strings:
-                    sel = sel[want_string[stat_event[sel]]]
-                chosen.append(sel)
-                chosen_names.append((p, name, len(sel)))
-    sel = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
-    fields = wire.scan(starts[sel], ends[sel])
-    corrupt += int(fields.corrupt.sum())
-    if corrupt:
-        warnings["xspace: corrupt event stats (bad protobuf wire data) ignored"] += corrupt
-    if not chosen:
-        return stats
-    # The oneof: one value field per stat, of its own wire type.
-    is_value = (fields.number > _ST_METADATA) & (fields.number < len(_ST_VALUE_WIRE))
-    is_value[is_value] = fields.wire[is_value] == _ST_VALUE_WIRE[fields.number[is_value]]
-    value_field = np.zeros(len(sel), np.int64)
-    value = np.zeros(len(sel), np.uint64)
-    length = np.zeros(len(sel), np.int64)
-    holder = fields.msg[is_value]
-    value_field[holder], value[holder], length[holder] = (
-        fields.number[is_value],
-        fields.value[is_value],
-        fields.length[is_value],
+    # The events' own: those of `found` with a metadata id of a name `stats` has.
+    names = [name for name in stats.present if name in plane.stat_ids]
+    ids = np.array([md for name in names for md in plane.stat_ids[name]], np.int64)
+    id_name = np.array([i for i, name in enumerate(names) for _ in plane.stat_ids[name]], np.int64)
+    order = np.argsort(ids)
+    mine = np.flatnonzero(np.isin(found.md, ids))
+    mine = mine[row_of[events.stat_event[found.index[mine]]] >= 0]
+    name_of = id_name[order][np.searchsorted(ids[order], found.md[mine])]
+    row = row_of[events.stat_event[found.index[mine]]]
+    is_string = np.array([name in stats.strings for name in names], bool)
+    chosen = np.flatnonzero(~is_string[name_of] | want_string[row])
+    index, name_of, row, value_at = (
+        found.index[mine[chosen]],
+        name_of[chosen],
+        row[chosen],
+        found.value_at[mine[chosen]],
     )
-    first = 0
-    for p, name, count in chosen_names:
-        part = slice(first, first + count)
-        first += count
-        rows = stat_event[sel[part]]
-        if name not in stats.strings:
-            stats.put_wire(name, rows, value_field[part], value[part])
+    for i, name in enumerate(names):  # a name at a time: the values' arrays stay small
+        part = np.flatnonzero(name_of == i)
+        if not part.size:
             continue
-        texts = _texts(wire, space.planes[p].stat_metadata, value_field[part], value[part], length[part])
+        at = index[part]
+        field, value, length, corrupt = wire.stat_values(events.stat_start[at], events.stat_end[at], value_at[part])
+        if corrupt:
+            warnings[_CORRUPT_STATS] += corrupt
+        if name not in stats.strings:
+            stats.put_wire(name, row[part], field, value)
+            continue
+        texts = _texts(wire, stat_names, field, value, length)
         ok = pd.notna(texts)
-        stats.strings[name][rows[ok]] = texts[ok]
-        stats.present[name][rows[ok]] = True
+        stats.strings[name][row[part][ok]] = texts[ok]
+        stats.present[name][row[part][ok]] = True
     return stats
 
 
-@dataclass
-class _EventColumns:
-    """Per event: its plane, metadata id, line id, name code and start (ns)."""
-
-    plane: np.ndarray
-    md: np.ndarray
-    line_id: np.ndarray
-    name_code: np.ndarray
-    ts_ns: np.ndarray
-
-    def take(self, rows: np.ndarray) -> _EventColumns:
-        columns = (self.plane, self.md, self.line_id, self.name_code, self.ts_ns)
-        return _EventColumns(*(values[rows] for values in columns))
-
-
-def _read_memory(
-    space: Any,
-    wire: _Wire,
-    events: _Fields,
-    every: _EventColumns,
-    host: np.ndarray,
-    names: list[str],
-    with_stats: list[tuple[int, int, Any]],
-    devices: list[str],
-) -> pd.DataFrame:
-    """The memory table (model.py) of the allocator events among the `host` rows (kept host events).
-
-    The device is ``GPU:<n>`` for allocator ``GPU_<n>_bfc``; without an allocator
-    name (TPU runtime), the ``index_on_host`` / ``device_ordinal`` stat names it
-    among this file's device planes. Host allocators (``gpu_host_bfc``, CPU) are
-    not device memory. Their stats are read from these few events only.
-    """
-    sign = np.zeros(len(names) + 1, np.int64)  # by name code; the last for code -1
-    for name, direction in _MEMORY_EVENTS.items():
-        if name in names:  # names are distinct: one code each
-            sign[names.index(name)] = direction
-    rows = host[sign[every.name_code[host]] != 0]
-    if not rows.size:
-        return make_memory_table()
-    at = np.full(len(every.ts_ns), -1, np.int64)
-    at[rows] = np.arange(len(rows))
-    fields = at[events.msg] >= 0
-    mine = _Fields(
-        at[events.msg[fields]],
-        events.number[fields],
-        events.wire[fields],
-        events.value[fields],
-        events.length[fields],
-        events.corrupt[rows],
-    )
-    chosen = every.take(rows)
-    used = set(zip(chosen.plane.tolist(), chosen.md.tolist(), strict=True))
-    stats = _read_stats(
-        space,
-        wire,
-        mine,
-        chosen.plane,
-        chosen.md,
-        np.arange(len(rows)),
-        [(p, md, meta) for p, md, meta in with_stats if (p, md) in used],
-        Counter(),  # damage to these events' stats is counted with the table's
-        _Stats.empty(len(rows), _MEMORY_INT_STATS, _MEMORY_FLOAT_STATS, _MEMORY_STR_STATS),
-    )
-    device = _per_distinct(stats.strings["allocator_name"], _allocator_device, "", object)
-    device_type = "TPU" if any(d.startswith("TPU:") for d in devices) else "GPU"
-    for index in ("index_on_host", "device_ordinal"):  # no allocator name: the TPU runtime's
-        by_index = (device == "") & stats.present[index] & pd.isna(stats.strings["allocator_name"])
-        device[by_index] = [f"{device_type}:{i}" for i in stats.ints[index][by_index].tolist()]
-    ok = np.isin(device, devices) & stats.present["bytes_allocated"]
-    ok &= (stats.ints["bytes_allocated"] >= 0) & ~(
-        stats.present["allocation_bytes"] & (stats.ints["allocation_bytes"] < 0)
-    )
-
-    def known(name: str) -> np.ndarray:
-        return np.where(stats.present[name], stats.ints[name], -1)[ok]
-
-    delta = np.where(stats.present["allocation_bytes"], stats.ints["allocation_bytes"], 0) * sign[chosen.name_code]
-    return make_memory_table(
-        {
-            "ts_ns": chosen.ts_ns[ok],
-            "device": pd.Categorical(device[ok]),
-            "thread": chosen.line_id[ok],
-            "allocated": stats.ints["bytes_allocated"][ok],
-            "stack_reserved": known("bytes_reserved"),
-            "available": known("bytes_available"),
-            "fragmentation": stats.floats["fragmentation"][ok],
-            "delta": delta[ok],
-            "addr": known("addr"),
-            "op": pd.Categorical(stats.strings["tf_op"][ok]),
-        }
-    )
-
-
-def _allocator_device(allocator: str) -> str:
-    """``GPU:3`` for the device allocator ``GPU_3_bfc``; "" for any other (host) allocator."""
-    match = _DEVICE_ALLOCATOR.match(allocator)
-    return f"GPU:{int(match[1])}" if match else ""
-
-
-def _texts(wire: _Wire, stat_names: Any, field: np.ndarray, value: np.ndarray, length: np.ndarray) -> np.ndarray:
+def _texts(wire: Wire, stat_names: Any, field: np.ndarray, value: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The strings of string stats (inline ``str_value`` or interned ``ref_value``), each decoded once."""
     texts = np.full(len(field), None, object)
-    refs = np.flatnonzero(field == _ST_REF)
-    codes, distinct = pd.factorize(value[refs])
-    texts[refs] = np.array([_ref_name(stat_names, ref) for ref in distinct.tolist()], object)[codes]
-    inline = np.flatnonzero(field == _ST_STR)
-    spans = zip(value[inline].tolist(), length[inline].tolist(), strict=True)
-    codes, distinct = pd.factorize(np.array([wire.raw[start : start + n] for start, n in spans], object))
-    texts[inline] = np.array([raw.decode("utf-8", "replace") for raw in distinct], object)[codes]
+    refs = np.flatnonzero(field == ST_REF)
+    if refs.size:
+        codes, distinct = pd.factorize(value[refs])
+        texts[refs] = np.array([_ref_name(stat_names, ref) for ref in distinct.tolist()], object)[codes]
+    inline = np.flatnonzero(field == ST_STR)
+    if inline.size:
+        start = value[inline].astype(np.int64)
+        codes, distinct = pd.factorize(np.array(wire.strings(start, start + length[inline]), object))
+        texts[inline] = np.array([raw.decode("utf-8", "replace") for raw in distinct], object)[codes]
     return texts
 
 
 def _per_distinct(values: np.ndarray, rule: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray:
     """``rule(value)`` per row, evaluated once per distinct value; rows without one (None) get `missing`."""
+    if not len(values):  # many a batch has no copy, no kernel: no need for pandas' hashing machinery
+        return np.zeros(0, dtype)
     codes, distinct = pd.factorize(values)
     return np.array([*(rule(v) for v in distinct), missing], dtype)[codes]
-
-
-def _stream_ops(annotations: np.ndarray, stream: np.ndarray) -> pd.Categorical:
-    """Per event, the op type its ``level 0`` annotation names (device stream events only; else NaN)."""
-    codes = np.full(len(annotations), -1, np.int32)
-    distinct_codes, distinct = pd.factorize(annotations[stream])  # None: -1
-    types, type_codes = np.unique(np.array([_op_type(a) for a in distinct], dtype=object), return_inverse=True)
-    codes[stream] = np.append(type_codes, -1)[distinct_codes]
-    return pd.Categorical.from_codes(codes, types)
 
 
 def _op_type(annotation: str) -> str:
@@ -709,20 +490,13 @@ def _blocks(details: str) -> float:
     return float(int(grid[1]) * int(grid[2]) * int(grid[3])) if grid else np.nan
 
 
-# --------------------------------------------------------------------------- damage
+def _allocator_device(allocator: str) -> str:
+    """``GPU:3`` for the device allocator ``GPU_3_bfc``; "" for any other (host) allocator."""
+    match = _DEVICE_ALLOCATOR.match(allocator)
+    return f"GPU:{int(match[1])}" if match else ""
 
 
-def _count_damage(events: _Fields, warnings: Counter[str]) -> None:
-    """Count corrupt events (skipped) and events with fields of the wrong wire type (those fields ignored)."""
-    if events.corrupt.any():
-        warnings["xspace: corrupt events (bad protobuf wire data) skipped"] += int(events.corrupt.sum())
-    known = events.number < len(_EV_WIRE)
-    expected = _EV_WIRE[np.where(known, events.number, 0)]
-    mistyped = known & (expected >= 0) & (events.wire != expected)
-    if mistyped.any():
-        warnings["xspace: events with fields of the wrong wire type (fields ignored)"] += len(
-            np.unique(events.msg[mistyped])
-        )
+# --------------------------------------------------------------------------- time
 
 
 def _clock_time(value: Any) -> int | None:
@@ -730,243 +504,451 @@ def _clock_time(value: Any) -> int | None:
     return value if isinstance(value, int) and 0 < value < TS_MAX_NS else None
 
 
-def _times(
-    line_ts: np.ndarray,
-    offset_ps: np.ndarray,
-    duration_ps: np.ndarray,
-    shift: int,
-    keep: np.ndarray,
-    warnings: Counter[str],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Start and duration (ns) of every event, and `keep` narrowed to events whose times are possible.
+def _settle_times(part: _Part, shift: int, warnings: Counter[str]) -> None:
+    """Put the rows of `part` on the file's clock, in place: starts moved by `shift` (ns), `keep` narrowed to
+    rows whose times are possible, negative durations set to 0 (counted).
 
-    start = line timestamp + offset_ps // 1000 + `shift`; int64 wraps silently, so
-    the same sum in float64 decides whether it is a possible time. Negative
-    durations become 0 (counted).
+    A start is line timestamp + offset_ps // 1000 + `shift`; int64 wraps silently, so
+    the same sum in float64 decides whether it is a possible time.
     """
-    offset_ns = offset_ps // 1000
-    ts_ns = line_ts + offset_ns + shift
+    line_ts = part.line_ts[part.event_line]
+    offset_ns = part.columns["ts_ns"] - line_ts  # the batch's wrapped sum, undone exactly
     approx = line_ts.astype(np.float64) + offset_ns.astype(np.float64) + shift
-    dur_ns = duration_ps // 1000
-    rows = np.flatnonzero(keep)
-    keep = keep.copy()
-    keep[rows] = usable_times(possible_ts(approx[rows]), dur_ns[rows], warnings, "xspace")
-    negative = keep & (dur_ns < 0)
+    dur_ns = part.columns["dur_ns"]
+    rows = np.flatnonzero(part.keep)
+    part.keep[rows] = usable_times(possible_ts(approx[rows]), dur_ns[rows], warnings, "xspace")
+    negative = part.keep & (dur_ns < 0)
     if negative.any():
         warnings["xspace: negative durations set to 0"] += int(negative.sum())
-    return ts_ns, np.maximum(dur_ns, 0), keep
+    np.maximum(dur_ns, 0, out=dur_ns)
+    part.columns["ts_ns"] += shift
 
 
 # --------------------------------------------------------------------------- the reader
 
 
-def _read_bytes(path: Path, data: bytes | None) -> bytes:
-    """The file's bytes, refusing what protobuf cannot parse."""
-    try:
-        size = len(data) if data is not None else path.stat().st_size
-        if size > MAX_PROTOBUF_BYTES:
-            raise TraceError(path, f"XSpace file is {size:,} bytes; protobuf cannot parse 2 GiB or more")
-        return data if data is not None else path.read_bytes()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from exc
-
-
-def _parse(path: Path, data: bytes) -> Any:
-    """The parsed XSpace, or a TraceError saying why the bytes are not one."""
-    if not data:
-        raise TraceError(path, "not an XSpace protobuf (empty file)")
-    space = _space_class()()
-    try:
-        space.ParseFromString(data)
-    except DecodeError as exc:
-        raise TraceError(path, "not an XSpace protobuf (corrupt or truncated protobuf wire format)") from exc
-    if not len(space.planes):
-        raise TraceError(path, "not an XSpace protobuf (no planes)")
-    return space
-
-
-def _host_label(path: Path, space: Any) -> str:
-    """The XSpace's first host name, else the file name without ``.xplane.pb``."""
-    if len(space.hostnames) and space.hostnames[0]:
-        return str(space.hostnames[0])
-    return path.name.removesuffix(".xplane.pb")
-
-
 def read_xspace(path: Path, data: bytes | None = None) -> TraceRead:
     """Read one ``.xplane.pb`` (or its bytes, when the caller already has them) into a `TraceRead`."""
     path = Path(path)
-    return _read_space(path, _parse(path, _read_bytes(path, data)))
+    with Source(path, data) as source:
+        if not source.size:
+            raise TraceError(path, "not an XSpace protobuf (empty file)")
+        layout = walk_space(source)
+        if not layout.planes and layout.used_bytes == source.size:
+            raise TraceError(path, "not an XSpace protobuf (no planes)")
+        reader = _Reader(path, layout)
+        reader.read_events(source)
+    return reader.result(source.size)
 
 
-def _read_space(path: Path, space: Any) -> TraceRead:
-    """The `TraceRead` of a parsed XSpace."""
-    warnings: Counter[str] = Counter(f"xspace: profiler reported: {m}" for m in (*space.errors, *space.warnings))
-    lines, device_of_plane = _collect_lines(space)
-    task = next((_plane_stats(p) for p in space.planes if p.name == "Task Environment"), {})
-    devices = {d: _device_info(d, _plane_stats(space.planes[p])) for p, d in device_of_plane.items()}
+@dataclass
+class _Memory:
+    """Memory-table rows of one batch: which of its events are allocator events, and their columns."""
 
-    counts = np.asarray(lines.count, np.int64)
-    n = int(counts.sum())
-    lengths = np.fromiter(map(len, lines.events), np.int64, n)
-    wire = _Wire(lines.events)
-    ends = np.cumsum(lengths)
-    events = wire.scan(ends - lengths, ends)
-    event_md = events.last(_EV_METADATA, n, _EV_WIRE[_EV_METADATA])[0].view(np.int64)
-    offset_ps = events.last(_EV_OFFSET, n, _EV_WIRE[_EV_OFFSET])[0].view(np.int64)
-    duration_ps = events.last(_EV_DURATION, n, _EV_WIRE[_EV_DURATION])[0].view(np.int64)
-    aggregated = events.last(_EV_OCCURRENCES, n, _EV_WIRE[_EV_OCCURRENCES])[1]
-    if n and events.corrupt.all():  # nothing left to read: not a trace with a few damaged events
-        raise TraceError(path, f"corrupt XSpace event data (all {n:,} events are bad protobuf wire data)")
-    _count_damage(events, warnings)
+    events: np.ndarray  # rows of the batch that are allocator events
+    usable: np.ndarray  # per such event: it names a device of this file, with a possible level
+    columns: dict[str, np.ndarray]  # per usable event
 
-    line_of = np.repeat(np.arange(len(counts)), counts)
-    role = np.asarray(lines.role, np.int8)[line_of]
-    event_plane = np.asarray(lines.plane, np.int64)[line_of]
-    line_id = np.asarray(lines.line_id, np.int64)[line_of]
-    name_code, names, unnamed, with_stats = _event_names(space, event_plane, event_md)
-    unnamed &= ~events.corrupt
-    if unnamed.any():
-        warnings["xspace: events whose metadata id has no entry (name left empty)"] += int(unnamed.sum())
-    stream = np.flatnonzero(role == _STREAM)
-    stats = _read_stats(space, wire, events, event_plane, event_md, stream, with_stats, warnings)
 
-    start_time, stop_time = _clock_time(task.get("profile_start_time")), _clock_time(task.get("profile_stop_time"))
-    line_ts = np.asarray(lines.timestamp_ns, np.int64)
-    # A line stamped at an impossible time (its events are skipped) does not decide the clock of the others.
-    sane = line_ts[possible_ts(line_ts)]
-    relative = start_time is not None and bool((sane < start_time).all())
-    # Lines already on the epoch clock (unsaved captures) stay as they are; 10**17 ns is in 1973.
-    epoch = relative or bool(sane.size and sane.min() > 10**17)
-    ts_ns, dur_ns, keep = _times(
-        line_ts[line_of],
-        offset_ps,
-        duration_ps,
-        (start_time or 0) if relative else 0,
-        ~(aggregated | events.corrupt),
-        warnings,
-    )
-    if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
-        keep &= near_window(ts_ns, dur_ns, keep, start_time, stop_time, warnings, "xspace")
+@dataclass
+class _Part:
+    """The rows of one batch of lines, before the file's clock is known."""
 
-    memory = _read_memory(
-        space,
-        wire,
-        events,
-        _EventColumns(event_plane, event_md, line_id, name_code, ts_ns),
-        np.flatnonzero(keep & (role == _HOST)),
-        names,
-        with_stats,
-        sorted(set(device_of_plane.values())),
-    )
-    names_cat = pd.Categorical.from_codes(name_code, names)
-    kind = np.full(n, KINDS.index("other"), np.int8)
-    copy_kind = np.full(n, -1, np.int8)
-    src_memory = np.full(n, -1, np.int8)
-    n_bytes = np.full(n, -1, np.int64)
-    occupancy = np.full(n, np.nan)
-    blocks_per_sm = np.full(n, np.nan)
-    step_id = np.full(n, -1, np.int64)
+    line_ts: np.ndarray  # per line of the batch: its timestamp_ns
+    event_line: np.ndarray  # per row: its line in the batch
+    keep: np.ndarray  # per row: neither an aggregate nor corrupt; then also with possible times
+    device_code: int  # the plane's device (-1: host)
+    columns: dict[str, np.ndarray]  # the table's columns; ts_ns and dur_ns as the lines say (`_settle_times`)
+    memory: _Memory | None = None
 
-    def rule(rows: np.ndarray, fn: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray:
-        """A name rule applied to `rows`, once per distinct name among them."""
-        codes = name_code[rows]
-        used = np.flatnonzero(np.bincount(codes + 1, minlength=1)[1:])
-        local = np.full(len(names) + 1, -1, np.int64)  # the last slot keeps code -1 (no name) at -1
-        local[used] = np.arange(len(used))
-        return per_category(pd.Categorical.from_codes(local[codes], [names[c] for c in used]), fn, missing, dtype)
 
-    # Device streams.
-    stream_kind = rule(stream, lambda c: KINDS.index(device_activity_kind(c)), KINDS.index("kernel"), np.int8)
-    kind[stream] = stream_kind
-    copies = stream[stream_kind == KINDS.index("memcpy")]
-    memsets = stream[stream_kind == KINDS.index("memset")]
-    kernels = stream[stream_kind == KINDS.index("kernel")]
-    copy_kind[copies] = rule(copies, lambda c: COPY_KINDS.index(_copy_kind(c)), -1, np.int8)
-    n_bytes[copies] = _per_distinct(stats.strings["memcpy_details"][copies], details_bytes, -1, np.int64)
-    for code in np.unique(name_code[copies]).tolist():  # MemcpyH2D, MemcpyD2H, ...: the host side differs
-        rows = copies[name_code[copies] == code]
-        src_memory[rows] = _per_distinct(
-            stats.strings["memcpy_details"][rows],
-            partial(_memory_code, names[code]),
-            MEMORY_KINDS.index("unknown"),
-            np.int8,
+# The table's columns a batch makes, and their dtypes (codes for the categorical ones).
+_PART_COLUMNS = {
+    "ts_ns": np.int64,
+    "dur_ns": np.int64,
+    "kind": np.int8,
+    "stream": np.int64,
+    "thread": np.int64,
+    "name": np.int32,
+    "correlation": np.int64,
+    "bytes": np.int64,
+    "copy_kind": np.int8,
+    "src_memory": np.int8,
+    "step_id": np.int64,
+    "blocks_per_sm": np.float32,
+    "occupancy_pct": np.float32,
+    "op": np.int32,
+}
+
+
+def _rows_kept(arrays: list[np.ndarray], keeps: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """The kept rows of each batch's array, one after another."""
+    kept = [values if keep.all() else values[keep] for values, keep in zip(arrays, keeps, strict=True)]
+    return np.concatenate(kept) if kept else np.zeros(0, dtype)
+
+
+class _Reader:
+    """One XSpace, read a batch of lines at a time: what the batches share, then the table."""
+
+    def __init__(self, path: Path, layout: SpaceLayout) -> None:
+        self.path = path
+        self.layout = layout
+        space = layout.space
+        self.warnings: Counter[str] = Counter(
+            f"xspace: profiler reported: {m}" for m in (*space.errors, *space.warnings)
         )
-    n_bytes[memsets] = _per_distinct(stats.strings["Memset_details"][memsets], details_bytes, -1, np.int64)
-    details = stats.strings["kernel_details"][kernels]
-    theoretical = stats.floats["theoretical_occupancy_pct"][kernels]
-    theoretical = valid_occupancy(theoretical, warnings, "xspace")  # the stat if possible, else kernel_details'
-    fallback = np.isnan(theoretical)
-    from_details = _per_distinct(details[fallback], details_occupancy, np.nan, np.float64)
-    theoretical[fallback] = valid_occupancy(from_details, warnings, "xspace")
-    occupancy[kernels] = theoretical
-    sm_count = np.full(len(space.planes), np.nan)
-    for p, d in device_of_plane.items():
-        sm_count[p] = devices[d].sm_count or np.nan
-    blocks_per_sm[kernels] = _per_distinct(details, _blocks, np.nan, np.float64) / sm_count[event_plane[kernels]]
+        planes = [p.plane for p in layout.planes]
+        self.device_of_plane = {i: device for i, p in enumerate(planes) if (device := _device_id(p.name))}
+        self.device_labels = sorted({label for _, label in self.device_of_plane.values()})
+        self.devices = {
+            label: _device_info(label, _plane_stats(planes[i])) for i, (_, label) in self.device_of_plane.items()
+        }
+        self.task = next((_plane_stats(p) for p in planes if p.name == "Task Environment"), {})
+        self.names: dict[str, int] = {}  # event name -> code, in order of first appearance
+        self.name_list: list[str] = []
+        self.rules = _NameRules()
+        self.annotations: dict[str, int] = {}  # ``level 0`` annotation -> code, in order of first appearance
+        self.parts: list[_Part] = []
+        self.line_timestamps: list[int] = []  # of the lines whose events are read
+        self.host_threads: list[str] = []
+        self.host_name_codes: set[int] = set()
+        self.has_cpu_ops = False
+        self.events = self.corrupt = 0
 
-    # Other device lines.
-    kind[role == _DEVICE_KERNEL] = KINDS.index("kernel")
-    kind[role == _DEVICE_ANNOTATION] = KINDS.index("annotation")
-    device_steps = np.flatnonzero(role == _DEVICE_STEPS)
-    kind[device_steps] = KINDS.index("step")
-    step_id[device_steps] = rule(device_steps, step_number, -1, np.int64)
+    def read_events(self, source: Source) -> None:
+        """Read the events of every plane that has rows, batch by batch."""
+        for index, layout in enumerate(self.layout.planes):
+            device = self.device_of_plane.get(index)
+            if device is not None:
+                sm_count = self.devices[device[1]].sm_count or np.nan
+                self._read_plane(
+                    source, layout, _Plane.of(layout.plane, device[0], self.device_labels.index(device[1]), sm_count)
+                )
+            elif layout.plane.name.startswith("/host:"):
+                self._read_plane(source, layout, _Plane.of(layout.plane, None, -1, np.nan))
 
-    # Host events.
-    host = np.flatnonzero(role == _HOST)
-    kind[host] = rule(host, lambda c: KINDS.index(xprof_host_kind(c)), KINDS.index("other"), np.int8)
-    marker = host[stats.present["step_num"][host]]
-    marker = marker[rule(marker, lambda c: bool(STEP_MARKER_PATTERN.match(c)), False, bool)]
-    kind[marker] = KINDS.index("step")
-    step_id[marker] = stats.ints["step_num"][marker]
-    api = host[stats.present["correlation_id"][host]]
-    kind[api] = np.where(rule(api, is_sync_api, False, bool), KINDS.index("sync"), KINDS.index("runtime"))
+    def _read_plane(self, source: Source, layout: PlaneLayout, plane: _Plane) -> None:
+        """The rows of a device or host plane; a host plane's thread names."""
+        host = plane.device_type is None
+        has_rows = plane.meta.name != "/host:metadata"
+        for batch in line_batches(
+            source,
+            layout,
+            lambda line: has_rows and _line_role(plane.device_type, line.name) is not None,
+            lambda line: self.host_threads.append(line.name) if host else None,
+        ):
+            self.line_timestamps.extend(line.timestamp_ns for line in batch.lines)
+            line_ts = np.array([line.timestamp_ns for line in batch.lines], np.int64)
+            for chunk in batch.chunks():
+                self._read_batch(plane, chunk, line_ts)
+            release_free_memory()  # the batch's bytes and scratch arrays: not kept as free heap
 
-    device_labels = sorted(set(device_of_plane.values()))
-    device_code = np.full(len(space.planes), -1, np.int64)
-    for p, d in device_of_plane.items():
-        device_code[p] = device_labels.index(d)
-    on_device = role != _HOST
-    columns: dict[str, Any] = {
-        "ts_ns": ts_ns,
-        "dur_ns": dur_ns,
-        "kind": pd.Categorical.from_codes(kind, KINDS),
-        "device": pd.Categorical.from_codes(np.where(on_device, device_code[event_plane], -1), device_labels),
-        "stream": np.where(on_device, line_id, -1),
-        "host": pd.Categorical.from_codes(np.zeros(n, np.int8), [_host_label(path, space)]),
-        "thread": np.where(on_device, -1, line_id),
-        "name": names_cat,
-        "correlation": np.where(stats.present["correlation_id"], stats.ints["correlation_id"], -1),
-        "bytes": n_bytes,
-        "copy_kind": pd.Categorical.from_codes(copy_kind, COPY_KINDS),
-        "src_memory": pd.Categorical.from_codes(src_memory, MEMORY_KINDS),
-        "step_id": step_id,
-        "blocks_per_sm": blocks_per_sm,
-        "occupancy_pct": occupancy,
-        "op": _stream_ops(stats.strings["level 0"], stream),
-    }
-    if aggregated.any():
-        warnings["xspace: aggregated events (num_occurrences, no timestamp) skipped"] += int(aggregated.sum())
-    if not keep.all():
-        columns = {col: values[keep] for col, values in columns.items()}
-    table = drop_duplicates(make_event_table(columns, int(keep.sum())), warnings, "xspace")
+    def _read_batch(self, plane: _Plane, batch: LineBatch, line_ts: np.ndarray) -> None:
+        """The rows of (a chunk of) a batch of lines of `plane`, whose lines are stamped `line_ts`."""
+        lines = batch.lines
+        events = batch.wire.events(batch.starts, batch.ends, plane.wanted_ids)
+        n = len(events.md)
+        self.events += n
+        self.corrupt += int(events.corrupt.sum())
+        if events.corrupt.any():
+            self.warnings["xspace: corrupt events (bad protobuf wire data) skipped"] += int(events.corrupt.sum())
+        if events.mistyped:
+            self.warnings["xspace: events with fields of the wrong wire type (fields ignored)"] += events.mistyped
+        if events.aggregated.any():
+            self.warnings["xspace: aggregated events (num_occurrences, no timestamp) skipped"] += int(
+                events.aggregated.sum()
+            )
+        role = np.array([_line_role(plane.device_type, line.name) for line in lines], np.int8)[batch.event_line]
+        line_id = np.array([line.id for line in lines], np.int64)[batch.event_line]
+        name_code, unnamed, with_stats = self._names(plane, events.md)
+        unnamed &= ~events.corrupt
+        if unnamed.any():
+            self.warnings["xspace: events whose metadata id has no entry (name left empty)"] += int(unnamed.sum())
+        stream = np.flatnonzero(role == _STREAM)
+        found = _FoundStats.of(plane, batch.wire, events, self.warnings)
+        stats = _read_stats(plane, batch.wire, events, found, None, stream, with_stats, self.warnings, _Stats.empty(n))
+        columns = self._columns(plane, role, name_code, stream, stats)
+        on_device = plane.device_code >= 0
+        columns["stream"] = line_id if on_device else np.full(n, -1, np.int64)
+        columns["thread"] = np.full(n, -1, np.int64) if on_device else line_id
+        columns["name"] = name_code
+        columns["ts_ns"] = line_ts[batch.event_line] + events.offset_ps // 1000
+        columns["dur_ns"] = events.duration_ps // 1000
+        part = _Part(
+            line_ts,
+            batch.event_line.astype(np.int32),
+            ~(events.aggregated | events.corrupt),
+            plane.device_code,
+            columns,
+        )
+        if not on_device:
+            part.memory = self._read_memory(plane, batch.wire, events, found, name_code, line_id, with_stats)
+        self.parts.append(part)
 
-    host_threads = [line.name for plane in space.planes if plane.name.startswith("/host:") for line in plane.lines]
-    host_names = {names[c] for c in np.flatnonzero(np.bincount(name_code[host] + 1, minlength=1)[1:])}
-    framework = xprof_framework(host_threads, host_names, bool((kind[host] == KINDS.index("cpu_op")).any()))
-    return TraceRead(
-        events=table,
-        input=InputInfo(path=str(path), format="xspace", host=_host_label(path, space), rank=None, events=len(table)),
-        framework=framework,
-        devices=devices,
-        metadata={
-            "planes": [p.name for p in space.planes],
-            "hostnames": list(space.hostnames),
-            "profile_start_time_ns": start_time,
-            "profile_stop_time_ns": stop_time,
-            "clock": "epoch" if epoch else "relative",
-            "errors": list(space.errors),
-            "warnings": list(space.warnings),
-        },
-        warnings=warnings,
-        memory=memory,
-    )
+    def _names(self, plane: _Plane, md: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, Any]]]:
+        """Name code of every event, which events have no metadata entry, and the metadata with stats
+        (id, metadata) among theirs. An event whose metadata id has no entry gets the empty name."""
+        inverse, ids = pd.factorize(md)
+        codes = np.zeros(len(ids), np.int32)
+        unnamed = np.zeros(len(ids), bool)
+        with_stats = []
+        for j, md_id in enumerate(ids.tolist()):
+            if md_id not in plane.metadata:
+                meta = plane.meta.event_metadata.get(md_id)
+                name = "" if meta is None else meta.name
+                if name not in self.names:
+                    self.names[name] = len(self.name_list)
+                    self.name_list.append(name)
+                plane.metadata[md_id] = (
+                    self.names[name],
+                    meta is None,
+                    meta if meta is not None and meta.stats else None,
+                )
+            codes[j], unnamed[j], meta = plane.metadata[md_id]
+            if meta is not None:
+                with_stats.append((md_id, meta))
+        return codes[inverse], unnamed[inverse], with_stats
+
+    def _columns(
+        self, plane: _Plane, role: np.ndarray, name_code: np.ndarray, stream: np.ndarray, stats: _Stats
+    ) -> dict[str, np.ndarray]:
+        """The batch's kind, correlation, bytes, copy, step, kernel and op columns."""
+        n = len(role)
+        names = self.name_list
+        kind = np.full(n, KINDS.index("other"), np.int8)
+        copy_kind = np.full(n, -1, np.int8)
+        src_memory = np.full(n, -1, np.int8)
+        n_bytes = np.full(n, -1, np.int64)
+        occupancy = np.full(n, np.nan)
+        blocks_per_sm = np.full(n, np.nan)
+        step_id = np.full(n, -1, np.int64)
+
+        # Device streams.
+        stream_kind = self.rules.activity_kind(name_code[stream], names)
+        kind[stream] = stream_kind
+        copies = stream[stream_kind == KINDS.index("memcpy")]
+        memsets = stream[stream_kind == KINDS.index("memset")]
+        kernels = stream[stream_kind == KINDS.index("kernel")]
+        copy_kind[copies] = self.rules.copy_kind(name_code[copies], names)
+        n_bytes[copies] = _per_distinct(stats.strings["memcpy_details"][copies], details_bytes, -1, np.int64)
+        for code in np.unique(name_code[copies]).tolist():  # MemcpyH2D, MemcpyD2H, ...: the host side differs
+            rows = copies[name_code[copies] == code]
+            src_memory[rows] = _per_distinct(
+                stats.strings["memcpy_details"][rows],
+                partial(_memory_code, names[code]),
+                MEMORY_KINDS.index("unknown"),
+                np.int8,
+            )
+        n_bytes[memsets] = _per_distinct(stats.strings["Memset_details"][memsets], details_bytes, -1, np.int64)
+        details = stats.strings["kernel_details"][kernels]
+        theoretical = stats.floats["theoretical_occupancy_pct"][kernels]
+        theoretical = valid_occupancy(theoretical, self.warnings, "xspace")  # the stat if possible, else details'
+        fallback = np.isnan(theoretical)
+        from_details = _per_distinct(details[fallback], details_occupancy, np.nan, np.float64)
+        theoretical[fallback] = valid_occupancy(from_details, self.warnings, "xspace")
+        occupancy[kernels] = theoretical
+        blocks_per_sm[kernels] = _per_distinct(details, _blocks, np.nan, np.float64) / plane.sm_count
+        annotation = np.full(n, -1, np.int32)
+        annotation[stream] = self._annotation_codes(stats.strings["level 0"][stream])
+
+        # Other device lines.
+        kind[role == _DEVICE_KERNEL] = KINDS.index("kernel")
+        kind[role == _DEVICE_ANNOTATION] = KINDS.index("annotation")
+        device_steps = np.flatnonzero(role == _DEVICE_STEPS)
+        kind[device_steps] = KINDS.index("step")
+        step_id[device_steps] = self.rules.step_number(name_code[device_steps], names)
+
+        # Host events.
+        host = np.flatnonzero(role == _HOST)
+        kind[host] = self.rules.host_kind(name_code[host], names)
+        marker = host[stats.present["step_num"][host]]
+        marker = marker[self.rules.step_marker(name_code[marker], names)]
+        kind[marker] = KINDS.index("step")
+        step_id[marker] = stats.ints["step_num"][marker]
+        api = host[stats.present["correlation_id"][host]]
+        kind[api] = np.where(self.rules.sync_api(name_code[api], names), KINDS.index("sync"), KINDS.index("runtime"))
+        self.host_name_codes.update(np.flatnonzero(np.bincount(name_code[host], minlength=1)).tolist())
+        self.has_cpu_ops |= bool((kind[host] == KINDS.index("cpu_op")).any())
+        return {
+            "kind": kind,
+            "correlation": np.where(stats.present["correlation_id"], stats.ints["correlation_id"], -1),
+            "bytes": n_bytes,
+            "copy_kind": copy_kind,
+            "src_memory": src_memory,
+            "step_id": step_id,
+            "blocks_per_sm": blocks_per_sm.astype(np.float32),
+            "occupancy_pct": occupancy.astype(np.float32),
+            "op": annotation,
+        }
+
+    def _annotation_codes(self, annotations: np.ndarray) -> np.ndarray:
+        """Per event, the code of its ``level 0`` annotation (-1: none)."""
+        if not len(annotations):
+            return np.zeros(0, np.int32)
+        codes, distinct = pd.factorize(annotations)
+        known = [self.annotations.setdefault(a, len(self.annotations)) for a in distinct]
+        return np.array([*known, -1], np.int32)[codes]
+
+    def _read_memory(
+        self,
+        plane: _Plane,
+        wire: Wire,
+        events: EventFields,
+        found: _FoundStats,
+        name_code: np.ndarray,
+        line_id: np.ndarray,
+        with_stats: list[tuple[int, Any]],
+    ) -> _Memory | None:
+        """Memory-table rows of the batch's allocator events (a host plane's); None if it has none.
+
+        The device is ``GPU:<n>`` for allocator ``GPU_<n>_bfc``; without an allocator
+        name (TPU runtime), the ``index_on_host`` / ``device_ordinal`` stat names it
+        among this file's device planes. Host allocators (``gpu_host_bfc``, CPU) are
+        not device memory. Their stats are read from these few events only.
+        """
+        sign = np.zeros(len(self.name_list), np.int64)  # by name code
+        for name, direction in _MEMORY_EVENTS.items():
+            if name in self.names:
+                sign[self.names[name]] = direction
+        rows = np.flatnonzero(sign[name_code] != 0)
+        if not rows.size:
+            return None
+        used = set(events.md[rows].tolist())
+        with_stats = [(md, meta) for md, meta in with_stats if md in used]
+        stats = _read_stats(
+            plane,
+            wire,
+            events,
+            found,
+            rows,
+            np.arange(len(rows)),
+            with_stats,
+            Counter(),  # damage to these events' stats is counted with the table's
+            _Stats.empty(len(rows), _MEMORY_INT_STATS, _MEMORY_FLOAT_STATS, _MEMORY_STR_STATS),
+        )
+        labels = {label: code for code, label in enumerate(self.device_labels)}
+        allocators = stats.strings["allocator_name"]
+        device = _per_distinct(allocators, lambda name: labels.get(_allocator_device(name), -1), -1, np.int64)
+        device_type = "TPU" if any(d.startswith("TPU:") for d in self.device_labels) else "GPU"
+        for index in ("index_on_host", "device_ordinal"):  # no allocator name: the TPU runtime's
+            by_index = (device < 0) & stats.present[index] & pd.isna(allocators)
+            device[by_index] = [labels.get(f"{device_type}:{i}", -1) for i in stats.ints[index][by_index].tolist()]
+        ok = (device >= 0) & stats.present["bytes_allocated"]
+        ok &= (stats.ints["bytes_allocated"] >= 0) & ~(
+            stats.present["allocation_bytes"] & (stats.ints["allocation_bytes"] < 0)
+        )
+
+        usable = rows[ok]
+        op = _Stats.empty(len(usable), (), (), _MEMORY_OP_STATS)
+        op = _read_stats(plane, wire, events, found, usable, np.arange(len(usable)), with_stats, Counter(), op)
+
+        def known(name: str) -> np.ndarray:
+            return np.where(stats.present[name], stats.ints[name], -1)[ok]
+
+        delta = np.where(stats.present["allocation_bytes"], stats.ints["allocation_bytes"], 0) * sign[name_code[rows]]
+        columns = {
+            "device": np.array(self.device_labels, object)[device[ok]],
+            "thread": line_id[rows][ok],
+            "allocated": stats.ints["bytes_allocated"][ok],
+            "stack_reserved": known("bytes_reserved"),
+            "available": known("bytes_available"),
+            "fragmentation": stats.floats["fragmentation"][ok],
+            "delta": delta[ok],
+            "addr": known("addr"),
+            "op": op.strings["tf_op"],
+        }
+        return _Memory(rows, ok, columns)
+
+    # ----------------------------------------------------------------------- the file's table
+
+    def result(self, file_bytes: int) -> TraceRead:
+        """The `TraceRead` of the events read: the clock decided, unusable rows dropped, the tables made."""
+        path = self.path
+        if self.events and self.corrupt == self.events:  # nothing left to read: not a trace with a few damaged events
+            raise TraceError(path, f"corrupt XSpace event data (all {self.events:,} events are bad protobuf wire data)")
+        start_time = _clock_time(self.task.get("profile_start_time"))
+        stop_time = _clock_time(self.task.get("profile_stop_time"))
+        line_ts = np.asarray(self.line_timestamps, np.int64)
+        # A line stamped at an impossible time (its events are skipped) does not decide the clock of the others.
+        sane = line_ts[possible_ts(line_ts)]
+        relative = start_time is not None and bool((sane < start_time).all())
+        # Lines already on the epoch clock (unsaved captures) stay as they are; 10**17 ns is in 1973.
+        epoch = relative or bool(sane.size and sane.min() > 10**17)
+        shift = (start_time or 0) if relative else 0
+        for part in self.parts:
+            _settle_times(part, shift, self.warnings)
+            if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
+                ts_ns, dur_ns = part.columns["ts_ns"], part.columns["dur_ns"]
+                part.keep &= near_window(ts_ns, dur_ns, part.keep, start_time, stop_time, self.warnings, "xspace")
+        memory = self._memory_table()
+        columns = self._table_columns()
+        self.parts.clear()
+        table = drop_duplicates(make_event_table(*columns), self.warnings, "xspace")
+        del columns
+        if self.layout.used_bytes < file_bytes:
+            if table.empty:
+                raise TraceError(path, NOT_XSPACE)
+            self.warnings[truncation_warning(path, self.layout.used_bytes, file_bytes)] += 1
+
+        space = self.layout.space
+        host_names = {self.name_list[code] for code in self.host_name_codes}
+        return TraceRead(
+            events=table,
+            input=InputInfo(path=str(path), format="xspace", host=self._host_label(), rank=None, events=len(table)),
+            framework=xprof_framework(self.host_threads, host_names, self.has_cpu_ops),
+            devices=self.devices,
+            metadata={
+                "planes": [p.plane.name for p in self.layout.planes],
+                "hostnames": list(space.hostnames),
+                "profile_start_time_ns": start_time,
+                "profile_stop_time_ns": stop_time,
+                "clock": "epoch" if epoch else "relative",
+                "errors": list(space.errors),
+                "warnings": list(space.warnings),
+            },
+            warnings=self.warnings,
+            memory=memory,
+        )
+
+    def _table_columns(self) -> tuple[dict[str, Any], int]:
+        """The event table's columns from the batches' kept rows (each batch's column freed once joined)."""
+        keeps = [part.keep for part in self.parts]
+        kept = [int(keep.sum()) for keep in keeps]
+        n = sum(kept)
+        columns: dict[str, Any] = {}
+        for name, dtype in _PART_COLUMNS.items():
+            columns[name] = _rows_kept([part.columns.pop(name) for part in self.parts], keeps, dtype)
+            release_free_memory()  # the batches' pieces of the column, so the next column can reuse their pages
+        device = np.repeat(np.array([part.device_code for part in self.parts], np.int16), kept)
+        columns["device"] = pd.Categorical.from_codes(device, self.device_labels)
+        columns["kind"] = pd.Categorical.from_codes(columns["kind"], KINDS)
+        columns["copy_kind"] = pd.Categorical.from_codes(columns["copy_kind"], COPY_KINDS)
+        columns["src_memory"] = pd.Categorical.from_codes(columns["src_memory"], MEMORY_KINDS)
+        columns["name"] = pd.Categorical.from_codes(columns["name"], self.name_list)
+        columns["host"] = pd.Categorical.from_codes(np.zeros(n, np.int8), [self._host_label()])
+        types, type_codes = np.unique(np.array([_op_type(a) for a in self.annotations], object), return_inverse=True)
+        columns["op"] = pd.Categorical.from_codes(np.append(type_codes, -1)[columns["op"]], types)
+        return columns, n
+
+    def _memory_table(self) -> pd.DataFrame:
+        """The memory table (model.py) of the kept allocator events."""
+        parts = [(part, part.memory) for part in self.parts if part.memory is not None]
+        if not any(part.keep[memory.events].any() for part, memory in parts):
+            return make_memory_table()
+        pieces: list[dict[str, np.ndarray]] = []
+        for part, memory in parts:
+            kept = part.keep[memory.events[memory.usable]]
+            piece = {name: values[kept] for name, values in memory.columns.items()}
+            piece["ts_ns"] = part.columns["ts_ns"][memory.events[memory.usable][kept]]
+            pieces.append(piece)
+        columns: dict[str, Any] = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+        columns["device"] = pd.Categorical(columns["device"])
+        columns["op"] = pd.Categorical(columns["op"])
+        return make_memory_table(columns)
+
+    def _host_label(self) -> str:
+        """The XSpace's first host name, else the file name without ``.xplane.pb``."""
+        hostnames = self.layout.space.hostnames
+        if len(hostnames) and hostnames[0]:
+            return str(hostnames[0])
+        return self.path.name.removesuffix(".xplane.pb")
