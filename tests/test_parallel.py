@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import shared_trace
 from tools.synth import GpuTimeline, TimelineBuilder
+from traceinsight import parallel
 from traceinsight.cli import main
 from traceinsight.discover import discover
 from traceinsight.load import load_run
@@ -194,3 +195,10 @@ def test_load_run_reads_the_files_in_processes_into_the_same_table(rank_dir) -> 
     apart = load_run(discover(folder), folder, jobs=2)
     pd.testing.assert_frame_equal(apart.events, here.events)
     assert [i.rank for i in apart.inputs] == list(range(RANKS))
+
+
+@pytest.mark.parametrize(("platform", "method"), [("linux", "fork"), ("darwin", "spawn"), ("win32", "spawn")])
+def test_workers_fork_only_on_linux(monkeypatch, platform, method):
+    """macOS offers fork, but forking a process whose threads ran is unsafe there (issue 13): spawn."""
+    monkeypatch.setattr(parallel.sys, "platform", platform)
+    assert parallel.fork_context().get_start_method() == method

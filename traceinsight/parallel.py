@@ -18,6 +18,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -90,8 +91,9 @@ def _call(func: Callable[[Path], R], path: Path) -> R | _Failed:
 
 
 def fork_context() -> BaseContext:
-    """How worker processes start: forked where the platform can (no imports to repeat), else its default."""
-    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    """How worker processes start: forked on Linux (no imports to repeat), spawned elsewhere. macOS offers fork
+    too, but its system libraries are not fork-safe once threads ran (Python's default there is spawn)."""
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
 _PR_SET_PDEATHSIG = 1
