@@ -29,7 +29,8 @@ import orjson
 from benchmarks.replicate import Replicator
 from tests.conftest import KINETO_TRACES, SHARED_TRACES
 from traceinsight.readers import _read_document, read_trace
-from traceinsight.readers.jsonload import load_trace_json, read_json_bytes
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_files import read_json_bytes
 
 TRACES = SHARED_TRACES
 # The Kineto traces the tests use, minus the tb_plugin counter copy (it only repeats its input).

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from traceinsight.readers.jsonload import read_json_bytes
+from traceinsight.readers.json_files import read_json_bytes
 
 SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEFAULT_SOURCE = SHARED_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"

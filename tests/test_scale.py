@@ -30,8 +30,10 @@ from traceinsight.discover import discover
 from traceinsight.load import Progress, load_run, progress_stream
 from traceinsight.model import TraceError, TraceRead, is_truncation_warning, truncation_warning
 from traceinsight.readers import _read_document as read_whole_document
-from traceinsight.readers import jsonload, read_trace
-from traceinsight.readers.jsonload import StreamFallback, TraceStream, load_trace_json, read_json_bytes
+from traceinsight.readers import json_files, read_trace
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_files import read_json_bytes
+from traceinsight.readers.json_stream import StreamFallback, TraceStream
 from traceinsight.readers.kineto import read_kineto, read_kineto_json
 
 CHUNKS = (1, 2, 3, 5, 8, 13, 64, 333, 4096, 1 << 20)
@@ -248,13 +250,13 @@ def test_hand_made_documents_decoded_by_two_processes(
 def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Record every file the streams open (a restart opens it again)."""
     opened: list[Path] = []
-    real = jsonload.FileText.blocks
+    real = json_files.FileText.blocks
 
-    def counting(self: jsonload.FileText, size: int) -> Any:
+    def counting(self: json_files.FileText, size: int) -> Any:
         opened.append(Path(self.path))
         return real(self, size)
 
-    monkeypatch.setattr(jsonload.FileText, "blocks", counting)
+    monkeypatch.setattr(json_files.FileText, "blocks", counting)
     return opened
 
 
@@ -270,14 +272,14 @@ def test_real_plain_trace_decoded_from_byte_ranges(tmp_path: Path, monkeypatch: 
     """A plain file's chunks go to the workers as byte ranges they read themselves; same read, no restart."""
     plain = tmp_path / "nccl.pt.trace.json"
     plain.write_bytes(gzip.decompress(shared_trace("hta/nccl_parser_config/nccl_data.json.gz").read_bytes()))
-    ranges: list[jsonload.ByteRange] = []
-    real = jsonload.ByteRange.read_bracketed
+    ranges: list[json_files.ByteRange] = []
+    real = json_files.ByteRange.read_bracketed
 
-    def recording(self: jsonload.ByteRange) -> bytearray:
+    def recording(self: json_files.ByteRange) -> bytearray:
         ranges.append(self)
         return real(self)
 
-    monkeypatch.setattr(jsonload.ByteRange, "read_bracketed", recording)
+    monkeypatch.setattr(json_files.ByteRange, "read_bracketed", recording)
     want = read_kineto(plain, load_trace_json(plain))
     opened = _count_opens(monkeypatch)
     _assert_same_read(read_kineto_json(plain, chunk_bytes=1 << 16, jobs=2), want)
@@ -407,13 +409,13 @@ def test_a_file_cut_short_while_it_is_read_is_read_as_far_as_it_goes(
     half = DOCS["spaced"][: len(DOCS["spaced"]) // 2]
     want = read_kineto_json(_write(tmp_path, half, name="half.pt.trace.json"))
     path = _write(tmp_path, DOCS["spaced"])
-    real = jsonload.ByteRange.read_bracketed
+    real = json_files.ByteRange.read_bracketed
 
-    def shrinking(self: jsonload.ByteRange) -> bytearray:
+    def shrinking(self: json_files.ByteRange) -> bytearray:
         os.truncate(path, len(half))  # the half is the document's prefix: never an empty file in between
         return real(self)
 
-    monkeypatch.setattr(jsonload.ByteRange, "read_bracketed", shrinking)
+    monkeypatch.setattr(json_files.ByteRange, "read_bracketed", shrinking)
     got = read_kineto_json(path, chunk_bytes=64, jobs=2)
     assert got is not None and want is not None and len(got.events) > 0
     pd.testing.assert_frame_equal(got.events, want.events)

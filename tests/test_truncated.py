@@ -24,7 +24,10 @@ from traceinsight.cli import main
 from traceinsight.model import TraceRead, is_truncation_warning, truncation_warning
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace
-from traceinsight.readers.jsonload import DAMAGED_EVENTS, StreamFallback, TraceStream, fast_zlib, load_trace_json
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_events import DAMAGED_EVENTS
+from traceinsight.readers.json_files import fast_zlib
+from traceinsight.readers.json_stream import StreamFallback, TraceStream
 from traceinsight.readers.kineto import read_kineto_json
 
 TRUNCATED = corpus.truncated_files()

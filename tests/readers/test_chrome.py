@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import shared_trace
 from traceinsight.model import TraceError, TraceRead
-from traceinsight.readers import jsonload, kineto, read_trace
+from traceinsight.readers import json_stream, kineto, read_trace
 
 XSPACE = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 _CONVERT = """
@@ -223,13 +223,13 @@ def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, mo
     """`report` first streams JSON as Kineto; an XProf export is told apart by its first events and then
     read once, whole, by the Chrome reader (not decoded twice)."""
     decoded: list[int] = []
-    real = jsonload._decode_piece
+    real = json_stream._decode_piece
 
     def counting(piece: Any, exact_hint: bool = False) -> Any:
         decoded.append(len(piece))
         return real(piece, exact_hint)
 
-    monkeypatch.setattr(jsonload, "_decode_piece", counting)
+    monkeypatch.setattr(json_stream, "_decode_piece", counting)
     monkeypatch.setattr(kineto, "_ROWS_TO_TELL_KINETO", 2_000)  # this export has 20,631 complete events
     assert kineto.read_kineto_json(export, chunk_bytes=1 << 16) is None
     assert sum(decoded) < export.stat().st_size / 4  # its first events, not the file

@@ -1,4 +1,4 @@
-"""Epoch µs literals read to the exact ns (`jsonload.exact_times`), against Python's Decimal."""
+"""Epoch µs literals read to the exact ns (`json_times.exact_times`), against Python's Decimal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceinsight.readers.jsonload import exact_times
+from traceinsight.readers.json_times import exact_times
 
 # Numbers as profilers write them (epoch µs with 0-3 decimals), and shapes the fast path hands to Decimal.
 plain = st.builds(

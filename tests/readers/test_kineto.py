@@ -24,7 +24,7 @@ from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers import is_trace_file, read_trace
-from traceinsight.readers.jsonload import load_trace_json
+from traceinsight.readers.json_document import load_trace_json
 
 # (kernels, memcpy) from the README's table.
 README_COUNTS = {

@@ -16,7 +16,8 @@ from pathlib import Path
 from traceinsight.limits import MemoryLimit
 from traceinsight.model import TraceError, TraceRead, is_truncation_warning
 from traceinsight.readers.chrome import read_chrome
-from traceinsight.readers.jsonload import json_size_guess, load_trace_json
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_files import json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
 
 XSPACE_SUFFIX = ".xplane.pb"

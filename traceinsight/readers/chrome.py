@@ -58,18 +58,10 @@ from traceinsight.readers._classify import (
     xprof_host_kind,
 )
 from traceinsight.readers._repair import drop_duplicates, usable_json_times, valid_occupancy
-from traceinsight.readers.jsonload import (
-    NO_ARGS,
-    Args,
-    Event,
-    TraceDoc,
-    category_column,
-    complete_events,
-    exact_times,
-    float_column,
-    int_column,
-    load_trace_json,
-)
+from traceinsight.readers.columns import category_column, float_column, int_column
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_events import NO_ARGS, Args, Event, TraceDoc
+from traceinsight.readers.json_times import complete_events, exact_times
 from traceinsight.rules import STEP_MARKER_PATTERN
 
 _DEVICE_PROCESS = re.compile(r"^/device:(GPU|TPU):(\d+)$")

@@ -11,7 +11,7 @@ Allocated`` and ``Total Reserved`` where written, else (2021 schema: only
 ``Bytes``) the running sum of ``Bytes`` per device from 0 at its first event, with
 ``absolute`` False. The op of each is the outermost CPU op running on its thread.
 
-Files are streamed (`read_kineto_json`, jsonload.TraceStream): each chunk of
+Files are streamed (`read_kineto_json`, json_stream.TraceStream): each chunk of
 decoded events becomes columns (`_convert`, in a worker process when several
 decode at once) and is dropped; `_Rows` joins the chunks and does what needs all
 rows. A document already decoded whole (`read_kineto(path, doc)`, as `read_trace`
@@ -45,25 +45,12 @@ from traceinsight.model import (
 )
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
 from traceinsight.readers._repair import drop_duplicates, valid_occupancy
-from traceinsight.readers.jsonload import (
-    CHUNK_BYTES,
-    NO_ARGS,
-    Args,
-    ColumnBuffers,
-    Event,
-    StreamFallback,
-    StreamRestart,
-    StringPool,
-    TraceDoc,
-    TraceStream,
-    complete_and_instants,
-    float_column,
-    gc_paused,
-    int_column,
-    json_size_guess,
-    load_trace_json,
-    timed_of,
-)
+from traceinsight.readers.columns import ColumnBuffers, StringPool, float_column, int_column
+from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_events import NO_ARGS, Args, Event, TraceDoc, gc_paused
+from traceinsight.readers.json_files import CHUNK_BYTES, json_size_guess
+from traceinsight.readers.json_stream import StreamFallback, StreamRestart, TraceStream
+from traceinsight.readers.json_times import complete_and_instants, timed_of
 
 # Kineto cat (lower-cased) -> (kind, runs on the device). Anything else is host "other".
 _CATEGORIES: dict[str, tuple[str, bool]] = {
