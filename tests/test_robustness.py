@@ -193,7 +193,9 @@ def test_control_characters_in_a_file_name_stay_on_one_line(tmp_path, capsys):
     assert "\x1b" not in err and "\r" not in err
 
 
-def test_python_warnings_do_not_reach_the_user(tmp_path, capsys, monkeypatch):
+def test_python_warnings_are_not_silenced(tmp_path, capsys, monkeypatch):
+    """A warning is a bug to hear about (the tests turn this package's own into failures): the CLI lets it through
+    and the run still succeeds."""
     real = pipeline.analyze
 
     def noisy(*args: Any, **kwargs: Any) -> Any:
@@ -202,8 +204,9 @@ def test_python_warnings_do_not_reach_the_user(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(pipeline, "analyze", noisy)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
-    code, _, err = _report(tmp_path, KINETO_RUN, capsys)
-    assert (code, err) == (0, "")
+    with pytest.warns(RuntimeWarning, match="numpy said something"):
+        code, _, _ = _report(tmp_path, KINETO_RUN, capsys)
+    assert code == 0
 
 
 def test_closed_stdout_is_quiet(tmp_path):
@@ -492,9 +495,7 @@ def test_kineto_huge_float_timestamp_is_skipped(tmp_path):
 def test_kineto_huge_integer_timestamp_is_skipped(tmp_path):
     doc = corpus.kineto_doc()
     doc["traceEvents"].append({**_first_kernel(doc), "ts": 10**22})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        read = _kineto(tmp_path, doc)
+    read = _kineto(tmp_path, doc)
     _same_rows(read.events, _kineto(tmp_path, corpus.kineto_doc(), "c.pt.trace.json").events)
 
 

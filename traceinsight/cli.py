@@ -6,8 +6,9 @@ user can fix it: a file no reader can use, a run over ``--max-memory``, a trace 
 short under ``--strict``), 3 an internal error (a bug of ours: the user cannot fix it, and
 CI should not mistake it for either a bad trace or a crossed threshold), 130
 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM): one line from this process, none from its workers,
-which are killed; no output or temp file is left. ``TRACEINSIGHT_DEBUG=1`` lets internal errors and Python warnings
-through with their tracebacks.
+which are killed; no output or temp file is left. ``TRACEINSIGHT_DEBUG=1`` lets internal errors through with their
+tracebacks. Python warnings are never silenced here: the tests turn any warning raised in this package into a
+failure, so one a user sees is a bug to report, not noise.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import signal
 import sys
 import threading
-import warnings
 from collections.abc import Sequence
 
 from traceinsight import __version__
@@ -93,10 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        with warnings.catch_warnings():
-            if not _debug():  # numpy/pandas warnings mean nothing to a user; trace problems are counted in reports
-                warnings.simplefilter("ignore")
-            code = int(args.handler(args))
+        code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, inside these handlers, not at interpreter exit
         return code
     except (TraceError, ExpressionError) as error:
