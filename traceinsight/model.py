@@ -370,12 +370,15 @@ TRUNCATED = "truncated"  # the first word of a truncation warning
 def truncation_warning(path: object, used_bytes: int, total_bytes: int, what: str = "bytes") -> str:
     """The `TraceRead.warnings` key of a file cut short (a killed job): the report is made from the part read.
 
-    One form for every reader, so `--strict` and the renderers find it by its first word;
-    `what` says which bytes were counted (a gzip file's are its inflated JSON).
+    One form for every reader, so `--strict` and the renderers find it by its first word. `total_bytes` is
+    what the file holds before its cut (`what` says which bytes: a gzip file's are its inflated JSON) and
+    `used_bytes` the part whose events were complete. No share of the run is given: how much the cut lost
+    is unknowable, and the part read is always nearly all of what is there.
     """
-    share = used_bytes / total_bytes if total_bytes else 0.0
-    read = f"{used_bytes:,} of {total_bytes:,} {what} ({share:.0%})"
-    return f"{TRUNCATED}: {path}: ends early; read the complete events in {read}"
+    return (
+        f"{TRUNCATED}: {path}: ends early after {total_bytes:,} {what}; the complete events in the first "
+        f"{used_bytes:,} are read"
+    )
 
 
 def is_truncation_warning(key: str) -> bool:
