@@ -6,6 +6,7 @@ temporary directory (the converter writes cache files next to its input).
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -20,7 +21,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import SAMPLE_TRACES, shared_trace
+from traceinsight.cli import main
 from traceinsight.model import TraceError, TraceRead
 from traceinsight.readers import json_stream, kineto, read_trace
 
@@ -234,3 +236,22 @@ def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, mo
     assert kineto.read_kineto_json(export, chunk_bytes=1 << 16) is None
     assert sum(decoded) < export.stat().st_size / 4  # its first events, not the file
     assert read_trace(export).input.format == "chrome"
+
+
+def test_trace_out_of_a_run_of_several_inputs_reads_back(tmp_path: Path) -> None:
+    """`--trace-out` names a multi-input run's devices ``rank0/device:GPU:0``: read back, each rank's device is
+    there with the kernels its own file holds."""
+    source = SAMPLE_TRACES / "synthetic_gpu" / "input_bound" / "sample_1.1767229323456.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    kernels = sum(e.get("cat") == "kernel" and e.get("ph") == "X" for e in doc["traceEvents"])
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+        (run / f"rank{rank}.1.pt.trace.json").write_text(json.dumps(doc))
+    out = tmp_path / "annotated.json"
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html"), "--trace-out", str(out), "-q"]) == 0
+    back = tmp_path / "back.json"
+    assert main(["report", str(out), "-o", str(tmp_path / "back.html"), "--json", str(back), "-q"]) == 0
+    devices = {d["id"]: d["kernels"]["count"] for d in json.loads(back.read_text())["devices"]}
+    assert devices == {"rank0/GPU:0": kernels, "rank1/GPU:0": kernels}

@@ -64,7 +64,10 @@ from traceinsight.readers.json_events import NO_ARGS, Args, Event, TraceDoc
 from traceinsight.readers.json_times import complete_events, exact_times
 from traceinsight.rules import STEP_MARKER_PATTERN
 
-_DEVICE_PROCESS = re.compile(r"^/device:(GPU|TPU):(\d+)$")
+# XProf's process names, and those of our own `--trace-out` export of a run of several inputs, whose devices
+# and hosts carry the input's label (``rank0/device:GPU:0``, ``rank0/host:CPU``).
+_DEVICE_PROCESS = re.compile(r"^(?:([^/]+)/)?/?device:(GPU|TPU):(\d+)$")
+_HOST_PROCESS = re.compile(r"^(?:[^/]+/)?/?host:(?!metadata$)")
 # What the events of one (process, thread) line become; lines without a role are not read.
 _HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED = range(7)
 _TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
@@ -81,7 +84,7 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     doc = doc if doc is not None else load_trace_json(path)
     processes, threads = _process_and_thread_names(doc.events)
     devices = {p: d for p, name in processes.items() if (d := _device_of(name)) is not None}
-    if not devices and not any(name.startswith("/host:") for name in processes.values()):
+    if not devices and not any(_HOST_PROCESS.match(name) for name in processes.values()):
         raise TraceError(
             path,
             "neither a Kineto trace nor an XProf trace_viewer export (no /device: or /host: process names)",
@@ -172,17 +175,20 @@ def _drop_impossible_times(path: Path | str, doc: TraceDoc) -> None:
 
 
 def _device_of(process: str) -> str | None:
-    """``GPU:4`` for ``/device:GPU:4`` (TPU likewise); None for host and other processes."""
+    """``GPU:4`` for ``/device:GPU:4`` (TPU likewise), ``rank0/GPU:4`` for ``rank0/device:GPU:4`` (the device
+    ids of a run of several inputs); None for host and other processes."""
     match = _DEVICE_PROCESS.match(process)
-    return f"{match[1]}:{match[2]}" if match else None
+    if match is None:
+        return None
+    device = f"{match[2]}:{match[3]}"
+    return device if match[1] is None else f"{match[1]}/{device}"
 
 
 def _line_role(process: str | None, device: str | None, thread: str) -> int:
     """What the events of one line mean, as the XSpace reader decides for the same line."""
     if device is None:
-        host = process is not None and process.startswith("/host:") and process != "/host:metadata"
-        return _HOST if host else _SKIPPED
-    if device.startswith("GPU"):
+        return _HOST if process is not None and _HOST_PROCESS.match(process) else _SKIPPED
+    if device.rpartition("/")[2].startswith("GPU"):
         if thread.startswith("Stream #"):
             return _STREAM
         return _DEVICE_STEPS if thread == "Steps" else _SKIPPED
