@@ -32,6 +32,7 @@ from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
 from traceinsight.rules import (
+    AMPERE_CC,
     BUSY_SHARE_EFFICIENCY_FIRST,
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
@@ -109,9 +110,15 @@ class Tip:
     skip_if: tuple[tuple[str, bool | str], ...] = ()
     only_if: tuple[tuple[str, bool | str], ...] = ()
     stage: str | None = None  # the tf.data stage kind it speeds up: it comes first when that stage is the slowest
+    # Given only on NVIDIA GPUs of at least / below this compute capability (bf16 and TF32 arrive with Ampere, 8.0);
+    # on a run whose GPU is unknown every variant is given.
+    cc_at_least: tuple[int, int] | None = None
+    cc_below: tuple[int, int] | None = None
 
-    def applies(self, seen: dict[str, Any]) -> bool:
+    def applies(self, seen: dict[str, Any], cc: tuple[int, int] | None = None) -> bool:
         if any(seen.get(key) == value for key, value in self.skip_if):
+            return False
+        if cc is not None and not (self.cc_at_least or (0, 0)) <= cc < (self.cc_below or (99, 0)):
             return False
         return not self.only_if or any(seen.get(key) == value for key, value in self.only_if)
 
@@ -355,7 +362,10 @@ def _small_batch(a: Analysis) -> Finding | None:
 
 
 def _compute_capability(a: Analysis) -> tuple[int, int] | None:
-    caps = [parse_compute_capability(d.compute_capability) for d in a.profile.devices.values()]
+    """The oldest NVIDIA compute capability of the run's GPUs. AMD GPUs report their gfx version in the same field
+    (gfx90a as 9.0, gfx942 as 9.4), which the NVIDIA peak tables would misread as a Hopper."""
+    nvidia = [d for d in a.profile.devices.values() if (d.vendor or "").lower() != "amd"]
+    caps = [parse_compute_capability(d.compute_capability) for d in nvidia]
     known = [c for c in caps if c is not None]
     return min(known) if known else None
 
@@ -619,15 +629,34 @@ RULES: tuple[Rule, ...] = (
         _fp32_compute,
         {
             "pytorch": (
-                'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.float16):` around the forward '
-                "pass with `scaler = torch.amp.GradScaler()` for the loss (Volta/Turing); on Ampere and newer use "
-                "`dtype=torch.bfloat16`, which needs no scaler.",
-                "Allow TF32 on Ampere and newer: `torch.backends.cuda.matmul.allow_tf32 = True` and "
-                "`torch.backends.cudnn.allow_tf32 = True`.",
+                Tip(
+                    'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.bfloat16):` around the forward '
+                    "pass (Ampere and newer; bf16 needs no loss scaler).",
+                    cc_at_least=AMPERE_CC,
+                ),
+                Tip(
+                    'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.float16):` around the forward '
+                    "pass with `scaler = torch.amp.GradScaler()` for the loss (Volta/Turing Tensor Cores have no "
+                    "bf16).",
+                    cc_below=AMPERE_CC,
+                ),
+                Tip(
+                    "Allow TF32 for what stays in FP32 (Ampere and newer): "
+                    "`torch.backends.cuda.matmul.allow_tf32 = True` and `torch.backends.cudnn.allow_tf32 = True`.",
+                    cc_at_least=AMPERE_CC,
+                ),
             ),
             "tensorflow": (
-                'Enable mixed precision: `tf.keras.mixed_precision.set_global_policy("mixed_float16")` '
-                '(or "mixed_bfloat16").',
+                Tip(
+                    'Enable mixed precision: `tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")` '
+                    "(Ampere and newer).",
+                    cc_at_least=AMPERE_CC,
+                ),
+                Tip(
+                    'Enable mixed precision: `tf.keras.mixed_precision.set_global_policy("mixed_float16")` '
+                    "(Volta/Turing Tensor Cores have no bf16; Keras scales the loss).",
+                    cc_below=AMPERE_CC,
+                ),
             ),
             "jax": ("Compute in bfloat16: cast parameters and inputs to `jnp.bfloat16` (keep an fp32 master copy).",),
         },
@@ -757,10 +786,12 @@ def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[st
         "batch_factor": f"{evidence.get('batch_factor_assumed', DEFAULT_BATCH_FACTOR):g}",
     }
 
+    cc = _compute_capability(analysis)
+
     def text(tip: str | Tip) -> str | None:
         if isinstance(tip, str):
             return tip
-        return tip.text.format(**context) if tip.applies(seen) else None
+        return tip.text.format(**context) if tip.applies(seen, cc) else None
 
     own = _tips_for(rule, analysis)
     if own:

@@ -371,6 +371,9 @@ SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND = 0.5
 DRAINED_QUEUE_LAUNCH_DELAY_NS = 50_000
 # Tensor Cores count as unused when they run less than this share of eligible kernel time.
 TENSOR_CORE_UNUSED_SHARE = 0.1
+# NVIDIA Ampere's compute capability: from here on Tensor Cores take bf16 and TF32 (A100 data sheet), so mixed
+# precision advice names bf16 (no loss scaler) and TF32; below it, fp16 with a loss scaler.
+AMPERE_CC = (8, 0)
 # From this median device-busy share of the step on, efficiency estimates rank before stalls.
 BUSY_SHARE_EFFICIENCY_FIRST = 0.9
 # The headline applies at most this many fixes.

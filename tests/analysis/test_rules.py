@@ -56,6 +56,34 @@ def test_fp32_rule_respects_compute_capability():
     assert find_bottlenecks(analyze(profile(rows))) == []
 
 
+@pytest.mark.parametrize(
+    ("framework", "vendor", "cc", "first_fix", "absent"),
+    [
+        ("pytorch", "Nvidia", "7.0", "dtype=torch.float16", ("bfloat16", "allow_tf32")),  # V100: fp16 + scaler
+        ("pytorch", "Nvidia", "8.0", "dtype=torch.bfloat16", ("torch.float16", "GradScaler")),  # A100: bf16, TF32 too
+        ("tensorflow", "Nvidia", "7.5", '"mixed_float16"', ("bfloat16",)),
+        ("tensorflow", "Nvidia", "9.0", '"mixed_bfloat16"', ('"mixed_float16"',)),
+    ],
+)
+def test_mixed_precision_advice_fits_the_gpu(framework, vendor, cc, first_fix, absent):
+    rows = [kernel(0, 1000, 1, name="volta_sgemm_128x64_nn"), kernel(1000, 1000, 2, name="elementwise")]
+    p = profile(rows, framework=framework)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", vendor=vendor, compute_capability=cc)}
+    (found,) = find_bottlenecks(analyze(p))
+    fixes = found.recommendations
+    assert first_fix in fixes[0] and not any(word in fix for word in absent for fix in fixes), fixes
+    assert any("allow_tf32" in fix for fix in fixes) == (framework == "pytorch" and cc != "7.0")
+
+
+def test_an_amd_gpu_is_not_read_as_an_nvidia_compute_capability():
+    """ROCm traces put the gfx version where CUDA puts the compute capability (MI250 = gfx90a = "9.0"): the
+    H100 peak table must not price mixed precision on it."""
+    rows = [kernel(0, 1000, 1, name="volta_sgemm_128x64_nn"), kernel(1000, 1000, 2, name="elementwise")]
+    p = profile(rows)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", vendor="AMD", compute_capability="9.0")}
+    assert find_bottlenecks(analyze(p)) == []
+
+
 def test_steps_inferred_from_repeating_host_event():
     rows = [host("cpu_op", i * 100, 90, "multi_step_on_iterator") for i in range(5)]
     rows += [host("cpu_op", i * 100 + 10, 20, "MatMul") for i in range(5)]
