@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ORJSON_PARSE = """
@@ -57,7 +58,7 @@ def run_child(argv: list[str]) -> tuple[float, float, str]:
 
 def stages(path: Path) -> None:
     """Time each step of `report` in this process (run by the benchmark in a child), as the command runs them:
-    charts drawn by a forked process that imports matplotlib while this one analyses."""
+    the page drawn by a painting process that imports matplotlib while this one reads and analyses."""
     start = last = time.perf_counter()
 
     def mark(label: str) -> None:
@@ -74,14 +75,13 @@ def stages(path: Path) -> None:
     from traceinsight.parallel import default_jobs
     from traceinsight.report.html import render_html
     from traceinsight.report.json import build_report, dumps
-    from traceinsight.report.painter import ChartPainter
+    from traceinsight.report.painter import Painter
 
     mark("imports")
-    with ChartPainter(parallel=default_jobs() > 1) as painter:
+    with Painter() if default_jobs() > 1 else nullcontext() as painter:
         profile = load_run(discover(path), path, jobs=default_jobs())
         rows = len(profile.events)
         mark(f"load ({rows:,} rows)")
-        painter.warm_up()
         analysis = analyze(profile)
         del profile
         mark("analyze")

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM during a report: exit 130 / 143, one line from the main process only (no traceback from a
-reader, the chart painter or its helper), no process left behind, no output or temp file left.
+reader or the chart painter), no process left behind, no output or temp file left.
 
 The input is a real Kineto trace (../shared/traces) replicated to about 300 MB (`benchmarks/replicate.py`, the
 `trace_300mb` fixture), as the issue asks: the signal lands while it is being read, by several processes when

@@ -7,16 +7,21 @@ and the slowest rank are known from the timelines' ground truth.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import shutil
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import REPO, shared_trace
 from tools.synth import GpuTimeline, TimelineBuilder
 from traceinsight import parallel
 from traceinsight.cli import main
@@ -197,8 +202,118 @@ def test_load_run_reads_the_files_in_processes_into_the_same_table(rank_dir) -> 
     assert [i.rank for i in apart.inputs] == list(range(RANKS))
 
 
+def test_trace_out_reads_the_files_in_processes(rank_dir, one_by_one, tmp_path: Path, monkeypatch) -> None:
+    """``--trace-out`` needs the run's event table here, so the files are read in processes by `load_run`
+    (not read and analysed apart): the same JSON, and the timeline holds every rank's device."""
+    load = importlib.import_module("traceinsight.load")  # the package's `load` is the API's function
+    mapped = []
+    real = load.map_run
+
+    def spied(func: Any, *args: Any) -> Any:
+        mapped.append(func.func.__name__)
+        return real(func, *args)
+
+    monkeypatch.setattr(load, "map_run", spied)
+    code, report = _report(rank_dir[0], tmp_path, "--jobs", "2", "--trace-out", str(tmp_path / "t.json"))
+    assert code == 0 and report == one_by_one[0] and mapped == ["read_input"]
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert {f"rank{r}/device:GPU:0" for r in range(RANKS)} <= processes
+
+
 @pytest.mark.parametrize(("platform", "method"), [("linux", "fork"), ("darwin", "spawn"), ("win32", "spawn")])
 def test_workers_fork_only_on_linux(monkeypatch, platform, method):
     """macOS offers fork, but forking a process whose threads ran is unsafe there (issue 13): spawn."""
     monkeypatch.setattr(parallel.sys, "platform", platform)
-    assert parallel.fork_context().get_start_method() == method
+    assert parallel.start_context(threaded=False).get_start_method() == method
+
+
+@pytest.fixture
+def live_thread() -> Iterator[threading.Thread]:
+    """Another thread of this process, alive until the test ends (as a server's, or a pool's)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="a server thread")
+    thread.start()
+    yield thread
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's only")
+def test_a_process_with_another_thread_never_forks(live_thread) -> None:
+    """A thread may hold a lock at a fork that the child then waits for for ever: with one alive, workers start
+    from the fork server, whose process runs no thread; a server's choice does not depend on the moment."""
+    assert live_thread.is_alive()
+    assert parallel.start_context().get_start_method() == "forkserver"
+    assert parallel.start_context(threaded=True).get_start_method() == "forkserver"
+    with parallel.Child("test", parallel.start_context()) as child:  # works as a forked one does
+        assert child.call(_square, Path("7")) == 49
+
+
+# A report in a fresh interpreter (this one may hold other tests' threads), each fork, in whichever process,
+# writing its process's thread count to a file first; then the threads and processes it left behind.
+_LOGGED_REPORT = """
+import multiprocessing, os, sys, threading
+from traceinsight.cli import main
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+fork = os.fork
+def logged_fork():
+    os.write(log, f"{os.getpid()} {threading.active_count()}\\n".encode())
+    return fork()
+os.fork = logged_fork
+code = main(sys.argv[2:])
+print(code, os.getpid(), threading.active_count(), len(multiprocessing.active_children()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's only")
+def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one, tmp_path: Path) -> None:
+    """Every fork of a report (the painting process, the two workers reading the eight ranks) happens in a
+    process that runs no other thread, and the report leaves no thread or process behind."""
+    log = tmp_path / "forks"
+    argv = ["report", str(rank_dir[0]), "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"), "-q"]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOGGED_REPORT, str(log), *argv, "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    code, pid, threads, children = done.stdout.split()
+    assert code == "0" and _analysed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
+    forks = [line.split() for line in log.read_text().splitlines()]
+    assert [p for p, _ in forks] == [pid] * 3  # the painter, then the two workers
+    assert {count for _, count in forks} == {"1"}
+    assert (threads, children) == ("1", "0")
+
+
+def _fails(kind: str) -> None:
+    if kind == "trace":
+        raise TraceError("some.json", "cut short")
+    if kind == "value":
+        raise ValueError("no good")
+    os._exit(9)
+
+
+def test_a_child_raises_its_calls_errors_here() -> None:
+    """A call's exception comes back as itself (a `TraceError` too, which does not pickle) with the child's
+    traceback as its cause; a child that dies is an error naming it; either way the process is gone after."""
+    with pytest.raises(TraceError) as trace_error, parallel.Child("test") as child:
+        child.call(_fails, "trace")
+    assert (trace_error.value.path, trace_error.value.reason) == ("some.json", "cut short")
+    assert not child.process.is_alive()
+    with pytest.raises(ValueError, match="no good") as value_error, parallel.Child("test") as child:
+        child.call(_fails, "value")
+    assert "in _fails" in str(value_error.value.__cause__)
+    with pytest.raises(RuntimeError, match=r"the test process died \(exit code 9"), parallel.Child("test") as child:
+        child.call(_fails, "exit")
+    assert child.process.exitcode == 9
+
+
+def test_a_child_runs_its_calls_in_order_and_ends_when_told() -> None:
+    with parallel.Child("test") as child:
+        child.submit(_square, Path("2"))
+        child.submit(_square, Path("3"))
+        assert (child.result(), child.result()) == (4, 9)
+        assert child.call(os.getpid) == child.process.pid != os.getpid()
+    assert child.process.exitcode == 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -52,7 +52,7 @@ from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
 
 if TYPE_CHECKING:
-    from traceinsight.report.painter import ChartPainter
+    from traceinsight.report.painter import Painter
 
 __all__ = ["Profile", "Report", "TraceError", "analyze", "load"]
 
@@ -103,7 +103,6 @@ def analyze(
     *,
     scheduler: str | None = None,
     progress: TextIO | None = None,
-    on_loaded: Callable[[], None] | None = None,
     on_analysed: OnAnalysed | None = None,
     max_memory: str | int | None = None,
 ) -> Report:
@@ -114,7 +113,6 @@ def analyze(
     under the path (``--run``). `jobs`: read and analyse that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_loaded()` is called once the traces are read, before the analyses (the CLI starts drawing then).
     `on_analysed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
     ``--trace-out`` export); the inputs are then read in this process. `max_memory`: as for `load`.
 
@@ -127,12 +125,10 @@ def analyze(
     if isinstance(path_or_profile, Profile):
         if run is not None:
             raise ValueError("`run` picks one of the runs under a path; a Profile is one run already")
-        if on_loaded is not None:
-            on_loaded()
         return Report(analyse_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
     limit = MemoryLimit.of(max_memory)
-    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_loaded, on_analysed, limit)
+    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analysed, limit)
     return Report(analysed, path)
 
 
@@ -285,9 +281,9 @@ class Report:
         """The ``--json`` document as text, as the CLI writes it (sorted keys, two-space indent)."""
         return dumps(self._analysed.report)
 
-    def to_html(self, painter: ChartPainter | None = None) -> str:
+    def to_html(self, painter: Painter | None = None) -> str:
         """The full page, one self-contained file (no network requests), as ``traceinsight report -o`` writes
-        it; its charts drawn by `painter` (the CLI's, in processes of their own), else here."""
+        it; its charts drawn by `painter` (the CLI's, in a process of its own), else here."""
         if painter is None:
             _import_charts()
         return render_html(self._analysed.report, self.analysis, painter)

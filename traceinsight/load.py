@@ -16,7 +16,6 @@ from typing import TextIO, TypeVar
 
 from traceinsight.discover import Run
 from traceinsight.limits import MemoryLimit
-from traceinsight.memory import release_free_memory
 from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
 from traceinsight.readers import read_trace
@@ -76,9 +75,7 @@ def load_run(
         finally:
             if bar:
                 bar.close()
-    profile = merge_reads(reads, name=run.name)
-    release_free_memory()  # what decoding left free in the heap, before the analyses allocate
-    return profile
+    return merge_reads(reads, name=run.name)
 
 
 def input_base(path: Path) -> Path:

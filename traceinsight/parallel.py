@@ -1,4 +1,5 @@
-"""Run one function over many trace files: here, in a pool of processes, or on a Dask cluster.
+"""The processes of traceinsight: one function over many trace files (here, in a pool of processes, or on a
+Dask cluster), and processes of their own for one job at a time (`Child`).
 
 Files are independent until they are merged, so each is read where a core is free
 and only its result travels back: the `TraceRead`, whose event table is already
@@ -10,6 +11,12 @@ Dask (``dask[distributed]``, the ``dask`` extra) is imported only when a
 scheduler is asked for: ``"local"`` starts a LocalCluster on this machine, any
 other value is a scheduler address (``tcp://host:8786``) whose workers can read
 the same paths (a shared file system; pass absolute ones).
+
+Every process this package starts comes from here (`worker_pool`, `Child`), started as
+`start_context` says: forked only on Linux and only from a process that runs no other
+thread, since a thread may hold a lock at the fork that the child then waits for for ever.
+So nothing here leaves a thread behind: a `Child` talks through a pipe, a pool's threads
+end with it.
 """
 
 from __future__ import annotations
@@ -17,19 +24,28 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing.context import BaseContext
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceinsight.model import TraceError
+
+if TYPE_CHECKING:  # Windows has neither fork nor a fork server
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+
+    Context = ForkContext | ForkServerContext | SpawnContext
 
 R = TypeVar("R")
 LOCAL = "local"
@@ -90,10 +106,33 @@ def _call(func: Callable[[Path], R], path: Path) -> R | _Failed:
         return _Failed(error.path, error.reason)
 
 
-def fork_context() -> BaseContext:
-    """How worker processes start: forked on Linux (no imports to repeat), spawned elsewhere. macOS offers fork
-    too, but its system libraries are not fork-safe once threads ran (Python's default there is spawn)."""
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+def start_context(preload: Sequence[str] = (), threaded: bool | None = None) -> Context:
+    """How this process starts its workers: forked on Linux while it runs no other thread (the child has its
+    imports at once); from a fork server on Linux once threads run (a thread may hold a lock at the fork, which
+    the child would wait for for ever), the server importing `preload` once; spawned elsewhere (macOS offers
+    fork, but its system libraries are not fork-safe once used; Python's default there is spawn).
+
+    `threaded`: whether this process will run other threads when it starts them (a server answering on
+    threads), if not whether it runs them now. Threads only C libraries know of are not counted: OpenBLAS
+    keeps an idle pool from numpy's import on, and stops it around a fork itself (``pthread_atfork``).
+    """
+    if not sys.platform.startswith("linux"):
+        return multiprocessing.get_context("spawn")
+    if not (threading.active_count() > 1 if threaded is None else threaded):
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    if preload:
+        context.set_forkserver_preload(list(preload))
+    return context
+
+
+def start_fork_server(preload: Sequence[str]) -> None:
+    """Start the fork server (`start_context` of a threaded process) now, in the background, so the first
+    process started from it does not wait for its imports (`preload`); nothing where there is none (not Linux)."""
+    if start_context(preload, threaded=True).get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        threading.Thread(target=forkserver.ensure_running, name="traceinsight-fork-server", daemon=True).start()
 
 
 _PR_SET_PDEATHSIG = 1
@@ -111,9 +150,10 @@ def quiet_worker() -> None:
 
 @contextmanager
 def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A `ProcessPoolExecutor` of forked `quiet_worker`s. Left by an exception (Ctrl-C, SIGTERM, an error, a
-    generator closed early) it kills its workers instead of waiting for their work to end."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=fork_context(), initializer=quiet_worker)
+    """A `ProcessPoolExecutor` of `quiet_worker`s (`start_context`). Left by an exception (Ctrl-C, SIGTERM, an
+    error, a generator closed early) it kills its workers instead of waiting for their work to end; either way
+    its threads here end with it."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=quiet_worker)
     try:
         yield pool
     except BaseException:
@@ -140,6 +180,119 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             process.join(5)
     with suppress(OSError, AttributeError):  # the workers are gone: no one else writes there
         results._writer.close()  # type: ignore[union-attr]
+
+
+class Child:
+    """A process of its own that runs the calls sent to it one at a time, in order: the chart painter, a
+    TensorBoard report job. It is started at once (`start_context`, or `context`) and talks through a pipe, so
+    this process runs no thread for it and a later fork from here stays safe (a `ProcessPoolExecutor` would
+    leave two behind). As a context manager: left by an exception (Ctrl-C, SIGTERM, an error) it is killed,
+    else told to end and joined."""
+
+    def __init__(self, what: str, context: Context | None = None) -> None:
+        self.what = what
+        context = context or start_context()
+        self._pipe, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, args=(theirs,), name=f"traceinsight-{what}")
+        self.process.start()
+        theirs.close()
+        self._pending = 0
+
+    def submit(self, func: Callable[..., Any], *args: Any) -> None:
+        """Have the child call ``func(*args)`` after the calls before it; `result` gives its outcome."""
+        self._pipe.send((func, args))
+        self._pending += 1
+
+    def result(self) -> Any:
+        """The outcome of the oldest call not yet collected: its value, or its exception raised here (a
+        `TraceError` as one; a `RuntimeError` when the process died, as when the kernel kills it for memory)."""
+        self._pending -= 1
+        try:
+            ok, value, remote = self._pipe.recv()
+        except EOFError:
+            self.process.join()
+            raise RuntimeError(
+                f"the {self.what} process died (exit code {self.process.exitcode}; out of memory?)"
+            ) from None
+        if ok:
+            return value
+        if isinstance(value, _Failed):
+            raise TraceError(value.path, value.reason)
+        raise value from _RemoteTraceback(remote)
+
+    def latest(self) -> Any:
+        """The outcome of the latest call, once those before it are done (their errors raised first)."""
+        while self._pending > 1:
+            self.result()
+        return self.result()
+
+    def call(self, func: Callable[..., R], *args: Any) -> R:
+        """``func(*args)`` in the child, once the calls sent before it are done (their errors raised first)."""
+        self.submit(func, *args)
+        return self.latest()  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Kill the process (SIGKILL: no handler runs, nothing is printed) and reap it. Another thread may call
+        this while one waits for a `result`: that one then raises, as for a process that died."""
+        with suppress(OSError, ValueError):  # already gone
+            self.process.kill()
+        self.process.join()
+
+    def close(self) -> None:
+        """Let the process end once its calls are done, and reap it."""
+        with suppress(OSError):  # it died already: its end of the pipe is closed
+            self._pipe.send(None)
+        self.process.join()
+        self._pipe.close()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if error is None:
+            self.close()
+        else:  # interrupted, or failed: no waiting for work nobody will use
+            self.stop()
+            self._pipe.close()
+
+
+class _RemoteTraceback(Exception):
+    """Where a `Child`'s call failed, in its process: the cause of the exception raised here."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _serve(pipe: Connection) -> None:
+    """A `Child`'s process: (ok, value, traceback) back for each call, until told to end or orphaned."""
+    quiet_worker()
+    while True:
+        try:
+            call = pipe.recv()
+        except EOFError:  # the parent is gone
+            return
+        if call is None:
+            return
+        func, args = call
+        try:
+            outcome: tuple[bool, Any, str] = (True, func(*args), "")
+        except BaseException as error:  # noqa: BLE001  # every failure is the caller's to raise
+            outcome = (False, _portable(error), traceback.format_exc())
+        pipe.send(outcome)
+
+
+def _portable(error: BaseException) -> BaseException | _Failed:
+    """`error` as it can travel back: a `TraceError` as `_Failed`, one that does not pickle as a RuntimeError
+    of its message."""
+    if isinstance(error, TraceError):
+        return _Failed(error.path, error.reason)
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001  # whatever stops it pickling
+        return RuntimeError(str(error) or type(error).__name__)
+    return error
 
 
 def _pool_map(

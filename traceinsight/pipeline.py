@@ -92,21 +92,17 @@ def analyse_path(
     jobs: int = 1,
     scheduler: str | None = None,
     progress: TextIO | None = None,
-    on_loaded: Callable[[], None] | None = None,
     on_analysed: OnAnalysed | None = None,
     limit: MemoryLimit | None = None,
 ) -> Analysed:
     """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
-    `scheduler`, `progress` and `limit`). `on_loaded()` is called before the analyses: once the traces are
-    read here, or as the workers that read and analyse the inputs start. `on_analysed(analysis, report,
-    files)` is called while the analysis still holds the run's event table (an export needs it), so with it
-    the inputs are read here, never analysed apart."""
+    `scheduler`, `progress` and `limit`). `on_analysed(analysis, report, files)` is called while the analysis
+    still holds the run's event table (an export needs it), so with it the inputs are read here, never analysed
+    apart."""
     run = find_run(path, run_name)
     if on_analysed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analysed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
-        if on_loaded is not None:
-            on_loaded()
         each = shared_limit(limit, scheduler, min(jobs, len(run.files)))  # jobs tables at a time
         read_and_analyse = partial(
             _read_and_analyse, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each
@@ -116,8 +112,6 @@ def analyse_path(
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit)
-        if on_loaded is not None:
-            on_loaded()
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
     return _reported(analysis, run, path, on_analysed)
 

@@ -2,10 +2,13 @@
 
 import numpy as np
 
+from tests.conftest import SAMPLE_TRACES
 from traceinsight.analysis import analyze
 from traceinsight.model import Profile, make_event_table
+from traceinsight.pipeline import analyse_path
 from traceinsight.report import charts
-from traceinsight.report.painter import ChartPainter
+from traceinsight.report.html import render_html
+from traceinsight.report.painter import Painter
 
 
 def _steps(n: int) -> dict:
@@ -49,12 +52,12 @@ def test_timeline_is_one_band_per_device_then_a_heatmap():
     assert ": busy " not in many
 
 
-def test_painter_process_draws_what_this_process_draws():
-    """The charts drawn in the painter's own process are the page's charts, byte for byte."""
-    analysis = _analysis(2)
-    report = {"steps": {"items": _steps(3)["steps"]["items"]}, "devices": []}
-    here = ChartPainter(parallel=False).paint(report, analysis)
-    with ChartPainter(parallel=True) as painter:
-        painter.warm_up()
-        there = painter.paint(report, analysis)
-    assert here == there and here["timeline"] and here["steps"]
+def test_painter_process_draws_the_page_this_process_draws():
+    """The page whose charts the painting process draws (half of them by its helper) is the page drawn here,
+    byte for byte."""
+    run = analyse_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
+    here = render_html(run.report, run.analysis)
+    with Painter() as painter:
+        there = render_html(run.report, run.analysis, painter)
+    assert here == there
+    assert all(f'<g id="{name}-hover-0">' in here for name in ("steps", "timeline"))

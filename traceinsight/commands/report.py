@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,7 @@ from traceinsight.pipeline import (
     relative_link,
     removed_on_interrupt,
 )
-from traceinsight.report.painter import ChartPainter
-from traceinsight.report.trace_export import parse_steps, write_annotated_trace
+from traceinsight.report.painter import Painter
 
 DEFAULT_HTML = "traceinsight-report.html"
 
@@ -99,7 +99,8 @@ class ReportCommand:
     def _report(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
         trace_warnings: list[str] = []
         export = _trace_export(args, trace_warnings) if args.trace_out else None
-        with ChartPainter(parallel=args.jobs > 1) as painter:
+        # With jobs to spare, the charts are drawn in a process of their own, started now while this one is small.
+        with Painter() if args.jobs > 1 else nullcontext() as painter:
             report = analyze(
                 args.path,
                 args.small_kernel_us,
@@ -107,7 +108,6 @@ class ReportCommand:
                 args.jobs,
                 scheduler=args.scheduler,
                 progress=progress_stream(args.quiet),
-                on_loaded=painter.warm_up,
                 on_analysed=export,
                 max_memory=args.max_memory,
             )
@@ -129,6 +129,8 @@ class ReportCommand:
 
 def _steps(text: str) -> tuple[int, int]:
     """``--steps A:B`` (or one id) as `write_annotated_trace` takes it; a usage error otherwise."""
+    from traceinsight.report.trace_export import parse_steps  # only with --steps
+
     try:
         return parse_steps(text)
     except ValueError as err:
@@ -139,6 +141,7 @@ def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalysed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""
+    from traceinsight.report.trace_export import write_annotated_trace  # only with --trace-out
 
     def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:
         if args.strict:

@@ -34,7 +34,7 @@ from traceinsight.report.format import (
     plural,
     step_spread,
 )
-from traceinsight.report.painter import ChartPainter
+from traceinsight.report.painter import Charts, Painter, draw_charts
 from traceinsight.report.wording import other_warnings, partial_notes, projection_sentence, verdict_sentence
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -177,9 +177,16 @@ def without_empty_columns(page: str) -> str:
     return _TABLE.sub(lambda m: _without_empty_columns(m.group(0)), page)
 
 
-def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainter | None = None) -> str:
-    """The page; its charts drawn by `painter` (in its own process), else here."""
-    drawn = (painter or ChartPainter(parallel=False)).paint(report, analysis)
+def render_html(report: dict[str, Any], analysis: Analysis, painter: Painter | None = None) -> str:
+    """The page; its charts drawn by `painter` (in its own process, while the templates compile here), else here."""
+    if painter is None:
+        return _page(report, draw_charts(report, analysis))
+    painter.paint(report, analysis)
+    compile_templates()
+    return _page(report, painter.charts())
+
+
+def _page(report: dict[str, Any], drawn: Charts) -> str:
     charts = {name: Markup(svg) if svg else None for name, svg in drawn.items()}
     page = (
         environment()
@@ -187,6 +194,14 @@ def render_html(report: dict[str, Any], analysis: Analysis, painter: ChartPainte
         .render(report=report, charts=charts, verdict=verdict_sentence(report), headline=projection_sentence(report))
     )
     return without_empty_columns(page)
+
+
+def compile_templates() -> None:
+    """Compile every template now, while waiting for something else (jinja2 compiles one on its first use, an
+    included one when it is reached)."""
+    env = environment()
+    for name in env.list_templates():
+        env.get_template(name)
 
 
 def render_notebook(report: dict[str, Any], analysis: Analysis) -> str:

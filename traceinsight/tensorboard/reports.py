@@ -3,16 +3,16 @@
 A report takes seconds to minutes, so TensorBoard's request threads never compute one: the first request
 starts a job and answers a progress state, later ones find the job running or its result. Each job runs in
 a process of its own, at most `workers` at a time, so one slow (or crashing) run leaves the others free and
-its memory goes back when it ends. Processes come from a fork server that has imported the analysis
-(TensorBoard's server is multi-threaded, so forking it directly is unsafe; pyplot in threads is unsafe too),
-else are spawned. A run whose files change (still being written) gets a new job once the running one ends:
-at most one job per run runs. TensorBoard's exit ends the jobs still running.
+its memory goes back when it ends. Processes start as `parallel.start_context` says for a process that
+answers on threads (TensorBoard's server: forking it directly is unsafe; pyplot in threads is unsafe too):
+from a fork server that has imported the analysis on Linux, else spawned. A run whose files change (still
+being written) gets a new job once the running one ends: at most one job per run runs. TensorBoard's exit
+ends the jobs still running.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
 import threading
 import time
@@ -20,15 +20,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from traceinsight.parallel import Child, start_context, start_fork_server
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
-
-if TYPE_CHECKING:  # Windows has no fork server
-    from multiprocessing.context import ForkServerContext, SpawnContext
 
 # Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
 MAX_CACHED = 32
@@ -62,25 +58,6 @@ def _job(logdir: str, run: str, root: str) -> tuple[str, str]:
     if not reads_inside(found, Path(logdir)):
         raise RuntimeError(f"run {run!r} links to files outside the logdir")
     return compute_report(Path(logdir), run)
-
-
-def _child(send: Connection, job: Job, args: tuple[str, str, str]) -> None:
-    """A job's process: (True, result) or (False, the error's message) back to the parent."""
-    try:
-        outcome: tuple[bool, Any] = (True, job(*args))
-    except BaseException as error:  # noqa: BLE001  # every failure is the tab's to show
-        outcome = (False, str(error) or type(error).__name__)
-    send.send(outcome)
-    send.close()
-
-
-def _context() -> SpawnContext | ForkServerContext:
-    """A fork server that imports the analysis first where the platform has one, else spawn."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
-        return context
-    return multiprocessing.get_context("spawn")
 
 
 @dataclass
@@ -124,23 +101,14 @@ class ReportStore:
         self._job: Job = job or _job
         self._slots = threading.BoundedSemaphore(workers or max(2, min(4, os.cpu_count() or 1)))
         self._lock = threading.Lock()
-        self._context: SpawnContext | ForkServerContext | None = None
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._processes: set[BaseProcess] = set()
+        self._children: set[Child] = set()
         atexit.register(self.close)
 
-    def _start_method(self) -> SpawnContext | ForkServerContext:
-        with self._lock:
-            if self._context is None:
-                self._context = _context()
-            return self._context
-
-    def warm_up(self) -> None:
+    @staticmethod
+    def warm_up() -> None:
         """Start the fork server (it imports the analysis) before the first report is asked for."""
-        if self._context is None and self._start_method().get_start_method() == "forkserver":
-            from multiprocessing import forkserver
-
-            threading.Thread(target=forkserver.ensure_running, name="traceinsight-warm-up", daemon=True).start()
+        start_fork_server(_PRELOAD)
 
     def get(self, run: ProfileRun) -> Outcome:
         """The report of `run` if ready for its files as they are now, else the job's state (started here)."""
@@ -172,26 +140,15 @@ class ReportStore:
                 future.set_exception(error)
 
     def _in_process(self, args: tuple[str, str, str]) -> tuple[str, str]:
-        context = self._start_method()
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_child, args=(send, self._job, args), name="traceinsight-report")
-        process.start()
-        send.close()
+        child = Child("analysis", start_context(_PRELOAD, threaded=True))
         with self._lock:
-            self._processes.add(process)
+            self._children.add(child)
         try:
-            ok, value = receive.recv()
-        except EOFError:
-            process.join()
-            raise RuntimeError(f"the analysis process died (exit code {process.exitcode}; out of memory?)") from None
+            with child:
+                return child.call(self._job, *args)
         finally:
-            receive.close()
             with self._lock:
-                self._processes.discard(process)
-        process.join()
-        if not ok:
-            raise RuntimeError(value)
-        return value
+                self._children.discard(child)
 
     def _trim(self) -> None:
         """Forget the least recently asked finished reports beyond `MAX_CACHED`."""
@@ -216,8 +173,6 @@ class ReportStore:
     def close(self) -> None:
         """End the jobs still running (TensorBoard exits; tests), so no analysis outlives the server."""
         with self._lock:
-            running = list(self._processes)
-        for process in running:
-            process.terminate()
-        for process in running:
-            process.join(timeout=5)
+            running = list(self._children)
+        for child in running:
+            child.stop()
