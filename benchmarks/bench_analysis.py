@@ -1,12 +1,13 @@
 """Do the analyses scale linearly? Their time on a trace and on the same trace 10x longer.
 
 Two traces are made by `replicate` (--copies and 10x --copies copies of a real
-trace laid end to end), read (not timed), and each analysis of `analyze`, the
-findings + JSON report, and the HTML page are timed on both (best of --repeat).
+trace laid end to end; `replicate_xspace` for a ``--source`` that is an XSpace), read
+(not timed), and each analysis of `analyze`, the findings + JSON report, and the
+HTML page are timed on both (best of --repeat).
 Linear means the 10x trace takes about 10x the time; a ratio well above 10 is
 a super-linear step, one well below means fixed costs dominate the small trace.
 
-Run from the repository root: ``python -m benchmarks.bench_analysis [--copies 3] [--repeat 3]``.
+Run from the repository root: ``python -m benchmarks.bench_analysis [--copies 3] [--repeat 3] [--source FILE]``.
 Figures measured on the project's 2-core VM are in benchmarks/README.md.
 """
 
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.replicate import DEFAULT_SOURCE, Replicator
+from benchmarks.replicate_xspace import XSpaceReplicator
 from traceinsight import analysis
 from traceinsight.analysis.devices import device_usage
+from traceinsight.analysis.host_ops import host_op_rows
 from traceinsight.analysis.steps import find_steps
 from traceinsight.findings import find_bottlenecks
 from traceinsight.model import Profile, merge_reads
@@ -55,6 +58,9 @@ def timings(profile: Profile, repeat: int) -> dict[str, float]:
         "kernel_stats": lambda: analysis.kernel_stats(events, usages, analysis.DEFAULT_SMALL_KERNEL_NS),
         "copy_stats": lambda: analysis.copy_stats(events, usages),
         "input_pipeline": lambda: analysis.input_pipeline(events, steps),
+        "step_model": lambda: analysis.step_model(events, usages, result.gaps, steps),
+        "host_ops": lambda: analysis.host_ops(events, steps.input_id),
+        "host_op_rows": lambda: host_op_rows(events, steps.input_id),
         "analyze (all)": lambda: analysis.analyze(profile),
         "findings + JSON": lambda: build_report(result, find_bottlenecks(result)),
         "HTML": lambda: render_html(report, result),
@@ -68,11 +74,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     args = parser.parse_args()
-    replicator = Replicator(args.source)
+    xspace = args.source.name.endswith(".xplane.pb")
+    replicator = XSpaceReplicator(args.source) if xspace else Replicator(args.source)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for copies in (args.copies, 10 * args.copies):
-            path = replicator.write(Path(tmp) / f"x{copies}.pt.trace.json", copies)
+            path = replicator.write(Path(tmp) / f"x{copies}{'.xplane.pb' if xspace else '.pt.trace.json'}", copies)
             profile = merge_reads([read_trace(path)], name=path.name)
             results.append((len(profile.events), timings(profile, args.repeat)))
     (small_n, small), (big_n, big) = results

@@ -1,13 +1,19 @@
 """Host framework ops: self time by nesting, and the input pipeline's slowest user function by name."""
 
+import re
+
+import numpy as np
+import pandas as pd
 import pytest
 
 from tests.analysis.builders import US, host, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
+from traceinsight.analysis.step_model import _names_match
 from traceinsight.discover import discover
 from traceinsight.load import load_run
 from traceinsight.readers.xplane_schema import XSpace
+from traceinsight.rules import OPTIMIZER_UPDATE_PATTERN
 
 
 def _row(ts, dur, name, thread):
@@ -55,3 +61,15 @@ def test_slow_decode_named_on_the_input_bound_tf_run():
     assert (top.function, top.calls, top.holds_gil) == ("slow_decode", len(durations), True)
     assert top.total_ns == pytest.approx(sum(durations) / 1000, abs=len(durations))
     assert top.total_ns == pytest.approx(1.54e9, rel=0.01)
+
+
+def test_names_matched_only_among_the_rows_asked_about():
+    """The step model matches name patterns among a few rows' names (a big trace has thousands): rows outside
+    `where`, and rows without a name, never match; the others as `re.search` says."""
+    names = ["model/adam/update", "MatMul", None, "SGD/apply", "Adam_1/x", "aten::_foreach_add_", "MatMul"]
+    rows = pd.DataFrame({"name": pd.Categorical(names, categories=["unused/adam/", *sorted(set(names) - {None})])})
+    where = np.array([True, True, True, False, True, True, True])
+    pairs = zip(names, where, strict=True)
+    searched = [bool(w and n is not None and re.search(OPTIMIZER_UPDATE_PATTERN, n)) for n, w in pairs]
+    assert searched == [True, False, False, False, True, True, False]
+    assert _names_match(rows, OPTIMIZER_UPDATE_PATTERN, where).tolist() == searched

@@ -17,7 +17,7 @@ import traceinsight as ti
 from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
 from traceinsight.model import COLUMNS, TraceError, TraceRead
-from traceinsight.readers import xspace_wire
+from traceinsight.readers import xspace, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
 
@@ -619,3 +619,78 @@ def test_replicated_file_reports_the_copies_figures(tmp_path: Path) -> None:
             checked += figures["count"]
     # The original's figures, counted from the protobuf (`test_gpu_multi_worker_figures`): 1,330 kernels, 202 H2D.
     assert sum(d["kernels"]["count"] for d in once["devices"]) == 1330 and checked > 202
+
+
+def _assert_same_read(got: TraceRead, want: TraceRead) -> None:
+    pd.testing.assert_frame_equal(got.events, want.events)
+    pd.testing.assert_frame_equal(got.memory, want.memory)
+    assert list(got.warnings.items()) == list(want.warnings.items())
+    assert got.metadata == want.metadata and got.devices == want.devices and got.framework == want.framework
+
+
+def test_runs_of_lines_read_by_worker_processes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runs of lines read by a worker process, largest first, give the table read in one process: the same
+    rows in the same order, names and annotations coded alike, warnings in the same order; and the device
+    work the raw protobuf holds."""
+    replica = XSpaceReplicator(shared_trace(GPU_MULTI_WORKER)).write(tmp_path / "x3.xplane.pb", 3)
+    paths = [*(_real_path(relative) for relative in REAL_FILES), replica]
+    monkeypatch.setattr(xspace_wire, "LINE_BATCH_BYTES", 50_000)  # many runs of a few lines, some of one long line
+    for path in paths:
+        layout = xspace_wire.walk_space(xspace_wire.Source(path))
+        runs = [len(xspace_wire.line_runs(plane)) for plane in layout.planes]
+        assert sum(runs) >= 2, path
+        parallel = read_xspace(path, jobs=2)
+        _assert_same_read(parallel, read_xspace(path, jobs=1))
+    events = parallel.events
+    for device, counts in _expected_device_work(_raw(replica)).items():
+        kernels = events[(events["device"] == device).to_numpy() & (events["kind"] == "kernel").to_numpy()]
+        assert len(kernels) == counts["kernels"] and int(kernels["dur_ns"].sum()) == counts["kernel_ns"], device
+
+
+def test_a_worker_not_forked_from_the_reader_walks_the_file_itself() -> None:
+    """A worker started by spawn or a fork server has no copy of the reader's layout: it walks the file again
+    and reads the same rows; a damaged file's error comes back as its reason."""
+    path = _real_path(GPU_MULTI_WORKER)
+    with xspace_wire.Source(path) as source:
+        file = xspace._File(path, xspace_wire.walk_space(source))
+        unit = max(file.units(), key=lambda u: sum(size for _, size in u.lines))
+        here = xspace._read_unit(source, file, unit)
+    assert str(path) not in xspace._FILES
+    try:
+        there = xspace._read_unit_in_worker(str(path), unit)
+    finally:
+        xspace._FILES.pop(str(path), None)
+        xspace._WORKER_SOURCES.pop(str(path), None)
+    assert isinstance(there, xspace._Rows)
+    assert there.names == here.names and there.events == here.events > 0
+    for got, want in zip(there.parts, here.parts, strict=True):
+        assert got.columns.keys() == want.columns.keys()
+        for column, values in want.columns.items():
+            np.testing.assert_array_equal(got.columns[column], values)  # NaN equal to NaN
+
+
+@pytest.mark.parametrize(("cores", "load", "idle"), [(2, 0.1, 2), (2, 0.6, 2), (2, 1.0, 1), (2, 2.7, 1), (8, 3.2, 5)])
+def test_workers_only_on_cores_the_machine_leaves_idle(
+    monkeypatch: pytest.MonkeyPatch, cores: int, load: float, idle: int
+) -> None:
+    """A big file is read by as many processes as the 1-minute load average leaves cores idle (rounded up)."""
+    monkeypatch.setattr(xspace, "default_jobs", lambda: cores)
+    monkeypatch.setattr(xspace.os, "getloadavg", lambda: (load, load, load))
+    assert xspace.idle_cores() == idle
+
+
+def test_strings_told_apart_by_their_words() -> None:
+    """Inline string stats are grouped by their bytes read as words: strings alike up to a word's end, of
+    lengths either side of a word, empty, or at the very end of the bytes are each their own, as Python
+    compares them."""
+    texts = [b"GPU_0_bfc", b"GPU_0_bfd", b"GPU_0_bf", b"", b"abcdefgh", b"abcdefghi", b"abcdefgh\x00", b"x" * 200]
+    texts += [b"GPU_0_bfc", b"x" * 199 + b"y", b"abcdefgh", b""]
+    raw = b"".join(texts)
+    wire = xspace_wire.Wire(raw + bytes(16))
+    ends = np.cumsum([len(t) for t in texts])
+    starts = ends - [len(t) for t in texts]
+    grouped = wire.distinct_strings(starts, ends)
+    assert grouped is not None
+    codes, first = grouped
+    assert [texts[i] for i in first] == list(dict.fromkeys(texts))  # each distinct string, first seen first
+    assert [texts[first[c]] for c in codes] == texts

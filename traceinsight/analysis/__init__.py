@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
-from traceinsight.analysis.devices import DeviceUsage, device_usage
+from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
-from traceinsight.analysis.host_ops import HostOps, host_ops
+from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
-from traceinsight.analysis.kernels import KernelStats, kernel_stats
+from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
 from traceinsight.analysis.memory import DeviceMemory, profile_memory
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
@@ -57,9 +57,12 @@ class Analysis:
 def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysis:
     """Every analysis over one profile."""
     events = profile.events
-    usages = device_usage(events)
+    work = device_work(events)  # what each device analysis starts from, found once
+    kernels = flagged_kernels(work)
+    usages = device_usage(events, work)
     steps = find_steps(events)
-    gaps = idle_gaps(events, usages)
+    gaps = idle_gaps(events, usages, work)
+    host = host_op_rows(events, steps.input_id)
     has_events = not events.empty
     input_steps = _input_steps(events, len(profile.inputs), steps)
     return Analysis(
@@ -68,13 +71,13 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         window_end_ns=int((events["ts_ns"] + events["dur_ns"]).max()) if has_events else None,
         devices=usages,
         gaps=gaps,
-        kernels=kernel_stats(events, usages, small_kernel_ns),
-        copies=copy_stats(events, usages),
+        kernels=kernel_stats(events, usages, small_kernel_ns, kernels),
+        copies=copy_stats(events, usages, work),
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
         input_steps=input_steps,
-        step_model=step_model(events, usages, gaps, steps, small_kernel_ns),
-        host_ops=host_ops(events, steps.input_id),
+        step_model=step_model(events, usages, gaps, steps, small_kernel_ns, work, kernels, host),
+        host_ops=host_ops(events, steps.input_id, host),
         settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
         memory=_memory(profile, input_steps),
     )

@@ -47,9 +47,9 @@ class DeviceCopies:
     memset_ns: int
 
 
-def copy_stats(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceCopies]:
-    """Copy and memset figures for each device in `usages`."""
-    work = device_work(events)
+def copy_stats(events: pd.DataFrame, usages: list[DeviceUsage], work: pd.DataFrame | None = None) -> list[DeviceCopies]:
+    """Copy and memset figures for each device in `usages` (`work`: `device_work(events)`, if known)."""
+    work = device_work(events) if work is None else work
     results = []
     for usage in usages:
         rows = work[(work["device"] == usage.id).to_numpy()]

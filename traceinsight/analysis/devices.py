@@ -73,9 +73,9 @@ def device_work(events: pd.DataFrame) -> pd.DataFrame:
     return events[list(_DEVICE_WORK_COLUMNS)].take(rows)
 
 
-def device_usage(events: pd.DataFrame) -> list[DeviceUsage]:
-    """Busy/idle per device that has any activity, in device-id order."""
-    work = device_work(events)
+def device_usage(events: pd.DataFrame, work: pd.DataFrame | None = None) -> list[DeviceUsage]:
+    """Busy/idle per device that has any activity, in device-id order (`work`: `device_work(events)`, if known)."""
+    work = device_work(events) if work is None else work
     usages = []
     for device, rows in work.groupby("device", observed=True, sort=True):
         starts = rows["ts_ns"].to_numpy()

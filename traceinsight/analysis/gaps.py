@@ -154,9 +154,9 @@ def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, t
     return result
 
 
-def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage]) -> list[DeviceGaps]:
-    """Gaps, their causes and their distribution, per device."""
-    work = device_work(events)
+def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage], work: pd.DataFrame | None = None) -> list[DeviceGaps]:
+    """Gaps, their causes and their distribution, per device (`work`: `device_work(events)`, if known)."""
+    work = device_work(events) if work is None else work
     device_syncs = events[kind_mask(events, "sync") & events["device"].notna().to_numpy()]
     shared: HostContext | None = None  # the current input's (an input's devices come one after another)
     results = []

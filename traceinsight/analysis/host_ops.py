@@ -121,17 +121,33 @@ def _summarise(frame: pd.DataFrame, limit: int, by: str) -> list[HostOp]:
     ]
 
 
-def host_ops(events: pd.DataFrame, input_id: int) -> HostOps:
-    """Host framework ops of one input (the run's step input): the top ones by self time, and the input
-    pipeline's own ops (mostly inside input waits) by total time."""
+@dataclass(frozen=True)
+class HostOpRows:
+    """One input's host framework ops and their self times, found once for the host-op table and the step model."""
+
+    mine: pd.DataFrame  # the input's rows (the columns both read)
+    host: np.ndarray  # per row of `mine`: on no device
+    ops: pd.DataFrame  # its host ``cpu_op`` rows
+    self_ns: np.ndarray  # per op: `own_times`
+
+
+def host_op_rows(events: pd.DataFrame, input_id: int) -> HostOpRows:
+    """The host framework ops of input `input_id` and their self times."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
     host = mine["device"].isna().to_numpy()
     ops = mine[host & kind_mask(mine, "cpu_op")]
+    return HostOpRows(mine, host, ops, own_times(ops))
+
+
+def host_ops(events: pd.DataFrame, input_id: int, rows: HostOpRows | None = None) -> HostOps:
+    """Host framework ops of one input (the run's step input): the top ones by self time, and the input
+    pipeline's own ops (mostly inside input waits) by total time (`rows`: `host_op_rows`, if known)."""
+    rows = host_op_rows(events, input_id) if rows is None else rows
+    mine, host, ops, self_ns = rows.mine, rows.host, rows.ops, rows.self_ns
     if ops.empty:
         return HostOps([], [])
     starts = ops["ts_ns"].to_numpy()
     ends = starts + ops["dur_ns"].to_numpy()
-    self_ns = own_times(ops)
     waits = union_of_rows(mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy(), host & kind_mask(mine, "input_wait"))
     in_wait = waits.covered_between(starts, ends)
     frame = pd.DataFrame({"name": ops["name"].array, "dur": ends - starts, "self": self_ns, "in_wait": in_wait})

@@ -119,10 +119,14 @@ def flagged_kernels(work: pd.DataFrame) -> pd.DataFrame:
 
 
 def kernel_stats(
-    events: pd.DataFrame, usages: list[DeviceUsage], small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS
+    events: pd.DataFrame,
+    usages: list[DeviceUsage],
+    small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS,
+    kernels_all: pd.DataFrame | None = None,
 ) -> list[KernelStats]:
-    """Kernel statistics for each device in `usages`."""
-    kernels_all = flagged_kernels(device_work(events))
+    """Kernel statistics for each device in `usages` (`kernels_all`: `flagged_kernels(device_work(events))`, if
+    known)."""
+    kernels_all = flagged_kernels(device_work(events)) if kernels_all is None else kernels_all
     launches: dict[int, Launches] = {}  # once per input, for all its devices
     results = []
     for usage in usages:

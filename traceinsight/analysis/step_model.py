@@ -41,7 +41,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
-from traceinsight.analysis.host_ops import own_times
+from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.intervals import Intervals, union, union_of
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
@@ -191,11 +191,16 @@ def _exposed_in_steps(work: Intervals, hiding: Intervals, starts: np.ndarray, en
     return union_of(work, hiding).covered_between(starts, ends) - hiding.covered_between(starts, ends)
 
 
-def _names_match(rows: pd.DataFrame, pattern: str | re.Pattern[str]) -> np.ndarray:
-    """Per row, whether its name contains `pattern` (searched once per distinct name)."""
-    names = rows["name"].cat
-    found = np.append(pd.Series(names.categories, dtype=object).str.contains(pattern).to_numpy(bool), False)
-    return found[names.codes.to_numpy()]  # code -1 (no name) finds the last slot: False
+def _names_match(rows: pd.DataFrame, pattern: str | re.Pattern[str], where: np.ndarray) -> np.ndarray:
+    """Per row, whether it is one of the rows `where` and its name contains `pattern`: searched once per
+    distinct name of those rows (a big trace has thousands of op names; the rows asked about, a few)."""
+    codes = rows["name"].cat.codes.to_numpy()
+    categories = rows["name"].cat.categories
+    used = np.flatnonzero(np.bincount(codes[where] + 1, minlength=len(categories) + 1)[1:])  # code -1: no name
+    search = re.compile(pattern).search
+    found = np.zeros(len(categories) + 1, bool)  # code -1 finds the last slot: False
+    found[used] = [search(name) is not None for name in categories[used]]
+    return found[codes] & where
 
 
 def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
@@ -205,14 +210,14 @@ def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
 
 def _device_figures(
     rows: pd.DataFrame,
+    kernels: pd.DataFrame,
     usage: DeviceUsage,
     gaps: DeviceGaps,
     starts: np.ndarray,
     ends: np.ndarray,
     small_threshold_ns: int,
 ) -> dict[str, np.ndarray]:
-    """One device's per-step figures (see the module docstring)."""
-    kernels = flagged_kernels(rows)
+    """One device's per-step figures (see the module docstring); `kernels`: its `flagged_kernels`."""
     kernel = kind_mask(rows, "kernel")
     memcpy = kind_mask(rows, "memcpy")
     copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS
@@ -250,18 +255,17 @@ def _device_figures(
 
 
 def _host_op_figures(
-    events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray, small_threshold_ns: int
+    rows: HostOpRows, starts: np.ndarray, ends: np.ndarray, small_threshold_ns: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per step, time in host framework ops shorter than the small threshold (dispatch-bound at that size), and
     the self time of ops long enough to compute (`BATCH_WORK_MIN_NS`) that are not optimizer updates: on a
     CPU-only run, the work a bigger batch makes bigger."""
-    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
-    ops = mine[mine["device"].isna().to_numpy() & kind_mask(mine, "cpu_op")]
+    ops, own = rows.ops, rows.self_ns
     ts = ops["ts_ns"].to_numpy()
     dur = ops["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
-    own = own_times(ops)
-    computing = (own >= BATCH_WORK_MIN_NS) & ~_names_match(ops, OPTIMIZER_UPDATE_PATTERN)
+    long_enough = own >= BATCH_WORK_MIN_NS
+    computing = long_enough & ~_names_match(ops, OPTIMIZER_UPDATE_PATTERN, long_enough)
     return (
         _in_steps(ts[small], dur[small].astype(np.float64), starts, ends),
         _in_steps(ts[computing], own[computing].astype(np.float64), starts, ends),
@@ -274,8 +278,10 @@ def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: n
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
     host = mine["device"].isna().to_numpy()
     # Eager TF ops, and host collectives (gloo all_reduce, ...): host work, not overhead between ops.
-    is_host_work = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$") | _names_match(mine, COMMUNICATION_PATTERN)
-    working = host & (kind_mask(mine, "cpu_op", "runtime") | is_host_work)
+    other = host & ~kind_mask(mine, "cpu_op", "runtime")
+    is_host_work = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$", other)
+    is_host_work |= _names_match(mine, COMMUNICATION_PATTERN, other)
+    working = host & ~other | is_host_work
     work = _rows_union(mine, working)
     waiting = _rows_union(
         mine, host & (kind_mask(mine, "input_wait", "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
@@ -291,19 +297,27 @@ def step_model(
     gaps: list[DeviceGaps],
     steps: Steps,
     small_threshold_ns: int = DEFAULT_SMALL_KERNEL_NS,
+    work: pd.DataFrame | None = None,
+    kernels: pd.DataFrame | None = None,
+    ops: HostOpRows | None = None,
 ) -> StepModel:
-    """The step model of the run's steps (see the module docstring)."""
+    """The step model of the run's steps (see the module docstring). `work` (`device_work(events)`), `kernels`
+    (`flagged_kernels(work)`) and `ops` (`host_op_rows` of the steps' input): what the other analyses
+    found already, if known."""
     starts = np.array([s.start_ns for s in steps.items], np.int64)
     ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
     count = len(starts)
     mine = [(u, g) for u, g in zip(usages, gaps, strict=True) if u.input_id == steps.input_id]
     ran_kernels = [(u, g) for u, g in mine if u.kernel_busy_ns > 0]
     devices = ran_kernels or mine
-    work = device_work(events) if devices else None
     per_device = []
+    if devices:
+        work = device_work(events) if work is None else work
+        kernels = flagged_kernels(work) if kernels is None else kernels
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        per_device.append(_device_figures(rows, usage, device_gaps, starts, ends, small_threshold_ns))
+        its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]  # type: ignore[index]
+        per_device.append(_device_figures(rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns))
 
     def mean(name: str) -> np.ndarray:
         if not per_device:
@@ -314,7 +328,8 @@ def step_model(
     floor, host_ops = _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0)
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
     stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
-    small_ops, batch_work = _host_op_figures(events, steps.input_id, starts, ends, small_threshold_ns)
+    ops = host_op_rows(events, steps.input_id) if ops is None else ops
+    small_ops, batch_work = _host_op_figures(ops, starts, ends, small_threshold_ns)
     return StepModel(
         step_ns=ends - starts,
         device_busy_ns=mean("device_busy_ns"),

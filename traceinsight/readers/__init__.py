@@ -51,7 +51,8 @@ def read_trace(
     """Read one trace file with the reader its name and content call for.
 
     `on_bytes(n)`: bytes of a Kineto file read so far (a progress bar). A large Kineto file is decoded by
-    `jobs` processes, chunk by chunk. `limit`: a `TraceError` as soon as the file's events would not fit
+    `jobs` processes, chunk by chunk; a large XSpace file, with `jobs` over 1, by as many as the machine's
+    idle cores allow. `limit`: a `TraceError` as soon as the file's events would not fit
     (an XSpace file: estimated from its size before it is read). A file cut short is read as far as it goes
     (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
     """
@@ -72,7 +73,8 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
 
         if limit is not None:
             limit.check_xspace(path)
-        return read_xspace(path)
+        # One process with --jobs 1; else as many as the machine's idle cores allow (`xspace.idle_cores`).
+        return read_xspace(path, jobs=None if jobs > 1 else 1)
     if name.endswith(JSON_SUFFIXES):
         jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)

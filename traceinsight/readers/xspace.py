@@ -3,7 +3,11 @@
 How the bytes are read is `xspace_wire`'s: plane by plane, a batch of lines at a time,
 every event's fields decoded with numpy (never a Python object per event), so a
 gigabyte file needs memory for its table, not for its bytes. Here each batch becomes
-rows, and the rows of all batches one table once the file's clock is known.
+rows, and the rows of all batches one table once the file's clock is known. A run of
+lines read in one piece (a unit) is read by any process: a large file's units go to
+worker processes as well (`_unit_rows`), which send back numpy columns, their names
+coded in the order they met them; `_Table` recodes them as one process reading the
+units in file order would have, so the table does not depend on who read what.
 
 Mapping (model.py has the columns and kinds; the name rules live in `_classify`, shared
 with the Kineto and XProf-JSON readers):
@@ -47,10 +51,13 @@ with the Kineto and XProf-JSON readers):
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -71,6 +78,7 @@ from traceinsight.model import (
     make_memory_table,
     truncation_warning,
 )
+from traceinsight.parallel import default_jobs, start_context, worker_pool
 from traceinsight.readers import xplane_schema
 from traceinsight.readers._classify import copy_kind as _copy_kind
 from traceinsight.readers._classify import (
@@ -92,20 +100,22 @@ from traceinsight.readers._repair import (
     valid_occupancy,
 )
 from traceinsight.readers.xspace_wire import (
+    LINE_BATCH_BYTES,
     NOT_XSPACE,
     ST_DOUBLE,
     ST_INT,
     ST_REF,
     ST_STR,
     ST_UINT,
+    WORD_STRING,
     EventFields,
     LineBatch,
-    PlaneLayout,
     Source,
     SpaceLayout,
     Wire,
-    line_batches,
+    line_runs,
     raw_events_pool,
+    run_batch,
     walk_space,
 )
 from traceinsight.rules import STEP_MARKER_PATTERN
@@ -134,8 +144,7 @@ _MEMORY_INT_STATS = (
     "device_ordinal",
 )
 _MEMORY_FLOAT_STATS = ("fragmentation",)
-_MEMORY_STR_STATS = ("allocator_name",)
-_MEMORY_OP_STATS = ("tf_op",)  # read only for allocator events on a device of the file
+_MEMORY_STR_STATS = ("allocator_name", "tf_op")
 _DEVICE_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")  # not gpu_host_bfc (pinned host memory) nor CPU allocators
 _READ_STATS = frozenset(
     (
@@ -145,11 +154,12 @@ _READ_STATS = frozenset(
         *_MEMORY_INT_STATS,
         *_MEMORY_FLOAT_STATS,
         *_MEMORY_STR_STATS,
-        *_MEMORY_OP_STATS,
     )
 )
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# From this much of a file's lines on, its runs of lines are read by several processes when the cores allow.
+PARALLEL_MIN_BYTES = 16 << 20
 _CORRUPT_STATS = "xspace: corrupt event stats (bad protobuf wire data) ignored"
 
 
@@ -459,11 +469,23 @@ def _texts(wire: Wire, stat_names: Any, field: np.ndarray, value: np.ndarray, le
         codes, distinct = pd.factorize(value[refs])
         texts[refs] = np.array([_ref_name(stat_names, ref) for ref in distinct.tolist()], object)[codes]
     inline = np.flatnonzero(field == ST_STR)
+    start = value[inline].astype(np.int64)
+    end = start + length[inline]
+    short = length[inline] <= WORD_STRING
+    grouped = wire.distinct_strings(start[short], end[short]) if short.any() else None
+    if grouped is not None:
+        codes, first = grouped
+        texts[inline[short]] = _decoded(wire.strings(start[short][first], end[short][first]))[codes]
+        inline, start, end = inline[~short], start[~short], end[~short]
     if inline.size:
-        start = value[inline].astype(np.int64)
-        codes, distinct = pd.factorize(np.array(wire.strings(start, start + length[inline]), object))
-        texts[inline] = np.array([raw.decode("utf-8", "replace") for raw in distinct], object)[codes]
+        codes, distinct = pd.factorize(np.array(wire.strings(start, end), object))
+        texts[inline] = _decoded(distinct)[codes]
     return texts
+
+
+def _decoded(raws: Any) -> np.ndarray:
+    """Byte strings as text (object array); bytes that are not UTF-8 replaced."""
+    return np.array([raw.decode("utf-8", "replace") for raw in raws], object)
 
 
 def _per_distinct(values: np.ndarray, rule: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray:
@@ -527,8 +549,14 @@ def _settle_times(part: _Part, shift: int, warnings: Counter[str]) -> None:
 # --------------------------------------------------------------------------- the reader
 
 
-def read_xspace(path: Path, data: bytes | None = None) -> TraceRead:
-    """Read one ``.xplane.pb`` (or its bytes, when the caller already has them) into a `TraceRead`."""
+def read_xspace(path: Path, data: bytes | None = None, jobs: int | None = None) -> TraceRead:
+    """Read one ``.xplane.pb`` (or its bytes, when the caller already has them) into a `TraceRead`.
+
+    `jobs`: processes reading its runs of lines. By default, for a large file (`PARALLEL_MIN_BYTES` of lines)
+    read from disk by a process that forks its workers (`start_context`) and is not itself a worker (its pool
+    uses the cores already), the cores the machine leaves idle (`idle_cores`); else one: a worker started
+    otherwise would import and walk it all anew.
+    """
     path = Path(path)
     with Source(path, data) as source:
         if not source.size:
@@ -536,9 +564,28 @@ def read_xspace(path: Path, data: bytes | None = None) -> TraceRead:
         layout = walk_space(source)
         if not layout.planes and layout.used_bytes == source.size:
             raise TraceError(path, "not an XSpace protobuf (no planes)")
-        reader = _Reader(path, layout)
-        reader.read_events(source)
-    return reader.result(source.size)
+        file = _File(path, layout)
+        units = file.units()
+        if jobs is None:
+            line_bytes = sum(size for unit in units for _, size in unit.lines)
+            forks = multiprocessing.parent_process() is None and start_context().get_start_method() == "fork"
+            jobs = idle_cores() if forks and line_bytes >= PARALLEL_MIN_BYTES else 1
+        table = _Table(file)
+        for rows in _unit_rows(source, file, units, jobs if data is None else 1):
+            table.add(rows)
+    return table.result(source.size)
+
+
+def idle_cores() -> int:
+    """The cores this process may run on that the 1-minute load average leaves idle, rounded up (as
+    ``make -l`` judges a machine): a worker on a core another process keeps busy slows both, and the
+    reader's numpy passes, memory-bound, lose more than they gain from it (benchmarks/README.md)."""
+    cores = default_jobs()
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # not known here (not a Unix)
+        return cores
+    return max(1, min(cores, math.ceil(cores - load)))
 
 
 @dataclass
@@ -587,16 +634,20 @@ def _rows_kept(arrays: list[np.ndarray], keeps: list[np.ndarray], dtype: Any) ->
     return np.concatenate(kept) if kept else np.zeros(0, dtype)
 
 
-class _Reader:
-    """One XSpace, read a batch of lines at a time: what the batches share, then the table."""
+@dataclass(frozen=True)
+class _Unit:
+    """A run of one plane's lines (`line_runs`), read in one piece: the work one process does at a time."""
+
+    plane: int  # index in the layout
+    lines: list[tuple[int, int]]  # (offset, size) of each line
+
+
+class _File:
+    """What reading any of a file's lines needs to know of the whole file: its layout, devices and clock."""
 
     def __init__(self, path: Path, layout: SpaceLayout) -> None:
         self.path = path
         self.layout = layout
-        space = layout.space
-        self.warnings: Counter[str] = Counter(
-            f"xspace: profiler reported: {m}" for m in (*space.errors, *space.warnings)
-        )
         planes = [p.plane for p in layout.planes]
         self.device_of_plane = {i: device for i, p in enumerate(planes) if (device := _device_id(p.name))}
         self.device_labels = sorted({label for _, label in self.device_of_plane.values()})
@@ -604,6 +655,111 @@ class _Reader:
             label: _device_info(label, _plane_stats(planes[i])) for i, (_, label) in self.device_of_plane.items()
         }
         self.task = next((_plane_stats(p) for p in planes if p.name == "Task Environment"), {})
+        self._planes: dict[int, _Plane] = {}
+
+    def units(self) -> list[_Unit]:
+        """The runs of lines of every plane that has rows (device planes, host planes), in file order."""
+        return [
+            _Unit(index, run)
+            for index, layout in enumerate(self.layout.planes)
+            if index in self.device_of_plane or layout.plane.name.startswith("/host:")
+            for run in line_runs(layout)
+        ]
+
+    def plane(self, index: int) -> _Plane:
+        """Plane `index` of the layout, its stat metadata looked up once per process for the names read (a big
+        plane has thousands of entries, and many runs of lines); each unit gets metadata of its own to learn."""
+        if index not in self._planes:
+            meta = self.layout.planes[index].plane
+            device = self.device_of_plane.get(index)
+            if device is None:
+                self._planes[index] = _Plane.of(meta, None, -1, np.nan)
+            else:
+                sm_count = self.devices[device[1]].sm_count or np.nan
+                self._planes[index] = _Plane.of(meta, device[0], self.device_labels.index(device[1]), sm_count)
+        return replace(self._planes[index], metadata={})
+
+
+@dataclass
+class _Rows:
+    """What one unit's lines give, its names and annotations coded in the order the unit met them; the
+    table (`_Table.add`) recodes them in the file's order."""
+
+    parts: list[_Part]
+    names: list[str]  # event name by code
+    annotations: list[str]  # ``level 0`` annotation by code
+    host_name_codes: set[int]
+    host_threads: list[str]  # names of every host line
+    line_timestamps: list[int]  # of the lines whose events are read
+    has_cpu_ops: bool
+    events: int
+    corrupt: int
+    warnings: Counter[str]
+
+
+# The files whose runs of lines the worker processes read, by path (set before the pool forks them), and in
+# a worker, the files it has open. A pool's workers end with the file's read.
+_FILES: dict[str, _File] = {}
+_WORKER_SOURCES: dict[str, Source] = {}
+
+
+def _unit_rows(source: Source, file: _File, units: list[_Unit], jobs: int) -> list[_Rows]:
+    """The rows of every unit, in file order. With `jobs` > 1, ``jobs - 1`` worker processes read units too, and
+    only their rows' numpy columns come back: the units go out largest first (one long line is a unit of its
+    own), each to a worker that is free, else read here, so no process is left with a big one at the end."""
+    if jobs <= 1 or len(units) < 2:
+        return [_read_unit(source, file, unit) for unit in units]
+    workers = jobs - 1
+    key = str(file.path)
+    _FILES[key] = file
+    rows: dict[int, _Rows] = {}
+    try:
+        with worker_pool(workers) as pool:
+            pending: dict[int, Future[_Rows | str]] = {}
+            for i in sorted(range(len(units)), key=lambda i: -sum(size for _, size in units[i].lines)):
+                if sum(not f.done() for f in pending.values()) < workers:
+                    pending[i] = pool.submit(_read_unit_in_worker, key, units[i])
+                else:
+                    rows[i] = _read_unit(source, file, units[i])
+            for i, future in pending.items():
+                outcome = future.result()
+                if isinstance(outcome, str):
+                    raise TraceError(file.path, outcome)
+                rows[i] = outcome
+    finally:
+        del _FILES[key]
+    return [rows[i] for i in range(len(units))]
+
+
+def _read_unit_in_worker(key: str, unit: _Unit) -> _Rows | str:
+    """A worker's `_read_unit`, its file kept open (and its buffer kept) for the worker's next unit; a
+    `TraceError` comes back as its reason (it does not pickle)."""
+    try:
+        source = _WORKER_SOURCES.get(key)
+        if source is None:
+            source = _WORKER_SOURCES[key] = Source(Path(key))
+        file = _FILES.get(key)
+        if file is None:  # a worker not forked from the reader (spawned, or from a fork server): walked again here
+            file = _FILES[key] = _File(Path(key), walk_space(source))
+        return _read_unit(source, file, unit)
+    except TraceError as error:
+        return error.reason
+
+
+def _read_unit(source: Source, file: _File, unit: _Unit) -> _Rows:
+    """The rows of one unit, read batch by batch."""
+    reader = _LineReader(file, file.plane(unit.plane))
+    reader.read(source, unit)
+    return reader.rows()
+
+
+class _LineReader:
+    """One unit of a file's lines, read a batch (of events) at a time."""
+
+    def __init__(self, file: _File, plane: _Plane) -> None:
+        self.plane = plane
+        self.device_labels = file.device_labels
+        self.warnings: Counter[str] = Counter()
         self.names: dict[str, int] = {}  # event name -> code, in order of first appearance
         self.name_list: list[str] = []
         self.rules = _NameRules()
@@ -615,33 +771,46 @@ class _Reader:
         self.has_cpu_ops = False
         self.events = self.corrupt = 0
 
-    def read_events(self, source: Source) -> None:
-        """Read the events of every plane that has rows, batch by batch."""
-        for index, layout in enumerate(self.layout.planes):
-            device = self.device_of_plane.get(index)
-            if device is not None:
-                sm_count = self.devices[device[1]].sm_count or np.nan
-                self._read_plane(
-                    source, layout, _Plane.of(layout.plane, device[0], self.device_labels.index(device[1]), sm_count)
-                )
-            elif layout.plane.name.startswith("/host:"):
-                self._read_plane(source, layout, _Plane.of(layout.plane, None, -1, np.nan))
-
-    def _read_plane(self, source: Source, layout: PlaneLayout, plane: _Plane) -> None:
-        """The rows of a device or host plane; a host plane's thread names."""
+    def read(self, source: Source, unit: _Unit) -> None:
+        """The rows of the unit's lines; a host plane's thread names."""
+        plane = self.plane
         host = plane.device_type is None
         has_rows = plane.meta.name != "/host:metadata"
-        for batch in line_batches(
-            source,
-            layout,
-            lambda line: has_rows and _line_role(plane.device_type, line.name) is not None,
-            lambda line: self.host_threads.append(line.name) if host else None,
-        ):
-            self.line_timestamps.extend(line.timestamp_ns for line in batch.lines)
-            line_ts = np.array([line.timestamp_ns for line in batch.lines], np.int64)
-            for chunk in batch.chunks():
-                self._read_batch(plane, chunk, line_ts)
-            release_free_memory()  # the batch's bytes and scratch arrays: not kept as free heap
+        self._read_lines(
+            run_batch(
+                source,
+                unit.lines,
+                lambda line: has_rows and _line_role(plane.device_type, line.name) is not None,
+                lambda line: self.host_threads.append(line.name) if host else None,
+            )
+        )
+        if sum(size for _, size in unit.lines) > LINE_BATCH_BYTES:
+            release_free_memory()  # a long line's scratch, gone with `_read_lines`: not kept mapped
+
+    def _read_lines(self, batch: LineBatch | None) -> None:
+        """The rows of a batch of lines, a chunk of events at a time (each chunk's scratch arrays freed to the
+        heap, which the next reuses)."""
+        if batch is None:
+            return
+        self.line_timestamps.extend(line.timestamp_ns for line in batch.lines)
+        line_ts = np.array([line.timestamp_ns for line in batch.lines], np.int64)
+        for chunk in batch.chunks():
+            self._read_batch(self.plane, chunk, line_ts)
+
+    def rows(self) -> _Rows:
+        """What the unit gave, to send back."""
+        return _Rows(
+            self.parts,
+            self.name_list,
+            list(self.annotations),
+            self.host_name_codes,
+            self.host_threads,
+            self.line_timestamps,
+            self.has_cpu_ops,
+            self.events,
+            self.corrupt,
+            self.warnings,
+        )
 
     def _read_batch(self, plane: _Plane, batch: LineBatch, line_ts: np.ndarray) -> None:
         """The rows of (a chunk of) a batch of lines of `plane`, whose lines are stamped `line_ts`."""
@@ -838,10 +1007,6 @@ class _Reader:
             stats.present["allocation_bytes"] & (stats.ints["allocation_bytes"] < 0)
         )
 
-        usable = rows[ok]
-        op = _Stats.empty(len(usable), (), (), _MEMORY_OP_STATS)
-        op = _read_stats(plane, wire, events, found, usable, np.arange(len(usable)), with_stats, Counter(), op)
-
         def known(name: str) -> np.ndarray:
             return np.where(stats.present[name], stats.ints[name], -1)[ok]
 
@@ -855,11 +1020,55 @@ class _Reader:
             "fragmentation": stats.floats["fragmentation"][ok],
             "delta": delta[ok],
             "addr": known("addr"),
-            "op": op.strings["tf_op"],
+            "op": stats.strings["tf_op"][ok],
         }
         return _Memory(rows, ok, columns)
 
-    # ----------------------------------------------------------------------- the file's table
+
+class _Table:
+    """A file's rows, unit by unit, their names and annotations coded in the file's order; then its tables."""
+
+    def __init__(self, file: _File) -> None:
+        self.path = file.path
+        self.layout = file.layout
+        self.devices = file.devices
+        self.device_labels = file.device_labels
+        self.task = file.task
+        space = file.layout.space
+        self.warnings: Counter[str] = Counter(
+            f"xspace: profiler reported: {m}" for m in (*space.errors, *space.warnings)
+        )
+        self.names: dict[str, int] = {}  # event name -> code, in order of first appearance in the file
+        self.name_list: list[str] = []
+        self.annotations: dict[str, int] = {}  # ``level 0`` annotation -> code, likewise
+        self.parts: list[_Part] = []
+        self.line_timestamps: list[int] = []
+        self.host_threads: list[str] = []
+        self.host_name_codes: set[int] = set()
+        self.has_cpu_ops = False
+        self.events = self.corrupt = 0
+
+    def add(self, rows: _Rows) -> None:
+        """The rows of the file's next unit, recoded: the codes are those one reader of every unit in turn gives."""
+        for name in rows.names:
+            if name not in self.names:
+                self.names[name] = len(self.name_list)
+                self.name_list.append(name)
+        name_code = np.array([self.names[name] for name in rows.names], np.int32)
+        annotation_code = np.array(
+            [*(self.annotations.setdefault(a, len(self.annotations)) for a in rows.annotations), -1], np.int32
+        )
+        for part in rows.parts:
+            part.columns["name"] = name_code[part.columns["name"]]
+            part.columns["op"] = annotation_code[part.columns["op"]]
+        self.parts.extend(rows.parts)
+        self.host_name_codes.update(name_code[list(rows.host_name_codes)].tolist())
+        self.line_timestamps.extend(rows.line_timestamps)
+        self.host_threads.extend(rows.host_threads)
+        self.has_cpu_ops |= rows.has_cpu_ops
+        self.events += rows.events
+        self.corrupt += rows.corrupt
+        self.warnings.update(rows.warnings)
 
     def result(self, file_bytes: int) -> TraceRead:
         """The `TraceRead` of the events read: the clock decided, unusable rows dropped, the tables made."""
@@ -880,11 +1089,13 @@ class _Reader:
             if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
                 ts_ns, dur_ns = part.columns["ts_ns"], part.columns["dur_ns"]
                 part.keep &= near_window(ts_ns, dur_ns, part.keep, start_time, stop_time, self.warnings, "xspace")
+        release_free_memory()  # the heap the lines' decoding left free (kept while reading: no page faults anew)
         memory = self._memory_table()
         columns = self._table_columns()
         self.parts.clear()
         table = drop_duplicates(make_event_table(*columns), self.warnings, "xspace")
         del columns
+        release_free_memory()  # the batches' columns and the duplicate check's hashes: the analyses come next
         if self.layout.used_bytes < file_bytes:
             if table.empty:
                 raise TraceError(path, NOT_XSPACE)

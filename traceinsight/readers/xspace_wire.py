@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError
 
@@ -50,6 +51,8 @@ ST_METADATA, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_REF = 1, 2, 3, 4, 5, 7
 ST_VALUE_WIRE = np.array([-1, -1, 1, 0, 0, 2, 2, 0])  # by XStat field number: double, uint64, int64, str, bytes, ref
 _VARINT, _FIXED64, _DELIMITED, _FIXED32 = 0, 1, 2, 5
 _PAD = 16
+WORD_STRING = 256  # bytes: strings up to this long are told apart by their words (`Wire.distinct_strings`)
+_BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)  # the low k bytes of a word
 _BAD_VARINT = 1 << 40  # the "size" of a varint over 10 bytes: runs past any message, so it is caught as such
 _WALK_BLOCK = 1 << 16  # bytes read at a time while walking field headers
 _FIELD_HEADER_BYTES = 11  # at most: a one-byte tag and a length
@@ -337,43 +340,41 @@ class LineBatch:
             yield LineBatch(self.lines, self.wire, self.event_line[rows], self.starts[rows], self.ends[rows])
 
 
-def line_batches(
-    source: Source,
-    plane: PlaneLayout,
-    wanted: Callable[[LineHeader], bool],
-    on_line: Callable[[LineHeader], None],
-) -> Iterator[LineBatch]:
-    """The plane's lines whose events are `wanted` (judged from the line's header), about `LINE_BATCH_BYTES`
-    at a time; `on_line(header)` sees every line's header first.
-
-    Lines that follow each other in the file are read together, in one piece.
-    """
-    for run in _line_runs(plane.lines):
-        start = run[0][0]
-        raw = source.read_run(start, run[-1][0] + run[-1][1] - start + _PAD)  # and what follows, as `Wire` needs
-        lines: list[tuple[LineHeader, int, int, np.ndarray]] = []  # header, where in `raw`, size, event sizes
-        for offset, size in run:
-            header, sizes = _read_line(source, raw[offset - start : offset - start + size], wanted)
-            on_line(header)
-            if sizes is not None:
-                lines.append((header, offset - start, size, sizes))
-        if lines:
-            yield _batch(source, raw, lines)
-
-
-def _line_runs(lines: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
-    """Lines (offset, size) in runs of about `LINE_BATCH_BYTES` (a larger line alone) that follow each other
-    in the file (nothing between them but their field headers)."""
+def line_runs(plane: PlaneLayout) -> list[list[tuple[int, int]]]:
+    """The plane's lines (offset, size) in runs of about `LINE_BATCH_BYTES` (a larger line alone) that follow
+    each other in the file (nothing between them but their field headers): each is read in one piece, and is
+    the work one process does at a time."""
+    runs: list[list[tuple[int, int]]] = []
     run: list[tuple[int, int]] = []
     total = 0
-    for offset, size in lines:
+    for offset, size in plane.lines:
         if run and (total + size > LINE_BATCH_BYTES or offset - sum(run[-1]) > _FIELD_HEADER_BYTES):
-            yield run
+            runs.append(run)
             run, total = [], 0
         run.append((offset, size))
         total += size
     if run:
-        yield run
+        runs.append(run)
+    return runs
+
+
+def run_batch(
+    source: Source,
+    run: list[tuple[int, int]],
+    wanted: Callable[[LineHeader], bool],
+    on_line: Callable[[LineHeader], None],
+) -> LineBatch | None:
+    """The lines of `run` (`line_runs`) whose events are `wanted` (judged from the line's header); None if
+    there are none. `on_line(header)` sees every line's header first."""
+    start = run[0][0]
+    raw = source.read_run(start, run[-1][0] + run[-1][1] - start + _PAD)  # and what follows, as `Wire` needs
+    lines: list[tuple[LineHeader, int, int, np.ndarray]] = []  # header, where in `raw`, size, event sizes
+    for offset, size in run:
+        header, sizes = _read_line(source, raw[offset - start : offset - start + size], wanted)
+        on_line(header)
+        if sizes is not None:
+            lines.append((header, offset - start, size, sizes))
+    return _batch(source, raw, lines) if lines else None
 
 
 def _read_line(
@@ -539,6 +540,25 @@ class Wire:
     def strings(self, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
         """The bytes ``raw[starts[i]:ends[i]]``."""
         return list(map(bytes, map(self.raw.__getitem__, map(slice, starts.tolist(), ends.tolist()))))
+
+    def distinct_strings(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Which distinct string each ``raw[starts[i]:ends[i]]`` is, and the first of each, without a Python
+        object each: strings (of at most `WORD_STRING` bytes) are told apart by their length and words (bytes
+        past their end masked off), grouped by a hash of those and checked word by word; None if two different
+        strings share a hash (then they are compared as bytes)."""
+        size = ends - starts
+        last = len(self._words) - 1
+        words = [size.astype(np.uint64)]
+        for k in range(0, int(size.max(initial=0)), 8):
+            words.append(self._words[np.minimum(starts + k, last)] & _BYTE_MASKS[np.clip(size - k, 0, 8)])
+        hashed = np.zeros(len(starts), np.uint64)
+        with np.errstate(over="ignore"):
+            for word in words:
+                hashed = (hashed ^ word) * np.uint64(0x9E3779B97F4A7C15)
+                hashed ^= hashed >> np.uint64(31)
+        codes, _ = pd.factorize(hashed)
+        first = np.unique(codes, return_index=True)[1]
+        return (codes, first) if all(np.array_equal(word, word[first][codes]) for word in words) else None
 
     def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
         """The varint at each position: (values as uint64, sizes in bytes; `_BAD_VARINT` for one over 10 bytes).
