@@ -151,3 +151,13 @@ def test_terminal_escapes_control_characters_from_traces(input_bound_outputs):
     text = render_terminal(hostile)
     assert "\x1b" not in text and "\r" not in text
     assert "run\\x1b[2J\\x0aforged line" in text
+
+
+def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
+    from traceinsight.report.terminal import render_terminal
+
+    _, report, _ = input_bound_outputs
+    assert "input pipeline: high (" in render_terminal(report)
+    unknown = {**report, "input_pipeline": {**report["input_pipeline"], "verdict": "unknown", "fraction": None}}
+    text = render_terminal(unknown)
+    assert "input pipeline: unknown (no input-pipeline events in the trace)" in text and "- of step" not in text

@@ -62,7 +62,11 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         )
     lines += [f"  {line}" for line in memory_lines(report)]
     ip = report["input_pipeline"]
-    lines += ["", f"  input pipeline: {ip['verdict']} ({fmt_pct(ip['fraction'])} of step time waiting for input)", ""]
+    if ip["verdict"] == "unknown":
+        waiting = "no input-pipeline events in the trace"
+    else:
+        waiting = f"{fmt_pct(ip['fraction'])} of step time waiting for input"
+    lines += ["", f"  input pipeline: {ip['verdict']} ({waiting})", ""]
     if report["bottlenecks"]:
         lines.append(paint("  Bottlenecks (measured stalls first; step after each fix alone)", _BOLD))
     for b in report["bottlenecks"]:
