@@ -54,7 +54,11 @@ def main() -> None:
         ranks = [i["rank"] for i in report["inputs"]]
         devices = [d["id"] for d in report["devices"]]
         print(f"  speed-up --jobs {jobs} over --jobs 1: {best[1][0] / best[jobs][0]:.2f} x")
-        print(f"  same JSON: {len(set(reports.values())) == 1}; inputs {len(ranks)} (ranks {ranks}); devices {devices}")
+        # `meta` says how each report was made (its command line, `--jobs` included): the rest must be the same.
+        figures = [{k: v for k, v in json.loads(r).items() if k != "meta"} for r in reports.values()]
+        differing = sorted({k for f in figures for k in f if f[k] != figures[0].get(k)})
+        same = "yes" if not differing else f"no, differing in {differing}"
+        print(f"  same JSON but `meta`: {same}; inputs {len(ranks)} (ranks {ranks}); devices {devices}")
 
 
 if __name__ == "__main__":
