@@ -20,8 +20,8 @@ gzip when the name ends in ``.gz``). It holds:
 Devices and hosts follow XProf's trace_viewer export (those process and thread names, stats as args
 ``correlation_id``, ``memcpy_details``, ``Memset_details``, ``step_num``), so ``traceinsight report`` reads the
 file back as a Chrome trace with the same device activity; the tracks added here lie where that reader does
-not look (a TPU's gap slices come back as ``other`` rows, which are no device work). Only a one-input run
-reads back whole: that reader knows no ``rank0/`` prefixes.
+not look (a TPU's gap slices come back as ``other`` rows, which are no device work). A run of several inputs
+reads back as one input whose devices keep their ``rank0/`` prefixes.
 
 Timestamps are µs written exactly from the int64 ns (``1623143089861123.456``, `trace_ts`): a float would lose
 the ns of an epoch time, and Perfetto reads the digits back into the same int64 ns (``slice.ts``). Durations are
