@@ -259,7 +259,7 @@ def test_record_invocation_fills_meta_as_the_cli_does() -> None:
 def test_text_and_repr() -> None:
     report = ti.analyze(INPUT_BOUND)
     assert str(report).startswith("traceinsight: input_bound") and report.verdict in str(report)
-    assert repr(report) == "<traceinsight.Report 'input_bound': 1 device(s), 6 step(s), top bottleneck input_bound>"
+    assert repr(report) == "<traceinsight.Report 'input_bound': 1 device, 6 steps, top bottleneck input_bound>"
 
 
 def test_notebook_view_is_small_self_contained_and_escaped(run) -> None:

@@ -356,6 +356,7 @@ def test_renderers_escape_names_and_put_regressions_first():
     assert md.index("regression") < md.index("improvement")
     text = render_diff_terminal(diff)
     assert "totals.idle_fraction" in text and "\033[" not in text
+    assert "(s)" not in text and re.search(r"\b1 input, ", text)  # counts agree in number
 
 
 # ---------------------------------------------------------------- the command, synthetic traces

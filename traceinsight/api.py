@@ -44,6 +44,7 @@ from traceinsight.pipeline import (
     relative_link,
     write_outputs,
 )
+from traceinsight.report.format import plural
 from traceinsight.report.html import render_html, render_notebook
 from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
@@ -333,8 +334,8 @@ class Report:
         report = self._analysed.report
         top = report["bottlenecks"][0]["id"] if report["bottlenecks"] else "none"
         return (
-            f"<traceinsight.Report {self.run!r}: {report['totals']['device_count']} device(s), "
-            f"{report['steps']['count']} step(s), top bottleneck {top}>"
+            f"<traceinsight.Report {self.run!r}: {plural(report['totals']['device_count'], 'device')}, "
+            f"{plural(report['steps']['count'], 'step')}, top bottleneck {top}>"
         )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from traceinsight.diff import ranked
-from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, markdown_cell
+from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, markdown_cell, plural
 from traceinsight.report.html import environment
 
 # The figures the one-line verdict names, in this order.
@@ -171,7 +171,7 @@ def diff_sentence(diff: dict[str, Any]) -> str:
                 f"({fmt_delta(c['delta'], c['unit'])})"
             )
     verdicts = [c["verdict"] for c in diff["changes"]]
-    counts = f"{verdicts.count('regression')} figure(s) worse, {verdicts.count('improvement')} better"
+    counts = f"{plural(verdicts.count('regression'), 'figure')} worse, {verdicts.count('improvement')} better"
     bottlenecks = diff["bottlenecks"]
     moved = [
         f"{x['id']} {x['base']['severity']} -> {x['new']['severity']}"
@@ -262,7 +262,8 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
         lines.append(
             paint(
                 f"  {side:<4} {s.get('path') or s['run']} ({s.get('source') or 'report'}, {s['framework']}, "
-                f"{len(s['inputs'])} input(s), {fmt_count(s['step_count'])} step(s))"
+                f"{plural(len(s['inputs']), 'input')}, "
+                f"{'- steps' if s['step_count'] is None else plural(s['step_count'], 'step')})"
             )
         )
     lines += [paint("  " + diff_sentence(diff)), ""]
@@ -276,7 +277,7 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
         lines.append(paint(text, _VERDICT_COLOUR.get(r["verdict"])))
     changed_devices = sum(c["verdict"] not in ("unchanged", "unknown") for c in device_changes)
     if changed_devices:
-        lines.append(f"  ({changed_devices} per-device figure(s) changed: see the HTML or JSON)")
+        lines.append(f"  ({plural(changed_devices, 'per-device figure')} changed: see the HTML or JSON)")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
     if items:
         lines += ["", paint("  Bottlenecks", _BOLD)]
