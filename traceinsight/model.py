@@ -183,7 +183,7 @@ def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.Dat
             data[col] = pd.Categorical(values, categories=cats)
     for col, dtype in _INT_COLUMNS.items():
         values = columns.get(col)
-        data[col] = np.full(n, -1, dtype) if values is None else _ints(values, dtype)
+        data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
     for col in _FLOAT_COLUMNS:
         values = columns.get(col)
         data[col] = np.full(n, np.nan, np.float32) if values is None else np.asarray(values, np.float32)
@@ -194,7 +194,7 @@ def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.Dat
     return table
 
 
-def _ints(values: Any, dtype: type[np.signedinteger[Any]]) -> np.ndarray:
+def narrowed_ints(values: Any, dtype: type[np.signedinteger[Any]]) -> np.ndarray:
     """`values` as `dtype`; those it cannot hold are unknown (-1), not wrapped around."""
     array = np.asarray(values)
     if array.dtype == dtype:
@@ -284,7 +284,7 @@ def make_memory_table(columns: Mapping[str, Any] | None = None, n: int | None = 
     data: dict[str, Any] = {}
     for col, dtype in _MEMORY_INT_COLUMNS.items():
         values = columns.get(col)
-        data[col] = np.full(n, _MEMORY_UNKNOWN.get(col, -1), dtype) if values is None else _ints(values, dtype)
+        data[col] = np.full(n, _MEMORY_UNKNOWN.get(col, -1), dtype) if values is None else narrowed_ints(values, dtype)
     for col in _MEMORY_CATEGORY_COLUMNS:
         values = columns.get(col)
         if values is None:

@@ -16,7 +16,7 @@ import pytest
 import traceinsight as ti
 from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
-from traceinsight.model import COLUMNS, TraceError, TraceRead
+from traceinsight.model import COLUMNS, TraceError, TraceRead, narrowed_ints
 from traceinsight.readers import xspace, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
@@ -694,3 +694,18 @@ def test_strings_told_apart_by_their_words() -> None:
     codes, first = grouped
     assert [texts[i] for i in first] == list(dict.fromkeys(texts))  # each distinct string, first seen first
     assert [texts[first[c]] for c in codes] == texts
+
+
+def test_batch_columns_joined_and_narrowed_as_the_table_would() -> None:
+    """The table's columns are filled from the batches' kept rows, each batch's array freed once copied, and
+    step ids narrowed to the table's int32 as `make_event_table` would (out of range: unknown, -1)."""
+    arrays = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6, 7, 8])]
+    keeps = [np.array([True, False, True]), np.array([True, True]), np.array([False, False, False])]
+    kept = [int(keep.sum()) for keep in keeps]
+    assert xspace._rows_kept(arrays, keeps, kept, np.int64).tolist() == [1, 3, 4, 5]
+    assert arrays == []
+    assert xspace._rows_kept([], [], [], np.int32).dtype == np.int32
+    steps = np.array([-1, 0, 2**31 - 1, 2**31, -(2**31) - 1, 7], np.int64)
+    narrowed = narrowed_ints(steps, np.int32)
+    assert narrowed.dtype == np.int32
+    assert narrowed.tolist() == [-1, 0, 2**31 - 1, -1, -1, 7]

@@ -76,6 +76,7 @@ from traceinsight.model import (
     TraceRead,
     make_event_table,
     make_memory_table,
+    narrowed_ints,
     truncation_warning,
 )
 from traceinsight.parallel import default_jobs, start_context, worker_pool
@@ -603,9 +604,11 @@ class _Part:
 
     line_ts: np.ndarray  # per line of the batch: its timestamp_ns
     event_line: np.ndarray  # per row: its line in the batch
+    line_ids: np.ndarray  # per line of the batch: its id (the rows' stream on a device plane, else their thread)
     keep: np.ndarray  # per row: neither an aggregate nor corrupt; then also with possible times
     device_code: int  # the plane's device (-1: host)
-    columns: dict[str, np.ndarray]  # the table's columns; ts_ns and dur_ns as the lines say (`_settle_times`)
+    columns: dict[str, np.ndarray]  # the table's columns but stream and thread (`line_ids`); ts_ns and dur_ns
+    # as the lines say (`_settle_times`)
     memory: _Memory | None = None
 
 
@@ -614,24 +617,33 @@ _PART_COLUMNS = {
     "ts_ns": np.int64,
     "dur_ns": np.int64,
     "kind": np.int8,
-    "stream": np.int64,
-    "thread": np.int64,
     "name": np.int32,
     "correlation": np.int64,
     "bytes": np.int64,
     "copy_kind": np.int8,
     "src_memory": np.int8,
-    "step_id": np.int64,
+    "step_id": np.int32,
     "blocks_per_sm": np.float32,
     "occupancy_pct": np.float32,
     "op": np.int32,
 }
 
 
-def _rows_kept(arrays: list[np.ndarray], keeps: list[np.ndarray], dtype: Any) -> np.ndarray:
-    """The kept rows of each batch's array, one after another."""
-    kept = [values if keep.all() else values[keep] for values, keep in zip(arrays, keeps, strict=True)]
-    return np.concatenate(kept) if kept else np.zeros(0, dtype)
+def _rows_kept(arrays: list[np.ndarray], keeps: list[np.ndarray], kept: list[int], dtype: Any) -> np.ndarray:
+    """The kept rows of each batch's array (`kept` of them), one after another: copied into the column, each
+    batch's array freed once copied (`arrays` is emptied)."""
+    column = np.empty(sum(kept), dtype)
+    at = 0
+    arrays.reverse()  # popped from the end: the first batch first
+    for keep, count in zip(keeps, kept, strict=True):
+        values = arrays.pop()
+        if count == len(values):
+            column[at : at + count] = values
+        else:
+            np.compress(keep, values, out=column[at : at + count])
+        del values
+        at += count
+    return column
 
 
 @dataclass(frozen=True)
@@ -828,7 +840,8 @@ class _LineReader:
                 events.aggregated.sum()
             )
         role = np.array([_line_role(plane.device_type, line.name) for line in lines], np.int8)[batch.event_line]
-        line_id = np.array([line.id for line in lines], np.int64)[batch.event_line]
+        line_ids = np.array([line.id for line in lines], np.int64)
+        line_id = line_ids[batch.event_line]
         name_code, unnamed, with_stats = self._names(plane, events.md)
         unnamed &= ~events.corrupt
         if unnamed.any():
@@ -838,14 +851,13 @@ class _LineReader:
         stats = _read_stats(plane, batch.wire, events, found, None, stream, with_stats, self.warnings, _Stats.empty(n))
         columns = self._columns(plane, role, name_code, stream, stats)
         on_device = plane.device_code >= 0
-        columns["stream"] = line_id if on_device else np.full(n, -1, np.int64)
-        columns["thread"] = np.full(n, -1, np.int64) if on_device else line_id
         columns["name"] = name_code
         columns["ts_ns"] = line_ts[batch.event_line] + events.offset_ps // 1000
         columns["dur_ns"] = events.duration_ps // 1000
         part = _Part(
             line_ts,
             batch.event_line.astype(np.int32),
+            line_ids,
             ~(events.aggregated | events.corrupt),
             plane.device_code,
             columns,
@@ -944,7 +956,7 @@ class _LineReader:
             "bytes": n_bytes,
             "copy_kind": copy_kind,
             "src_memory": src_memory,
-            "step_id": step_id,
+            "step_id": narrowed_ints(step_id, np.int32),  # the table's type (8 bytes a row less to keep)
             "blocks_per_sm": blocks_per_sm.astype(np.float32),
             "occupancy_pct": occupancy.astype(np.float32),
             "op": annotation,
@@ -1091,11 +1103,13 @@ class _Table:
                 part.keep &= near_window(ts_ns, dur_ns, part.keep, start_time, stop_time, self.warnings, "xspace")
         release_free_memory()  # the heap the lines' decoding left free (kept while reading: no page faults anew)
         memory = self._memory_table()
-        columns = self._table_columns()
+        columns, n = self._table_columns()
         self.parts.clear()
-        table = drop_duplicates(make_event_table(*columns), self.warnings, "xspace")
-        del columns
-        release_free_memory()  # the batches' columns and the duplicate check's hashes: the analyses come next
+        table = make_event_table(columns, n)
+        del columns  # what the table did not take as it is (codes narrowed): gone before the duplicate check
+        release_free_memory()
+        table = drop_duplicates(table, self.warnings, "xspace")
+        release_free_memory()  # the duplicate check's hashes: the analyses come next
         if self.layout.used_bytes < file_bytes:
             if table.empty:
                 raise TraceError(path, NOT_XSPACE)
@@ -1128,8 +1142,16 @@ class _Table:
         n = sum(kept)
         columns: dict[str, Any] = {}
         for name, dtype in _PART_COLUMNS.items():
-            columns[name] = _rows_kept([part.columns.pop(name) for part in self.parts], keeps, dtype)
+            columns[name] = _rows_kept([part.columns.pop(name) for part in self.parts], keeps, kept, dtype)
             release_free_memory()  # the batches' pieces of the column, so the next column can reuse their pages
+        for name, on_device in (("stream", True), ("thread", False)):  # the rows' line ids, -1 on the other planes
+            column = columns[name] = np.full(n, -1, np.int64)
+            at = 0
+            for part, keep, count in zip(self.parts, keeps, kept, strict=True):
+                if (part.device_code >= 0) == on_device:
+                    lines = part.event_line if count == len(keep) else part.event_line[keep]
+                    column[at : at + count] = part.line_ids[lines]
+                at += count
         device = np.repeat(np.array([part.device_code for part in self.parts], np.int16), kept)
         columns["device"] = pd.Categorical.from_codes(device, self.device_labels)
         columns["kind"] = pd.Categorical.from_codes(columns["kind"], KINDS)
