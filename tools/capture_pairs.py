@@ -247,12 +247,20 @@ def _in_memory_pipeline(batch: int, rows: int) -> tuple[Any, str]:
     return ds, words
 
 
-def tf_eager_vs_function() -> None:
-    batch = 32
+def _eager_vs_function(pair: str, batch: int, width: int) -> None:
     for side, compiled in (("before", False), ("after", True)):
         ds, pipeline = _in_memory_pipeline(batch, batch * 64)
         info = {"pipeline": pipeline, "settings": {"tf_function": compiled}, "batch_size": batch}
-        _capture_tf("tf_eager_vs_function", side, ds, info, compiled=compiled)
+        _capture_tf(pair, side, ds, info, compiled=compiled, width=width)
+
+
+def tf_eager_vs_function() -> None:
+    _eager_vs_function("tf_eager_vs_function", batch=32, width=128)
+
+
+def tf_eager_vs_function_wide() -> None:
+    """A held-back pair for the eager estimate: ops with more work each (MLP 64-512-512-10, batch 128)."""
+    _eager_vs_function("tf_eager_vs_function_wide", batch=128, width=512)
 
 
 def tf_small_batch() -> None:
@@ -470,6 +478,11 @@ PAIRS: dict[str, Pair] = {
     "tf_eager_vs_function": Pair(
         tf_eager_vs_function,
         "in-memory data, batch 32, custom train step run eagerly",
+        "the same step under `tf.function`",
+    ),
+    "tf_eager_vs_function_wide": Pair(
+        tf_eager_vs_function_wide,
+        "in-memory data, batch 128, MLP 64-512-512-10, custom train step run eagerly (held back: checks the estimate)",
         "the same step under `tf.function`",
     ),
     "tf_small_batch": Pair(

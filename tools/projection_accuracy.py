@@ -57,6 +57,7 @@ def pairs() -> list[Pair]:
         ("tf_interleave", "input_bound"),
         ("torch_dataloader_2workers_bound", "input_bound"),
         ("tf_eager_vs_function", "host_bound"),
+        ("tf_eager_vs_function_wide", "host_bound"),
     ):
         found.append(Pair(f"ours: {name}", PAIRS / name / "before", PAIRS / name / "after", fix))
     return [p for p in found if p.before.exists() and p.after.exists()]

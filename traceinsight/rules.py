@@ -273,6 +273,21 @@ PRECISION_RULES: tuple[PrecisionRule, ...] = (
 
 # How TensorFlow's eager runtime runs one op (or a function): op work, though not named as a TF op.
 EAGER_OP_RUN_PATTERN = r"KernelAndDevice(?:Op|Func)::Run"
+# Eager ops that compute nothing: a variable read hands back its buffer, shape ops read metadata, reshapes alias
+# the buffer. What such an op takes to run eagerly is the eager runtime's own per-op cost, which a graph does not
+# pay per op (`step_model._eager_dispatch`).
+EAGER_NO_COMPUTE_OPS = (
+    "ReadVariableOp",
+    "Identity",
+    "Shape",
+    "ShapeN",
+    "Size",
+    "Rank",
+    "Reshape",
+    "ExpandDims",
+    "Squeeze",
+    "StopGradient",
+)
 # Optimizer updates: per-step work that the parameter count sets, not the batch (TF scopes ``adam/``, ``SGD/``;
 # PyTorch ``Optimizer.step#Adam.step`` and its fused ``_foreach_`` ops).
 OPTIMIZER_UPDATE_PATTERN = (

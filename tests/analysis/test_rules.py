@@ -174,6 +174,28 @@ def test_cpu_only_framework_overhead_between_ops():
     assert b.recommendations[0].startswith("Compile the model: `model = torch.compile(model)`")
 
 
+def test_eager_ops_lose_the_eager_runtime_cost_a_graph_does_not_pay():
+    # Two marked 1000 us steps of a TF loop run eagerly, on one thread. Each runs 15 ops, one every 60 us: an
+    # `EagerLocalExecute: <op>` row around its `KernelAndDeviceFunc::Run`. Ops that compute nothing run 10 us
+    # (8 ReadVariableOp), 6 and 14 us (Identity): the eager runtime's per-op cost is their median, 10 us. Five
+    # MatMuls run 50 us. Per step: ops 8*10 + 6 + 14 + 5*50 = 350 us; overhead between them 1000 - 350 = 650 us;
+    # eager cost min(run, 10) summed: 8*10 + 6 + 10 + 5*10 = 146 us. After a graph: 350 - 146 = 204 us.
+    rows = []
+    ops = [("ReadVariableOp", 10)] * 8 + [("Identity", 6), ("Identity", 14)] + [("MatMul", 50)] * 5
+    for i, t in enumerate((0, 1000)):
+        rows.append({**host("step", t, 1000, "train"), "thread": 1, "step_id": i})
+        for j, (op, run) in enumerate(ops):
+            start = t + 20 + 60 * j
+            rows.append({**host("other", start, run + 4, f"EagerLocalExecute: {op}"), "thread": 1})
+            rows.append({**host("other", start + 2, run, "KernelAndDeviceFunc::Run"), "thread": 1})
+    (b,) = [b for b in find_bottlenecks(analyze(profile(rows, "tensorflow"))) if b.id == "host_bound"]
+    assert b.evidence["op_time_per_step_ns"] == 350 * US
+    assert b.evidence["overhead_per_step_ns"] == 650 * US
+    assert b.evidence["eager_dispatch_per_step_ns"] == 146 * US
+    assert (b.projection.step_ns_before, b.projection.step_ns_after) == (1000 * US, 204 * US)
+    assert "what an op that computes nothing takes to run here" in b.projection.assumption
+
+
 def test_fractions_are_relative_to_the_device_span_not_a_longer_capture():
     rows = [host("cpu_op", 0, 10, "setup")]  # the capture starts 10 ms before the GPU work
     rows += [launch(10_000 + i * 100 + 40, 5, i) for i in range(10)]

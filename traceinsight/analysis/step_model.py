@@ -18,6 +18,9 @@ side by side):
 * ``batch_work_ns``: self time of host ops long enough to compute that are not optimizer
   updates (a CPU-only run's work that grows with the batch; the rest of the step is
   per-step fixed cost).
+* ``eager_dispatch_ns``: of the host floor, the eager runtime's own cost of running ops one
+  by one (TF eager ops, each up to what an op that computes nothing takes here), which a
+  graph does not pay.
 
 A fix removes idle time (a stall the device waited through) and/or device time
 (exposed copies, exposed communication, faster kernels). `project` applies fixes one
@@ -51,8 +54,10 @@ from traceinsight.rules import (
     BLOCKING_HOST_OPS,
     COMMUNICATION_PATTERN,
     DEFAULT_SMALL_KERNEL_NS,
+    EAGER_NO_COMPUTE_OPS,
     EAGER_OP_RUN_PATTERN,
     OPTIMIZER_UPDATE_PATTERN,
+    TF_EAGER_OP,
 )
 
 # Measured stalls: idle-gap causes, the step breakdown's exposed input wait, and device time that is exposed
@@ -66,6 +71,8 @@ STALLS = (
     "d2h_exposed",
     "communication_exposed",
 )
+# The eager execution of an op that computes nothing (`_eager_dispatch`).
+_NO_COMPUTE_EXECUTE = "^EagerLocalExecute: (?:" + "|".join(EAGER_NO_COMPUTE_OPS) + ")$"
 # Kernel classes that efficiency estimates act on.
 KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste", "small_kernels")
 
@@ -81,6 +88,7 @@ class StepModel:
     device_count: int  # devices the per-step means are over (0: a host-only run)
     small_host_op_ns: np.ndarray  # host framework ops under the small threshold (CPU-only runs' small ops)
     batch_work_ns: np.ndarray  # self time of computing host ops that are not optimizer updates (grows with batch)
+    eager_dispatch_ns: np.ndarray  # of the host floor, the eager runtime's per-op cost (a graph does not pay it)
     host_op_count: int = 0  # host ops and runtime calls (the host floor's rows) that start inside the steps
 
     @property
@@ -272,14 +280,49 @@ def _host_op_figures(
     )
 
 
-def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, int]:
+def _eager_dispatch(
+    mine: pd.DataFrame, runs: np.ndarray, other: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """Per step, the eager runtime's own cost in the TF ops it ran one by one: each eager op's run
+    (`runs`, ``KernelAndDevice*::Run`` rows), up to the median run of the ops that compute nothing
+    (`EAGER_NO_COMPUTE_OPS`), which is that cost as measured on this run. Zero without such ops.
+
+    A run belongs to the ``EagerLocalExecute: <op>`` row around it on its thread: rows sorted by thread
+    and start (an execute before the runs that start with it), the last execute at or before each run."""
+    executes = _names_match(mine, TF_EAGER_OP.pattern, other)
+    chosen = np.flatnonzero(executes | runs)
+    if not runs.any() or not executes.any():
+        return np.zeros(len(starts))
+    thread = pd.factorize(mine["thread"].to_numpy()[chosen])[0]
+    ts = mine["ts_ns"].to_numpy()[chosen]
+    end = ts + mine["dur_ns"].to_numpy()[chosen]
+    is_execute = executes[chosen]
+    order = np.lexsort((~is_execute, ts, thread))
+    chosen, thread, ts, end, is_execute = chosen[order], thread[order], ts[order], end[order], is_execute[order]
+    last = np.maximum.accumulate(np.where(is_execute, np.arange(len(chosen)), -1))
+    run_at = np.flatnonzero(~is_execute & (last >= 0))
+    parent = last[run_at]
+    inside = (thread[parent] == thread[run_at]) & (end[parent] >= end[run_at])
+    run_at, parent = run_at[inside], parent[inside]
+    no_compute = _names_match(mine, _NO_COMPUTE_EXECUTE, executes)[chosen[parent]]
+    if not no_compute.any():
+        return np.zeros(len(starts))
+    run_ns = (end - ts)[run_at]
+    per_op = float(np.median(run_ns[no_compute]))
+    return _in_steps(ts[run_at], np.minimum(run_ns, per_op).astype(np.float64), starts, ends)
+
+
+def _host_floor(
+    events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray]:
     """Per step, host framework ops (TF eager ops run as ``KernelAndDevice*::Run``), host collectives and runtime
-    calls outside input waits and synchronisations."""
-    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name"])
+    calls outside input waits and synchronisations; the count of those rows; and `_eager_dispatch`."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
     host = mine["device"].isna().to_numpy()
     # Eager TF ops, and host collectives (gloo all_reduce, ...): host work, not overhead between ops.
     other = host & ~kind_mask(mine, "cpu_op", "runtime")
-    is_host_work = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$", other)
+    runs = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$", other)
+    is_host_work = runs.copy()
     is_host_work |= _names_match(mine, COMMUNICATION_PATTERN, other)
     working = host & ~other | is_host_work
     work = _rows_union(mine, working)
@@ -288,7 +331,7 @@ def _host_floor(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: n
     )
     ts = mine["ts_ns"].to_numpy()[working]
     ops = int(_in_steps(ts, np.ones(len(ts)), starts, ends).sum())
-    return _exposed_in_steps(work, waiting, starts, ends), ops
+    return _exposed_in_steps(work, waiting, starts, ends), ops, _eager_dispatch(mine, runs, other, starts, ends)
 
 
 def step_model(
@@ -325,7 +368,9 @@ def step_model(
         return np.mean([f[name] for f in per_device], axis=0).astype(np.float64)
 
     stalls = {name: mean(name) for name in STALLS}
-    floor, host_ops = _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0)
+    floor, host_ops, dispatch = (
+        _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0, np.zeros(0))
+    )
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
     stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     ops = host_op_rows(events, steps.input_id) if ops is None else ops
@@ -340,5 +385,6 @@ def step_model(
         device_count=len(per_device),
         small_host_op_ns=small_ops,
         batch_work_ns=batch_work,
+        eager_dispatch_ns=np.minimum(dispatch, floor),
         host_op_count=host_ops,
     )
