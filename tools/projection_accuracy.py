@@ -60,6 +60,15 @@ def pairs() -> list[Pair]:
         ("tf_eager_vs_function_wide", "host_bound"),
     ):
         found.append(Pair(f"ours: {name}", PAIRS / name / "before", PAIRS / name / "after", fix))
+    found.append(  # held back: the same kind of change as tf_cpu a -> b, on our own job
+        Pair(
+            "ours: tf_data_parallel before -> tf_tuned (parallel map + cache + prefetch)",
+            PAIRS / "tf_data_parallel" / "before",
+            PAIRS / "tf_tuned" / "after",
+            "input_bound",
+            cached=True,
+        )
+    )
     return [p for p in found if p.before.exists() and p.after.exists()]
 
 

@@ -80,7 +80,7 @@ marker; ``input_wait`` the training loop waiting for data (tf.data GetNext, Data
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -385,14 +385,22 @@ def is_truncation_warning(key: str) -> bool:
     return key.startswith(f"{TRUNCATED}: ")
 
 
+def take_rows(table: pd.DataFrame, rows: np.ndarray, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """`columns` (default: all) of the rows `rows` (positions, or a mask), the table's index kept. Only the
+    cells taken are copied: ``table[columns]`` first would copy every row of those columns."""
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    names = list(table.columns) if columns is None else list(columns)
+    return pd.DataFrame({name: table[name].array.take(rows) for name in names}, index=table.index.take(rows))
+
+
 def rows_of_input(events: pd.DataFrame, input_id: int, columns: list[str] | None = None) -> pd.DataFrame:
-    """Rows of one input, only `columns` when given (a copy of fewer columns is a smaller copy); the table
-    itself, not a copy, when every row is that input's (a single-file run)."""
-    table = events if columns is None else events[columns]
+    """Rows of one input: the table itself, not a copy, when every row is that input's (a single-file run;
+    callers only read it), else a copy of those rows, of `columns` only when given (a smaller copy)."""
     ids = events["input_id"].to_numpy()
     if len(ids) == 0 or (ids[0] == input_id and (ids == input_id).all()):
-        return table
-    return table[ids == input_id]
+        return events
+    return take_rows(events, ids == input_id, columns)
 
 
 def _input_label(info: InputInfo, index: int) -> str:

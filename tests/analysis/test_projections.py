@@ -111,14 +111,32 @@ def test_tf_data_sequential_to_tuned_projection_speedup():
     assert before / hidden >= 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fixed run also caches the data, which removes the decode threads that slowed the input-bound run's "
-    "own training ops 1.7x on 2 cores; the step model keeps that slower training work (4.1 ms vs 2.25 ms measured)",
+_CACHED_MISS = (
+    "the fixed run also caches the data, and its step's own work runs 1.6-2x faster than the same work in the "
+    "input-bound run, for causes the trace does not hold (decode threads beside the step on 2 cores, tf.data's "
+    "spinning threads, caches gone cold during a 40-160 ms wait); the step model keeps that slower work"
 )
-def test_tf_data_sequential_to_tuned_projection_within_tolerance():
-    measured = _run_info_mean_ns(shared_trace("tf_cpu/b_input_tuned"))
-    _, hidden = _hidden_input_step(shared_trace("tf_cpu/a_input_bound"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(
+            "tf_cpu/a_input_bound", "tf_cpu/b_input_tuned", marks=pytest.mark.xfail(strict=True, reason=_CACHED_MISS)
+        ),
+        pytest.param(  # held back: the same change on our own job (no decode runs beside its steps)
+            "pairs/tf_data_parallel/before",
+            "pairs/tf_tuned/after",
+            marks=pytest.mark.xfail(strict=True, reason=_CACHED_MISS),
+        ),
+    ],
+)
+def test_tf_data_sequential_to_tuned_projection_within_tolerance(before, after):
+    def folder(name: str) -> Path:
+        return SAMPLE_TRACES / name if name.startswith("pairs/") else shared_trace(name)
+
+    measured = _run_info_mean_ns(folder(after))
+    _, hidden = _hidden_input_step(folder(before))
     assert abs(hidden / measured - 1) <= TOLERANCE
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import Intervals, union
-from traceinsight.model import DEVICE_WORK_KINDS, kind_mask
+from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, take_rows
 
 # What device_usage, idle_gaps, kernel_stats and copy_stats read of the device rows.
 _DEVICE_WORK_COLUMNS = (
@@ -70,7 +70,7 @@ def device_work(events: pd.DataFrame) -> pd.DataFrame:
     """
     rows = np.flatnonzero(kind_mask(events, *DEVICE_WORK_KINDS) & events["device"].notna().to_numpy())
     rows = rows[np.argsort(events["ts_ns"].to_numpy()[rows], kind="stable")]
-    return events[list(_DEVICE_WORK_COLUMNS)].take(rows)
+    return take_rows(events, rows, _DEVICE_WORK_COLUMNS)
 
 
 def device_usage(events: pd.DataFrame, work: pd.DataFrame | None = None) -> list[DeviceUsage]:

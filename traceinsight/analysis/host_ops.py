@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import union_of_rows
-from traceinsight.model import kind_mask, rows_of_input
+from traceinsight.model import kind_mask, rows_of_input, take_rows
 from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
 
 TOP_HOST_OPS = 15
@@ -135,7 +135,7 @@ def host_op_rows(events: pd.DataFrame, input_id: int) -> HostOpRows:
     """The host framework ops of input `input_id` and their self times."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
     host = mine["device"].isna().to_numpy()
-    ops = mine[host & kind_mask(mine, "cpu_op")]
+    ops = take_rows(mine, host & kind_mask(mine, "cpu_op"), ["ts_ns", "dur_ns", "name", "thread"])
     return HostOpRows(mine, host, ops, own_times(ops))
 
 
