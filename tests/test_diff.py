@@ -164,6 +164,25 @@ def test_severity_rise_is_worse_even_when_cheaper():
     assert item["status"] == "worse" and item["delta_ns"] == -10
 
 
+def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths():
+    # BASE profiled 8 steps of 10 ms input stall each (80 ms), NEW only 4 of 12 ms (48 ms): the capture's total
+    # fell, the cost a step rose by 2 ms (+20 %), and that is what changed.
+    base = _report(bottlenecks=[{**_bottleneck("input_bound", "high", 80_000_000), "projection": {"saving_ns": 10**7}}])
+    new = _report(
+        bottlenecks=[{**_bottleneck("input_bound", "high", 48_000_000), "projection": {"saving_ns": 12 * 10**6}}]
+    )
+    (item,) = build_diff(base, new)["bottlenecks"]["items"]
+    assert (item["status"], item["measure"], item["delta_ns"]) == ("worse", "per_step_ns", 2_000_000)
+    assert item["relative"] == pytest.approx(0.2)
+    assert (item["base"]["per_step_ns"], item["new"]["time_ns"]) == (10**7, 48_000_000)
+    line = render_diff_terminal(build_diff(base, new))
+    assert "input_bound: worse, high -> high, 10 ms a step -> 12 ms a step (+20.0 %)" in line
+    # A report from before projections: the capture's cost, as before.
+    del base["bottlenecks"][0]["projection"]
+    (item,) = build_diff(base, new)["bottlenecks"]["items"]
+    assert (item["status"], item["measure"], item["delta_ns"]) == ("better", "time_ns", -32_000_000)
+
+
 @pytest.mark.parametrize(
     ("raw", "normalised"),
     [

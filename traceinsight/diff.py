@@ -188,10 +188,29 @@ def metric_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, 
     return out
 
 
+def _per_step_ns(b: dict[str, Any] | None) -> int | None:
+    """What the bottleneck costs a step: its projection's saving (reports before projections: None)."""
+    projection = (b or {}).get("projection") or {}
+    return projection.get("saving_ns")
+
+
 def _bottleneck_side(b: dict[str, Any] | None) -> dict[str, Any] | None:
     if b is None:
         return None
-    return {k: b.get(k) for k in ("severity", "rank", "time_ns", "fraction")}
+    return {**{k: b.get(k) for k in ("severity", "rank", "time_ns", "fraction")}, "per_step_ns": _per_step_ns(b)}
+
+
+def _cost_measure(b: dict[str, Any] | None, n: dict[str, Any] | None) -> str:
+    """What a bottleneck's change is measured in: its cost a step where every side present has one (captures
+    of different lengths compare alike), else its cost over the capture."""
+    return "per_step_ns" if all(_per_step_ns(x) is not None for x in (b, n) if x is not None) else "time_ns"
+
+
+def _cost(b: dict[str, Any] | None, measure: str) -> int:
+    """A bottleneck's cost in `measure` (`_cost_measure`); 0 where the run does not have it."""
+    if b is None:
+        return 0
+    return int((_per_step_ns(b) if measure == "per_step_ns" else b["time_ns"]) or 0)
 
 
 def _bottleneck_status(b: dict[str, Any] | None, n: dict[str, Any] | None) -> str:
@@ -201,7 +220,8 @@ def _bottleneck_status(b: dict[str, Any] | None, n: dict[str, Any] | None) -> st
         return "removed"
     rise = SEVERITY_ORDER.get(n["severity"], 0) - SEVERITY_ORDER.get(b["severity"], 0)
     if not rise:
-        rise = n["time_ns"] - b["time_ns"]
+        measure = _cost_measure(b, n)
+        rise = _cost(n, measure) - _cost(b, measure)
     return "worse" if rise > 0 else "better" if rise < 0 else "same"
 
 
@@ -211,19 +231,22 @@ _BOTTLENECK_ORDER = {"added": 0, "worse": 1, "removed": 2, "better": 3, "same": 
 def bottleneck_changes(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Bottlenecks by id: added (only in NEW), removed (only in BASE), worse / better / same.
 
-    Worse or better goes by severity first, then by cost (`time_ns`); regressions come first.
+    Worse or better goes by severity first, then by cost: a step's (`projection.saving_ns`) where the reports
+    have projections, else the capture's (`time_ns`), which `measure` names; regressions come first.
     """
     base_by_id = {b["id"]: b for b in base.get("bottlenecks", [])}
     new_by_id = {b["id"]: b for b in new.get("bottlenecks", [])}
     items = []
     for bid in dict.fromkeys([*new_by_id, *base_by_id]):
         b, n = base_by_id.get(bid), new_by_id.get(bid)
-        delta, relative = change(b["time_ns"] if b else 0, n["time_ns"] if n else 0)
+        measure = _cost_measure(b, n)
+        delta, relative = change(_cost(b, measure), _cost(n, measure))
         items.append(
             {
                 "id": bid,
                 "title": (n or b or {}).get("title"),
                 "status": _bottleneck_status(b, n),
+                "measure": measure,
                 "base": _bottleneck_side(b),
                 "new": _bottleneck_side(n),
                 "delta_ns": delta,

@@ -72,22 +72,28 @@ def split_changes(diff: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
 
 
 def bottleneck_cells(item: dict[str, Any]) -> dict[str, str]:
-    """One bottleneck change, formatted: severity and cost on each side."""
+    """One bottleneck change, formatted: severity and cost on each side (a step's, where both reports say it)."""
     b, n = item["base"], item["new"]
+    measure = item.get("measure", "time_ns")
+    unit = " a step" if measure == "per_step_ns" else ""
+
+    def cost(side: dict[str, Any] | None) -> str:
+        return fmt_ns(side[measure]) + unit if side else fmt_ns(None)
+
     return {
         "id": item["id"],
         "title": item["title"] or "",
         "status": item["status"],
         "severity": f"{b['severity'] if b else 'absent'} -> {n['severity'] if n else 'absent'}",
-        "base": fmt_ns(b["time_ns"] if b else None),
-        "new": fmt_ns(n["time_ns"] if n else None),
-        "delta": fmt_delta(item["delta_ns"], "ns"),
+        "base": cost(b),
+        "new": cost(n),
+        "delta": fmt_delta(item["delta_ns"], "ns") + unit,
         "relative": fmt_relative(item["relative"]),
     }
 
 
 def bottleneck_line(item: dict[str, Any]) -> str:
-    """``input_bound: better, high -> low, 285 ms -> 10.6 ms (-96.3 %)``."""
+    """``input_bound: better, high -> low, 28.5 ms a step -> 1.1 ms a step (-96.3 %)``."""
     c = bottleneck_cells(item)
     return f"{c['id']}: {c['status']}, {c['severity']}, {c['base']} -> {c['new']} ({c['relative']})"
 
