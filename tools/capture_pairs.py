@@ -49,18 +49,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first
 # --- shared bits ------------------------------------------------------------------------------------------
 
 
-def _side_dir(pair: str, side: str) -> Path:
-    out = PAIRS_DIR / pair / side
+def side_dir(pair: str, side: str, root: Path = PAIRS_DIR) -> Path:
+    """`root/<pair>/<side>/`, emptied."""
+    out = root / pair / side
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     return out
 
 
-def _write_run_info(out: Path, trace: Path, wall_ms: list[float], info: dict[str, Any]) -> None:
-    """`run_info.json` of `pairs/<pair>/<side>/`: the scenario, the caller's details, step wall times, the trace."""
+def write_run_info(
+    out: Path, trace: Path, wall_ms: list[float], info: dict[str, Any], scenario: str | None = None
+) -> None:
+    """`run_info.json` of `<pair>/<side>/`: the scenario (this module's `PAIRS` by default), the caller's
+    details, step wall times, the trace."""
     pair, side = out.parent.name, out.name
     info = {
-        "scenario": f"{pair}/{side}: {getattr(PAIRS[pair], side)}",
+        "scenario": f"{pair}/{side}: {scenario or getattr(PAIRS[pair], side)}",
         **info,
         "profiled_step_wall_ms": wall_ms,
         "mean_step_ms": round(statistics.fmean(wall_ms), 3),
@@ -73,7 +77,7 @@ def _write_run_info(out: Path, trace: Path, wall_ms: list[float], info: dict[str
         "trace_bytes": trace.stat().st_size,
     }
     (out / "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
-    print(f"{trace.relative_to(SAMPLES)}: {trace.stat().st_size:,} bytes, mean step {info['mean_step_ms']} ms")
+    print(f"{trace.relative_to(out.parents[1])}: {trace.stat().st_size:,} bytes, mean step {info['mean_step_ms']} ms")
 
 
 def _ms_since(t0: float) -> float:
@@ -170,12 +174,12 @@ def _profile_tf(
 
 def _capture_tf(pair: str, side: str, ds: Any, info: dict[str, Any], compiled: bool = True, width: int = 128) -> None:
     """Profile the standard train step fed by `ds` into `pairs/<pair>/<side>/`."""
-    out = _side_dir(pair, side)
+    out = side_dir(pair, side)
     step = _tf_train_step(compiled, width)
     xplane, wall_ms, step_nums = _profile_tf(out, step, iter(ds))
     model = f"MLP 64-{width}-{width}-10, Adam, custom train step " + ("in tf.function" if compiled else "run eagerly")
     info = {**_tf_versions(), **info, "model": model + " (GetNext inside)"}
-    _write_run_info(out, xplane, wall_ms, {**info, "step_marker": "train", "step_nums": step_nums})
+    write_run_info(out, xplane, wall_ms, {**info, "step_marker": "train", "step_nums": step_nums})
 
 
 def _slow_pipeline(parallel: bool, prefetch: bool, batch: int = 16, sleep_s: float = 0.002) -> Any:
@@ -279,7 +283,7 @@ def tf_tuned() -> None:
     batch, epoch_steps, sleep_s = 16, 24, 0.002
     ds = tf.data.Dataset.range(batch * epoch_steps).map(_slow_map(sleep_s), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.cache().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    out = _side_dir("tf_tuned", "after")
+    out = side_dir("tf_tuned", "after")
     step = _tf_train_step()
     first = iter(ds)
     for _ in range(epoch_steps):  # epoch 1: trains while filling the cache
@@ -298,7 +302,7 @@ def tf_tuned() -> None:
         "step_marker": "train",
         "step_nums": nums,
     }
-    _write_run_info(out, xplane, wall_ms, info)
+    write_run_info(out, xplane, wall_ms, info)
 
 
 # --- PyTorch ----------------------------------------------------------------------------------------------
@@ -332,18 +336,36 @@ def _torch_mlp(width: int = 256, features: int = FEATURES) -> tuple[Any, Any]:
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
-def _profile_torch(
-    out: Path, batches: Callable[[], Iterator[tuple[Any, Any]]], model: Any, optimizer: Any
-) -> tuple[Path, list[float], list[int]]:
-    """Train on `batches()` (iterated inside the profiler) under schedule(skip_first, wait 1, warmup 1, active);
-    return (trace, wall ms of the active steps, their ProfilerStep numbers)."""
+def train_step(model: Any, optimizer: Any) -> Callable[[Any, Any], None]:
+    """The standard step: cross-entropy, backward, optimizer step (nothing read back to the host)."""
     import torch
+
+    def step(x: Any, y: Any) -> None:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def profile_torch(
+    out: Path,
+    batches: Callable[[], Iterator[tuple[Any, Any]]],
+    step: Callable[[Any, Any], None],
+    cuda: bool = False,
+    finish: Callable[[], None] | None = None,
+) -> tuple[Path, list[float], list[int]]:
+    """Run `step` on `batches()` (iterated inside the profiler) under schedule(skip_first, wait 1, warmup 1,
+    active), CUDA activity traced too with `cuda`; return (trace, wall ms of the active steps, their
+    ProfilerStep numbers). `finish()` ends the last step (a device synchronisation, so that the steps' time
+    includes the device's)."""
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     total = TORCH_SKIP + 2 + TORCH_ACTIVE
     wall_ms = []
     with profile(
-        activities=[ProfilerActivity.CPU],
+        activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
         schedule=schedule(skip_first=TORCH_SKIP, wait=1, warmup=1, active=TORCH_ACTIVE, repeat=1),
         on_trace_ready=tensorboard_trace_handler(str(out), worker_name=HOST, use_gzip=True),
         record_shapes=False,
@@ -351,13 +373,12 @@ def _profile_torch(
         profile_memory=False,
     ) as prof:
         t0 = time.perf_counter()
-        for step, (x, y) in enumerate(batches()):
-            if step == total:
+        for number, (x, y) in enumerate(batches()):
+            if number == total:
                 break
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            step(x, y)
+            if finish is not None and number == total - 1:
+                finish()
             wall_ms.append(_ms_since(t0))  # batch fetch + training, the span of ProfilerStep#step
             prof.step()
             t0 = time.perf_counter()
@@ -372,10 +393,10 @@ def _capture_torch_loader(pair: str, side: str, dataset: Any, workers: int, info
     # One intra-op thread: on 2 cores the second OpenMP thread's spin-wait after each op starves the sleeping
     # workers of wake-ups and halves the loader's throughput at random (OMP_WAIT_POLICY=PASSIVE does the same).
     torch.set_num_threads(1)
-    out = _side_dir(pair, side)
+    out = side_dir(pair, side)
     model, optimizer = _torch_mlp()
     loader = DataLoader(dataset, batch_size=16, num_workers=workers, persistent_workers=workers > 0)
-    trace, wall_ms, nums = _profile_torch(out, lambda: iter(loader), model, optimizer)
+    trace, wall_ms, nums = profile_torch(out, lambda: iter(loader), train_step(model, optimizer))
     info = {
         "torch": torch.__version__,
         **info,
@@ -386,7 +407,7 @@ def _capture_torch_loader(pair: str, side: str, dataset: Any, workers: int, info
         "step_marker": "ProfilerStep#N",
         "step_nums": nums,
     }
-    _write_run_info(out, trace, wall_ms, info)
+    write_run_info(out, trace, wall_ms, info)
 
 
 def torch_dataloader_workers() -> None:
@@ -419,13 +440,13 @@ def torch_small_batch() -> None:
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(8192, features, generator=gen), torch.randint(0, 10, (8192,), generator=gen)
     for side, batch in (("before", 2), ("after", 64)):
-        out = _side_dir("torch_small_batch", side)
+        out = side_dir("torch_small_batch", side)
         model, optimizer = _torch_mlp(width, features)
 
         def batches(b: int = batch) -> Iterator[tuple[Any, Any]]:
             return ((x[i : i + b], y[i : i + b]) for i in range(0, len(x) - b + 1, b))
 
-        trace, wall_ms, nums = _profile_torch(out, batches, model, optimizer)
+        trace, wall_ms, nums = profile_torch(out, batches, train_step(model, optimizer))
         info = {
             "torch": torch.__version__,
             "pipeline": f"in-memory tensors {tuple(x.shape)}, sliced batches of {batch} (no DataLoader)",
@@ -436,7 +457,7 @@ def torch_small_batch() -> None:
             "step_marker": "ProfilerStep#N",
             "step_nums": nums,
         }
-        _write_run_info(out, trace, wall_ms, info)
+        write_run_info(out, trace, wall_ms, info)
 
 
 # --- the pairs and README -----------------------------------------------------------------------------------

@@ -2,18 +2,22 @@
 step the fixed run measured.
 
 Why: a projection is a claim, so it is checked on real re-runs. Pairs are the real traces in
-`../shared/traces` (when present) and our own captures in `sample_traces/pairs/` (`tools/capture_pairs.py`).
-The measured step of the fixed run is its traced mean step (`steps.mean_ns`), the same measure the projection
-starts from. Prints a Markdown table for the README.
+`../shared/traces` (when present) and our own captures in `sample_traces/pairs/` (`tools/capture_pairs.py`)
+and, once a GPU machine has made them, `sample_traces/gpu_pairs/` (`tools/capture_gpu_pairs.py`). The measured
+step of the fixed run is its traced mean step (`steps.mean_ns`), the same measure the projection starts from;
+for a GPU pair, its `run_info.json` mean step, whose last step waits for the device. Prints a Markdown table
+for the README.
 
     python -m tools.projection_accuracy
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.capture_gpu_pairs import GPU_PAIRS, GPU_PAIRS_DIR
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.discover import discover
 from traceinsight.findings import find_bottlenecks
@@ -31,6 +35,7 @@ class Pair:
     after: Path
     fix: str  # the bottleneck id the change addresses
     cached: bool = False  # the change also caches the input: compare the "input fully hidden" step
+    synced: bool = False  # a GPU pair: measured = run_info's mean step, the window up to the device's end
 
 
 def pairs() -> list[Pair]:
@@ -69,7 +74,14 @@ def pairs() -> list[Pair]:
             cached=True,
         )
     )
+    for name, gpu_pair in GPU_PAIRS.items():
+        sides = GPU_PAIRS_DIR / name
+        found.append(Pair(f"ours, GPU: {name}", sides / "before", sides / "after", gpu_pair.fix, synced=True))
     return [p for p in found if p.before.exists() and p.after.exists()]
+
+
+def _run_info_mean_ns(side: Path) -> float:
+    return float(json.loads((side / "run_info.json").read_text())["mean_step_ms"]) * 1e6
 
 
 def _analyse(path: Path) -> Analysis:
@@ -78,9 +90,9 @@ def _analyse(path: Path) -> Analysis:
 
 def row(pair: Pair) -> str:
     """One table row: top bottleneck, projected and measured step after, error."""
-    before = _analyse(pair.before)
-    after_mean = _analyse(pair.after).steps.mean_ns or 0
-    found = find_bottlenecks(before)
+    analysis = _analyse(pair.before)
+    after_mean = _run_info_mean_ns(pair.after) if pair.synced else _analyse(pair.after).steps.mean_ns or 0
+    found = find_bottlenecks(analysis)
     top = found[0].id if found else "-"
     mine = next((b for b in found if b.id == pair.fix), None)
     if mine is None or not after_mean:
