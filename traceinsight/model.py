@@ -210,11 +210,15 @@ def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:
     """Rows whose kind is one of `kinds`, read from the category codes.
 
     ``events["kind"].to_numpy()`` would build a string object per row; on a million
-    rows that is most of an analysis' time.
+    rows that is most of an analysis' time. The codes are compared kind by kind: a
+    lookup table indexed by them would first widen the int8 codes to 8 bytes a row
+    (10x the time, 8 MB a million rows). Code -1 (no kind) matches none.
     """
-    wanted = np.zeros(len(KINDS) + 1, dtype=bool)  # the extra False is what code -1 (no kind) finds
-    wanted[[KINDS.index(kind) for kind in kinds]] = True
-    return wanted[events["kind"].cat.codes.to_numpy()]
+    codes = events["kind"].cat.codes.to_numpy()
+    mask = np.zeros(len(codes), dtype=bool)
+    for kind in kinds:
+        mask |= codes == KINDS.index(kind)
+    return mask
 
 
 def _promote_markers(table: pd.DataFrame) -> None:
