@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from traceinsight.discover import discover, find_runs
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 
 
 def _touch(path: Path, mtime: float) -> Path:

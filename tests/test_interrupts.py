@@ -93,7 +93,7 @@ def test_interrupt_while_writing_removes_what_was_written(tmp_path, capsys, monk
             raise KeyboardInterrupt
         real(path, text, protected)
 
-    monkeypatch.setattr("traceinsight.pipeline.write_atomic", write_then_interrupt)
+    monkeypatch.setattr("traceinsight.report.output.write_atomic", write_then_interrupt)
     out = tmp_path / "out"
     run = REPO / "sample_traces" / "synthetic_gpu" / "healthy"
     args = ["report", str(run), "-o", str(out / "r.html"), "--json", str(out / "r.json"), "-q"]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from traceinsight import parallel
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 from traceinsight.parallel import map_files, stop_pool, worker_pool
 
 ALLOWED_FAILURES = 1  # a task may lose one worker, not two

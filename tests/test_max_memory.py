@@ -21,8 +21,8 @@ from tests import corpus
 from tests.conftest import REPO, SAMPLE_TRACES
 from traceinsight import limits
 from traceinsight.cli import main
+from traceinsight.errors import TraceError
 from traceinsight.limits import EVENT_BYTES, WHOLE_JSON_FACTOR, MemoryLimit, parse_size
-from traceinsight.model import TraceError
 from traceinsight.readers import read_trace
 
 LIMIT_WORDS = ("--jobs", "--scheduler", "--run", "--max-memory")

@@ -26,8 +26,8 @@ from tools.synth import GpuTimeline, TimelineBuilder
 from traceinsight import parallel
 from traceinsight.cli import main
 from traceinsight.discover import discover
+from traceinsight.errors import TraceError
 from traceinsight.load import load_run
-from traceinsight.model import TraceError
 from traceinsight.parallel import map_files
 
 RANKS = 8

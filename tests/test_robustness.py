@@ -32,7 +32,8 @@ from tests import corpus
 from tests.conftest import REPO, SAMPLE_TRACES
 from traceinsight import cli, pipeline
 from traceinsight.cli import main
-from traceinsight.model import TraceError, TraceRead
+from traceinsight.errors import TraceError
+from traceinsight.model import TraceRead
 from traceinsight.readers import read_trace, xplane_schema, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS
 from traceinsight.report import output
@@ -687,7 +688,7 @@ def test_output_under_a_file_is_refused_before_the_analysis(tmp_path, capsys, mo
     (tmp_path / "plain").write_text("a file, not a folder")
     bad = tmp_path / "plain" / "sub" / "r.out"
     analysed: list[object] = []
-    monkeypatch.setattr("traceinsight.commands.report.analyze", lambda *a, **k: analysed.append(a))
+    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: analysed.append(a))
     args = ["report", str(KINETO_RUN), "-o", str(tmp_path / "r.html"), "-q", option, str(bad)]
     assert main(args) == 2
     _assert_one_line_error(capsys.readouterr().err, str(bad), "Not a directory")
@@ -696,7 +697,7 @@ def test_output_under_a_file_is_refused_before_the_analysis(tmp_path, capsys, mo
 
 def test_diff_output_checked_before_the_analysis(tmp_path, capsys, monkeypatch):
     (tmp_path / "plain").write_text("")
-    monkeypatch.setattr("traceinsight.commands.diff.analyze", lambda *a, **k: pytest.fail("analysed"))
+    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: pytest.fail("analysed"))
     bad = tmp_path / "plain" / "d.json"
     assert main(["diff", str(KINETO_RUN), str(KINETO_RUN), "-o", str(tmp_path / "d.html"), "--json", str(bad)]) == 2
     _assert_one_line_error(capsys.readouterr().err, str(bad))

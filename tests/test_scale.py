@@ -27,8 +27,9 @@ import pytest
 from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.discover import discover
+from traceinsight.errors import TraceError, is_truncation_warning, truncation_warning
 from traceinsight.load import Progress, load_run, progress_stream
-from traceinsight.model import TraceError, TraceRead, is_truncation_warning, truncation_warning
+from traceinsight.model import TraceRead
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import json_files, read_trace
 from traceinsight.readers.json_document import load_trace_json

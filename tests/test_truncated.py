@@ -21,7 +21,8 @@ from tests import corpus
 from tests.conftest import shared_trace
 from tests.test_scale import DOCS
 from traceinsight.cli import main
-from traceinsight.model import TraceRead, is_truncation_warning, truncation_warning
+from traceinsight.errors import is_truncation_warning, truncation_warning
+from traceinsight.model import TraceRead
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace
 from traceinsight.readers.json_document import load_trace_json

@@ -24,9 +24,10 @@ __all__ = ["load", "analyze", "Report", "Profile", "TraceError", "__version__"]
 
 if TYPE_CHECKING:  # imported on first use (`__getattr__`)
     from traceinsight.api import Report, analyze, load
-    from traceinsight.model import Profile, TraceError
+    from traceinsight.errors import TraceError
+    from traceinsight.model import Profile
 
-_LAZY = {"load": "api", "analyze": "api", "Report": "api", "Profile": "model", "TraceError": "model"}
+_LAZY = {"load": "api", "analyze": "api", "Report": "api", "Profile": "model", "TraceError": "errors"}
 
 
 def __getattr__(name: str) -> Any:

@@ -32,23 +32,23 @@ import pandas as pd
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.analysis.steps import BREAKDOWN
+from traceinsight.errors import TraceError
 from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import Profile, TraceError
+from traceinsight.model import Profile
 from traceinsight.pipeline import (
     Analysed,
     OnAnalysed,
     analyse_path,
     analyse_profile,
     load_path,
-    relative_link,
-    write_outputs,
 )
 from traceinsight.report.format import plural
 from traceinsight.report.html import render_html, render_notebook
 from traceinsight.report.json import dumps
 from traceinsight.report.markdown import render_markdown
 from traceinsight.report.meta import add_invocation
+from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from traceinsight import __version__
 from traceinsight.commands.diff import DiffCommand
 from traceinsight.commands.report import ReportCommand
+from traceinsight.errors import TraceError
 from traceinsight.gating import ExpressionError
-from traceinsight.model import TraceError
 from traceinsight.report.format import escape_control
 
 COMMANDS = (ReportCommand, DiffCommand)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 from traceinsight.readers import is_trace_file
 
 # JSON files that sit beside traces (our sample metadata, XProf tool output) and are not traces.

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 
 EVENT_BYTES = 200
 DEFAULT_SHARE = 0.75

@@ -152,15 +152,6 @@ COLUMNS = (
 _HOST_KINDS_TO_PROMOTE = ("cpu_op", "annotation", "python", "other")
 
 
-class TraceError(Exception):
-    """A problem with an input file: the CLI prints ``path: reason`` and exits 2."""
-
-    def __init__(self, path: object, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = str(path)
-        self.reason = reason
-
-
 def make_event_table(columns: Mapping[str, Any], n: int | None = None) -> pd.DataFrame:
     """Build a canonical event table from whichever columns a reader has.
 
@@ -366,27 +357,6 @@ class Profile:
     warnings: Counter[str] = field(default_factory=Counter)
     name: str = ""
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
-
-
-TRUNCATED = "truncated"  # the first word of a truncation warning
-
-
-def truncation_warning(path: object, used_bytes: int, total_bytes: int, what: str = "bytes") -> str:
-    """The `TraceRead.warnings` key of a file cut short (a killed job): the report is made from the part read.
-
-    One form for every reader, so `--strict` and the renderers find it by its first word. `total_bytes` is
-    what the file holds before its cut (`what` says which bytes: a gzip file's are its inflated JSON) and
-    `used_bytes` the part whose events were complete. No share of the run is given: how much the cut lost
-    is unknowable, and the part read is always nearly all of what is there.
-    """
-    return (
-        f"{TRUNCATED}: {path}: ends early after {total_bytes:,} {what}; the complete events in the first "
-        f"{used_bytes:,} are read"
-    )
-
-
-def is_truncation_warning(key: str) -> bool:
-    return key.startswith(f"{TRUNCATED}: ")
 
 
 def take_rows(table: pd.DataFrame, rows: np.ndarray, columns: Sequence[str] | None = None) -> pd.DataFrame:

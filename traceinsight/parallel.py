@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 
 if TYPE_CHECKING:  # Windows has neither fork nor a fork server
     from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext

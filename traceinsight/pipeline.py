@@ -6,18 +6,13 @@ find_bottlenecks -> build_report), reading and analysing the inputs in processes
 or on a Dask cluster when asked; `analyse_profile` runs its second half on a
 profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
-baseline JSON rather than the trace it came from. `write_outputs` writes reports
-atomically, never over an input; `finish` does that for a command, prints its
-summary and turns crossed `--fail-on` thresholds into the exit code.
+baseline JSON rather than the trace it came from. (Writing the outputs is
+`traceinsight.report.output`'s.)
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -28,13 +23,13 @@ import orjson
 from traceinsight.analysis import Analysis, analyze, merge_analyses
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.discover import Run, discover
+from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
 from traceinsight.findings import find_bottlenecks
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
-from traceinsight.model import TRUNCATED, Profile, TraceError, TraceRead, is_truncation_warning, merge_reads
+from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info
-from traceinsight.report.output import check_output, preflight_output, write_atomic
 
 # Top-level fields a saved report must have (with these types) to be compared.
 _REPORT_FIELDS: dict[str, type] = {
@@ -184,69 +179,3 @@ def read_saved_report(path: Path) -> dict[str, Any] | None:
         if not isinstance(doc.get(field), kind):
             raise TraceError(path, f"not a complete {SCHEMA} report: {field!r} missing or not a {kind.__name__}")
     return doc
-
-
-def write_outputs(outputs: dict[Path, str], protected: tuple[Path, ...]) -> None:
-    """Write every output atomically, never over an input (`protected`). Every path is checked before any is
-    written, so a refused one leaves no other behind."""
-    for path in outputs:
-        check_output(path, protected)
-    for path, text in outputs.items():
-        write_atomic(path, text, protected=protected)
-
-
-def preflight_outputs(outputs: Sequence[Path | None], inputs: Sequence[Path]) -> None:
-    """Check every output path before any work (`preflight_output`): a long analysis must not fail at its end.
-    `inputs` are the paths the user gave: a file among them is refused here; a trace found under a folder
-    among them is refused on writing (`write_outputs`, against the files actually read)."""
-    protected = tuple(p for p in inputs if p.is_file())
-    for path in outputs:
-        if path is not None:
-            preflight_output(path, protected)
-
-
-@contextmanager
-def removed_on_interrupt(paths: Sequence[Path | None]) -> Iterator[None]:
-    """On Ctrl-C or SIGTERM, remove every one of `paths` that this command wrote (a regular file that is not
-    the one that was there before), so an interrupted run leaves no output behind."""
-    before = {path: _identity(path) for path in paths if path is not None}
-    try:
-        yield
-    except KeyboardInterrupt:
-        for path, identity in before.items():
-            now = _identity(path)
-            if now is not None and now != identity:
-                with suppress(OSError):
-                    path.unlink()
-        raise
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """A regular file's (device, inode, mtime); None for anything else or nothing."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
-
-
-def relative_link(target: Path, page: Path) -> str:
-    """`target` as a link from `page`'s folder (both are written side by side in most CI jobs)."""
-    try:
-        return Path(os.path.relpath(target.absolute(), page.absolute().parent)).as_posix()
-    except ValueError:  # another drive (Windows)
-        return target.absolute().as_posix()
-
-
-def finish(
-    outputs: dict[Path, str], protected: tuple[Path, ...], summary: str | None, crossed: list[str], label: str
-) -> int:
-    """Write every output (`write_outputs`), print `summary` and where the files went (unless quiet:
-    `summary` None), one stderr line per crossed threshold; the exit code (1 when any)."""
-    write_outputs(outputs, protected)
-    if summary is not None:
-        print(summary)
-        print(f"\n{label}: " + ", ".join(str(p) for p in outputs))
-    for msg in crossed:
-        print(f"traceinsight: threshold crossed: {msg}", file=sys.stderr)
-    return 1 if crossed else 0

@@ -22,7 +22,8 @@ import pytest
 
 from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
-from traceinsight.model import TraceError, TraceRead
+from traceinsight.errors import TraceError
+from traceinsight.model import TraceRead
 from traceinsight.readers import is_trace_file, read_trace
 from traceinsight.readers.json_document import load_trace_json
 

@@ -16,7 +16,8 @@ import pytest
 import traceinsight as ti
 from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
-from traceinsight.model import COLUMNS, TraceError, TraceRead, narrowed_ints
+from traceinsight.errors import TraceError
+from traceinsight.model import COLUMNS, TraceRead, narrowed_ints
 from traceinsight.readers import xspace, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import shared_trace
-from traceinsight.model import TraceError, is_truncation_warning, truncation_warning
+from traceinsight.errors import TraceError, is_truncation_warning, truncation_warning
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
 

@@ -1,6 +1,10 @@
 """Charts: inline SVG, and long runs drawn as areas rather than hundreds of bars."""
 
+import io
+import re
+
 import numpy as np
+import pytest
 
 from tests.conftest import SAMPLE_TRACES
 from traceinsight.analysis import analyze
@@ -8,7 +12,7 @@ from traceinsight.model import Profile, make_event_table
 from traceinsight.pipeline import analyse_path
 from traceinsight.report import charts
 from traceinsight.report.html import render_html
-from traceinsight.report.painter import Painter
+from traceinsight.report.painter import CHART_NAMES, Painter
 
 
 def _steps(n: int) -> dict:
@@ -61,3 +65,32 @@ def test_painter_process_draws_the_page_this_process_draws():
         there = render_html(run.report, run.analysis, painter)
     assert here == there
     assert all(f'<g id="{name}-hover-0">' in here for name in ("steps", "timeline"))
+
+
+def _box(svg: str) -> list[float]:
+    head = svg[svg.index("<svg") :]
+    return [float(v) for v in re.search(r'viewBox="([^"]*)"', head[: head.index(">")])[1].split()]
+
+
+def test_charts_are_cropped_as_matplotlib_crops_them():
+    """One draw, cropped from its own extents, gives the box matplotlib's ``bbox_inches="tight"`` (a layout draw,
+    then the draw) gives: the same width and height, and everything drawn inside the view."""
+    run = analyse_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
+    tight: list[str] = []
+    cropped = charts._svg
+
+    def saved_tight(fig, hovers=None):
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        tight.append(buffer.getvalue())
+        return cropped(fig, hovers)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(charts, "_svg", saved_tight)
+        ours = [charts.draw(name, run.report, run.analysis) for name in CHART_NAMES]
+    drawn = [svg for svg in ours if svg]
+    assert len(drawn) == len(tight) >= 4
+    for svg, reference in zip(drawn, tight, strict=True):
+        x, y, width, height = _box(svg)
+        assert (x, y) != (0, 0)  # cropped: the figure's margins are not all on the axes' labels
+        assert [width, height] == pytest.approx(_box(reference)[2:], abs=0.01)

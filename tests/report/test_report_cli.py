@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,26 @@ def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
     unknown = {**report, "input_pipeline": {**report["input_pipeline"], "verdict": "unknown", "fraction": None}}
     text = render_terminal(unknown)
     assert "input pipeline: unknown (no input-pipeline events in the trace)" in text and "- of step" not in text
+
+
+def test_the_painter_is_forked_before_pandas_is_imported(tmp_path):
+    """The CLI builds its parser without pandas, and `report` forks its painting process before importing it, so
+    that matplotlib's import runs beside pandas' on the other core (benchmarks/README.md, everyday latency)."""
+    script = f"""
+import sys
+from traceinsight.cli import build_parser, main
+from traceinsight.report import painter
+
+build_parser()
+print("pandas at start:", "pandas" in sys.modules)
+started = painter.Painter.__init__
+def recorded(self):
+    print("pandas at the fork:", "pandas" in sys.modules)
+    started(self)
+painter.Painter.__init__ = recorded
+sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r}, "-q", "--jobs", "2"]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["pandas at start: False", "pandas at the fork: False"]
+    assert (tmp_path / "r.html").read_text().count("<svg") >= 4  # the painter drew the charts

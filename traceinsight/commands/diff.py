@@ -1,4 +1,8 @@
-"""`traceinsight diff BASE NEW`: compare two runs (traces or saved `--json` reports) and gate CI on regressions."""
+"""`traceinsight diff BASE NEW`: compare two runs (traces or saved `--json` reports) and gate CI on regressions.
+
+Like every command module, it imports at its top only what its options need: the CLI builds its parser from
+them all, and `report` forks its painter before pandas is imported (`commands/report.py`).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
-from traceinsight.api import analyze
 from traceinsight.commands.options import add_fault_options, positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import Threshold, parse_threshold
-from traceinsight.pipeline import finish, preflight_outputs, read_saved_report, refuse_partial, removed_on_interrupt
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
-from traceinsight.report.json import dumps
+from traceinsight.report.output import finish, preflight_outputs, removed_on_interrupt
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
 DEFAULT_HTML = "traceinsight-diff.html"
 
@@ -33,6 +35,9 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     Saved reports are read first: a trace on the other side is analysed with the small-kernel
     threshold they were made with (unless --small-kernel-us says otherwise), so counts compare.
     """
+    from traceinsight.api import analyze
+    from traceinsight.pipeline import read_saved_report, refuse_partial
+
     paths = (args.base, args.new)
     saved = [read_saved_report(p) for p in paths]
     if args.small_kernel_us is not None:
@@ -101,6 +106,8 @@ class DiffCommand:
 
     @staticmethod
     def _diff(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
+        from traceinsight.report.json import dumps
+
         (base, new), origins, protected = _reports(args)
         diff = build_diff(base, new, (origins[0], origins[1]))
         crossed = [msg for t in thresholds if (msg := t.check_diff(base, new))]

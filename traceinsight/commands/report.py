@@ -2,6 +2,10 @@
 
 A thin layer over the Python API (`traceinsight.api.analyze` and its `Report`): the command adds the
 progress bar, the chart painter, `--fail-on` and the exit code.
+
+The module imports only what its options need. pandas, the readers and the analyses (0.5-0.8 s) are imported
+in `run`, after the painting process is forked: that process imports matplotlib (0.4-0.6 s) on the other core
+meanwhile, instead of after them (benchmarks/README.md, "Everyday latency").
 """
 
 from __future__ import annotations
@@ -10,24 +14,18 @@ import argparse
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceinsight.analysis import Analysis
-from traceinsight.api import analyze
 from traceinsight.commands.options import add_fault_options, positive_float, positive_int
+from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
-from traceinsight.load import progress_stream
-from traceinsight.model import TraceError
 from traceinsight.parallel import default_jobs
-from traceinsight.pipeline import (
-    OnAnalysed,
-    finish,
-    preflight_outputs,
-    refuse_partial,
-    relative_link,
-    removed_on_interrupt,
-)
+from traceinsight.report.output import finish, preflight_outputs, relative_link, removed_on_interrupt
 from traceinsight.report.painter import Painter
+
+if TYPE_CHECKING:
+    from traceinsight.analysis import Analysis
+    from traceinsight.pipeline import OnAnalysed
 
 DEFAULT_HTML = "traceinsight-report.html"
 
@@ -97,10 +95,15 @@ class ReportCommand:
 
     @staticmethod
     def _report(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
-        trace_warnings: list[str] = []
-        export = _trace_export(args, trace_warnings) if args.trace_out else None
-        # With jobs to spare, the charts are drawn in a process of their own, started now while this one is small.
+        # With jobs to spare, the charts are drawn in a process of their own, started now while this one is small
+        # and has not imported pandas (the module docstring).
         with Painter() if args.jobs > 1 else nullcontext() as painter:
+            from traceinsight.api import analyze
+            from traceinsight.load import progress_stream
+            from traceinsight.pipeline import refuse_partial
+
+            trace_warnings: list[str] = []
+            export = _trace_export(args, trace_warnings) if args.trace_out else None
             report = analyze(
                 args.path,
                 args.small_kernel_us,
@@ -141,6 +144,7 @@ def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalysed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""
+    from traceinsight.pipeline import refuse_partial
     from traceinsight.report.trace_export import write_annotated_trace  # only with --trace-out
 
     def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:

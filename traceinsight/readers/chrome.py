@@ -35,16 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.model import (
-    COPY_KINDS,
-    KINDS,
-    MEMORY_KINDS,
-    DeviceInfo,
-    InputInfo,
-    TraceError,
-    TraceRead,
-    make_event_table,
-)
+from traceinsight.errors import TraceError
+from traceinsight.model import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
 from traceinsight.readers._classify import (
     copy_kind,
     details_bytes,

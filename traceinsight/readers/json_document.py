@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from traceinsight.errors import TraceError, truncation_warning
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import TraceError, truncation_warning
 from traceinsight.readers.json_events import EndsEarly, TraceDoc, decode_document
 from traceinsight.readers.json_files import read_json_text, truncation_unit
 from traceinsight.readers.json_stream import StreamFallback, TraceStream

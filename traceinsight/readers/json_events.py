@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 
 # Numbers some writers put in strings (ROCm: "size": "2560", "stream": "0x0").
 Number = int | float | str | None

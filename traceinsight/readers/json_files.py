@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+from traceinsight.errors import TraceError
 from traceinsight.limits import WHOLE_JSON_FACTOR, MemoryLimit
-from traceinsight.model import TraceError
 
 fast_zlib: ModuleType = zlib  # the standard library's, where ISA-L's wheels are missing
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error,)

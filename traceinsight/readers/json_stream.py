@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
+from traceinsight.errors import truncation_warning
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import truncation_warning
 from traceinsight.parallel import worker_pool
 from traceinsight.readers.json_events import (
     Event,

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceinsight.errors import TraceError, truncation_warning
 from traceinsight.memory import release_free_memory
 from traceinsight.model import (
     COPY_KINDS,
@@ -72,12 +73,10 @@ from traceinsight.model import (
     MEMORY_KINDS,
     DeviceInfo,
     InputInfo,
-    TraceError,
     TraceRead,
     make_event_table,
     make_memory_table,
     narrowed_ints,
-    truncation_warning,
 )
 from traceinsight.parallel import default_jobs, start_context, worker_pool
 from traceinsight.readers import xplane_schema

@@ -33,7 +33,7 @@ import pandas as pd
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError
 
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 from traceinsight.readers import xplane_schema
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf refuses messages of 2 GiB and more: one line or one plane's metadata

@@ -14,12 +14,11 @@ import shlex
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup, escape
 
-from traceinsight.analysis import Analysis
 from traceinsight.diff import normalise_kernel_name
 from traceinsight.report.format import (
     clip,
@@ -36,6 +35,9 @@ from traceinsight.report.format import (
 )
 from traceinsight.report.painter import Charts, Painter, draw_charts
 from traceinsight.report.wording import other_warnings, partial_notes, projection_sentence, verdict_sentence
+
+if TYPE_CHECKING:
+    from traceinsight.analysis import Analysis
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _BACKTICKS = re.compile(r"`([^`]+)`")

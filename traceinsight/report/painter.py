@@ -11,10 +11,12 @@ did not pay for its fork: benchmarks/README.md.)
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceinsight.analysis import Analysis
 from traceinsight.parallel import Child
+
+if TYPE_CHECKING:
+    from traceinsight.analysis import Analysis
 
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).

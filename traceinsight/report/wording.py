@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.model import is_truncation_warning
+from traceinsight.errors import is_truncation_warning
 from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
 from traceinsight.rules import MIN_STEADY_STEPS
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.discover import Run, find_runs
-from traceinsight.model import TraceError
+from traceinsight.errors import TraceError
 from traceinsight.report.meta import RUN_INFO
 
 # What TensorBoard calls a run at the root of the logdir.
