@@ -31,7 +31,6 @@ import pandas as pd
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES
-from traceinsight.analysis.steps import BREAKDOWN
 from traceinsight.errors import TraceError
 from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.limits import MemoryLimit
@@ -51,6 +50,7 @@ from traceinsight.report.meta import add_invocation
 from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
+from traceinsight.rules import BREAKDOWN
 
 if TYPE_CHECKING:
     from traceinsight.report.painter import Painter

@@ -68,6 +68,9 @@ POTENTIAL_OTHER_FRACTION = 0.03  # XProf: "POTENTIALLY input-bound" when "All Ot
 
 # --------------------------------------------------------------------------- steps
 
+# A step's time by category, highest priority first: an instant counts once, for the highest category active at
+# it (as XProf and the PyTorch plugin do), so the parts sum to the step; idle is what is left.
+BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
 # A repeating host event must cover this share of the window to be taken as the step.
 MIN_REPEATING_COVERAGE = 0.3
 MIN_REPEATS = 3

@@ -11,6 +11,7 @@ from traceinsight.analysis import analyze
 from traceinsight.model import Profile, make_event_table
 from traceinsight.pipeline import analyse_path
 from traceinsight.report import charts
+from traceinsight.report.chart_data import chart_run
 from traceinsight.report.html import render_html
 from traceinsight.report.painter import CHART_NAMES, Painter
 
@@ -43,7 +44,7 @@ def _analysis(devices: int):
             "name": ["gemm"] * n,
         }
     )
-    return analyze(Profile(events=events, inputs=[]))
+    return chart_run(analyze(Profile(events=events, inputs=[])))
 
 
 def test_timeline_is_one_band_per_device_then_a_heatmap():
@@ -87,7 +88,7 @@ def test_charts_are_cropped_as_matplotlib_crops_them():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(charts, "_svg", saved_tight)
-        ours = [charts.draw(name, run.report, run.analysis) for name in CHART_NAMES]
+        ours = [charts.draw(name, run.report, chart_run(run.analysis)) for name in CHART_NAMES]
     drawn = [svg for svg in ours if svg]
     assert len(drawn) == len(tight) >= 4
     for svg, reference in zip(drawn, tight, strict=True):

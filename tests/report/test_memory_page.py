@@ -17,6 +17,7 @@ from traceinsight.analysis import analyze
 from traceinsight.cli import main
 from traceinsight.model import Profile, make_event_table
 from traceinsight.report import charts
+from traceinsight.report.chart_data import chart_run
 from traceinsight.report.format import fmt_bytes, fmt_pct, fmt_trace_ms
 
 WITH_MEMORY = ("xprof/GPU-multi-worker", "kineto/resnet50_num_workers_0")
@@ -159,12 +160,12 @@ def _memory(capacity: int | None, absolute: bool = True) -> dict[str, Any]:
 def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
     """A capacity near the levels is a line; one far above them (an 80 GB GPU using 2 GB) is a note at the top,
     so the levels stay readable; relative levels get neither."""
-    analysis = analyze(Profile(events=make_event_table({}), inputs=[]))
+    run = chart_run(analyze(Profile(events=make_event_table({}), inputs=[])))
     steps = {"items": [{"id": 0, "start_ns": 0, "dur_ns": 9_000_000}]}
 
     def chart(memory: dict[str, Any]) -> str:
         report = {"devices": [{"id": "GPU:0", "memory": memory}], "window": {"start_ns": 0}, "steps": steps}
-        svg = charts.memory_chart(report, analysis)
+        svg = charts.memory_chart(report, run)
         assert svg is not None
         return html.unescape(svg)
 
@@ -174,4 +175,4 @@ def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
     assert "capacity" not in relative.replace("no capacity line", "")
     for svg in (near, far, relative):
         assert "<title>GPU:0: peak 2 GiB" in svg and "<title>GPU:0: 1 step: step 0 at 0.0 ms: static 1 GiB" in svg
-    assert charts.memory_chart({"devices": [{"id": "GPU:0", "memory": None}]}, analysis) is None
+    assert charts.memory_chart({"devices": [{"id": "GPU:0", "memory": None}]}, run) is None

@@ -165,9 +165,11 @@ def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
     assert "input pipeline: unknown (no input-pipeline events in the trace)" in text and "- of step" not in text
 
 
-def test_the_painter_is_forked_before_pandas_is_imported(tmp_path):
+def test_the_painter_is_forked_before_pandas_is_imported_and_never_imports_it(tmp_path):
     """The CLI builds its parser without pandas, and `report` forks its painting process before importing it, so
-    that matplotlib's import runs beside pandas' on the other core (benchmarks/README.md, everyday latency)."""
+    that matplotlib's import runs beside pandas' on the other core; the painter gets the run as plain data and
+    never imports pandas itself (benchmarks/README.md, everyday latency)."""
+    painted = tmp_path / "painted"
     script = f"""
 import sys
 from traceinsight.cli import build_parser, main
@@ -175,14 +177,20 @@ from traceinsight.report import painter
 
 build_parser()
 print("pandas at start:", "pandas" in sys.modules)
-started = painter.Painter.__init__
+started, drawn = painter.Painter.__init__, painter.draw_charts
 def recorded(self):
     print("pandas at the fork:", "pandas" in sys.modules)
     started(self)
-painter.Painter.__init__ = recorded
+def draw_recorded(*args):
+    charts = drawn(*args)
+    with open({str(painted)!r}, "w") as f:
+        f.write(f"pandas in the painter: {{'pandas' in sys.modules}}, {{sum(map(bool, charts.values()))}} charts")
+    return charts
+painter.Painter.__init__, painter.draw_charts = recorded, draw_recorded
 sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r}, "-q", "--jobs", "2"]))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["pandas at start: False", "pandas at the fork: False"]
-    assert (tmp_path / "r.html").read_text().count("<svg") >= 4  # the painter drew the charts
+    assert painted.read_text() == "pandas in the painter: False, 4 charts"
+    assert (tmp_path / "r.html").read_text().count("<svg") == 4  # the charts it drew are on the page

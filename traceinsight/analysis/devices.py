@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.intervals import Intervals, union
+from traceinsight.intervals import Intervals, union
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, take_rows
 
 # What device_usage, idle_gaps, kernel_stats and copy_stats read of the device rows.

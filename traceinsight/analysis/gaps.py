@@ -27,7 +27,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
-from traceinsight.analysis.intervals import Intervals, union, union_of, union_of_rows
+from traceinsight.intervals import Intervals, union, union_of, union_of_rows
 from traceinsight.model import kind_mask, rows_of_input
 from traceinsight.rules import BLOCKING_HOST_OPS
 

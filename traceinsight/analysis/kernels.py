@@ -18,8 +18,8 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.histogram import Bin, duration_histogram
-from traceinsight.analysis.intervals import exposed, union
 from traceinsight.analysis.tensor_cores import classify_kernel_names
+from traceinsight.intervals import exposed, union
 from traceinsight.model import kind_mask, rows_of_input
 from traceinsight.rules import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, TRITON_TEMPLATE_PATTERN
 

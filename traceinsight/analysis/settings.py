@@ -84,8 +84,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.intervals import union_of_rows
 from traceinsight.analysis.tensor_cores import classify_kernel_names
+from traceinsight.intervals import union_of_rows
 from traceinsight.model import FRAMEWORKS, kind_mask
 from traceinsight.rules import (
     GRAPH_LAUNCH,

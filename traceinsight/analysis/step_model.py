@@ -45,9 +45,9 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
-from traceinsight.analysis.intervals import Intervals, union, union_of
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
+from traceinsight.intervals import Intervals, union, union_of
 from traceinsight.model import COPY_KINDS, kind_mask, rows_of_input
 from traceinsight.rules import (
     BATCH_WORK_MIN_NS,

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.intervals import EMPTY, Intervals, union, union_of, union_of_rows
+from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
-from traceinsight.rules import MIN_REPEATING_COVERAGE, MIN_REPEATS, MIN_STEP_GAP_NS
+from traceinsight.rules import BREAKDOWN, MIN_REPEATING_COVERAGE, MIN_REPEATS, MIN_STEP_GAP_NS
 
-BREAKDOWN = ("device_compute", "device_copy", "host_runtime", "input_wait", "host_compute", "idle")
 # Python functions repeat per layer, not per step (with_stack traces), so they are not candidates.
 _REPEATING_KINDS = ("cpu_op", "annotation", "other")
 

@@ -20,9 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from traceinsight.analysis import Analysis  # noqa: E402
-from traceinsight.analysis.steps import BREAKDOWN  # noqa: E402
+from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpans  # noqa: E402
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, plural  # noqa: E402
+from traceinsight.rules import BREAKDOWN  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -104,20 +104,20 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.1f} ms"
 
 
-def _zoom(analysis: Analysis) -> tuple[int, int]:
+def _zoom(run: ChartRun) -> tuple[int, int]:
     """The time range worth drawing: where each device's busy time is (all of it but a straggling
     `1 - TIMELINE_BUSY_SHARE`), widened to every step, padded a little; the whole window when that is
     most of it. A device with a little work far from the rest still shows it."""
-    start, end = analysis.window_start_ns or 0, analysis.window_end_ns or (analysis.window_start_ns or 0) + 1
+    start, end = run.window_start_ns or 0, run.window_end_ns or (run.window_start_ns or 0) + 1
     grid = np.linspace(start, end, _ZOOM_GRID + 1).astype(np.int64)
     lows, highs = [], []
-    for usage in analysis.devices:
+    for usage in run.devices:
         busy = usage.busy.covered_before(grid).astype(np.float64)
         if busy[-1] > 0:
             tail = (1 - TIMELINE_BUSY_SHARE) / 2 * busy[-1]
             lows.append(int(grid[max(0, np.searchsorted(busy, tail, side="left") - 1)]))
             highs.append(int(grid[min(_ZOOM_GRID, np.searchsorted(busy, busy[-1] - tail, side="left") + 1)]))
-    steps = [s for steps in analysis.input_steps or [analysis.steps] for s in steps.items] + list(analysis.steps.items)
+    steps = [s for steps in run.input_steps or [run.steps] for s in steps.items] + list(run.steps.items)
     lows += [s.start_ns for s in steps]
     highs += [s.start_ns + s.dur_ns for s in steps]
     if not lows:
@@ -128,41 +128,41 @@ def _zoom(analysis: Analysis) -> tuple[int, int]:
     return (start, end) if high - low >= ZOOM_AT_MOST * (end - start) else (low, high)
 
 
-def _device_steps(analysis: Analysis, usage: Any) -> Any:
+def _device_steps(run: ChartRun, usage: DeviceBusy) -> StepSpans:
     """The steps drawn in a device's band: its own input's steps where each input has its own, else the run's."""
-    inputs = analysis.input_steps
+    inputs = run.input_steps
     if 0 <= usage.input_id < len(inputs) and inputs[usage.input_id].items:
         return inputs[usage.input_id]
-    return analysis.steps
+    return run.steps
 
 
-def _steps_title(device: str, steps: Any, origin: int) -> str:
+def _steps_title(device: str, steps: StepSpans, origin: int) -> str:
     items = steps.items
     listed = ", ".join(f"step {s.id} at {_ms(s.start_ns - origin)} ({fmt_ns(s.dur_ns)})" for s in items[:8])
     more = f", and {len(items) - 8} more" if len(items) > 8 else ""
     return f"{device}: {plural(len(items), 'step')} ({steps.marker}): {listed}{more}"
 
 
-def utilisation_timeline(analysis: Analysis) -> str | None:
+def utilisation_timeline(run: ChartRun) -> str | None:
     """Busy share over time per device, each device's GPU-Util against the 80-90 % target, and its steps, in
     one axes zoomed to the activity: a band per device, or a heatmap past `MAX_TIMELINE_BANDS` devices (a run
     of hundreds of ranks stays one small drawing)."""
-    if not analysis.devices or analysis.window_start_ns is None:
+    if not run.devices or run.window_start_ns is None:
         return None
-    origin = analysis.window_start_ns
-    start, end = _zoom(analysis)
+    origin = run.window_start_ns
+    start, end = _zoom(run)
     edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
     centres_ms = (edges[:-1] + np.diff(edges) / 2 - origin) / 1e6
-    busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in analysis.devices])
-    rows = len(analysis.devices)
-    labels = [usage.id for usage in analysis.devices]
+    busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in run.devices])
+    rows = len(run.devices)
+    labels = [usage.id for usage in run.devices]
     hovers = _Hovers("timeline")
     low, high = GPU_UTIL_TARGET
     with plt.rc_context(_STYLE):
         bands = rows <= MAX_TIMELINE_BANDS
         fig, ax = plt.subplots(figsize=(9, 0.9 + max(1.2, rows * 0.55) if bands else 1.5 + min(rows, 64) * 0.12))
         if bands:
-            for row, (usage, share) in enumerate(zip(analysis.devices, busy, strict=True)):
+            for row, (usage, share) in enumerate(zip(run.devices, busy, strict=True)):
                 base = rows - 1 - row  # first device on top
                 target = ax.fill_between(
                     [centres_ms[0], centres_ms[-1]], base + _BAND * low, base + _BAND * high, color=_TARGET, alpha=0.12
@@ -185,7 +185,7 @@ def utilisation_timeline(analysis: Analysis) -> str | None:
                     linestyles="--",
                 )
                 hovers.add(util, f"{usage.id}: GPU-Util {fmt_pct(usage.gpu_util)} (kernels running, over its span)")
-                steps = _device_steps(analysis, usage)
+                steps = _device_steps(run, usage)
                 if steps.items:
                     lines = ax.vlines(
                         [(s.start_ns - origin) / 1e6 for s in steps.items],
@@ -197,7 +197,7 @@ def utilisation_timeline(analysis: Analysis) -> str | None:
                     )
                     hovers.add(lines, _steps_title(usage.id, steps, origin))
             ax.set_yticks(
-                np.arange(rows) + 0.42, [f"{u.id}\nGPU-Util {fmt_pct(u.gpu_util)}" for u in analysis.devices][::-1]
+                np.arange(rows) + 0.42, [f"{u.id}\nGPU-Util {fmt_pct(u.gpu_util)}" for u in run.devices][::-1]
             )
             ax.set_ylim(0, rows)
             note = (
@@ -219,16 +219,16 @@ def utilisation_timeline(analysis: Analysis) -> str | None:
             ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
             fig.colorbar(image, ax=ax, label="% busy", fraction=0.03)
             lines = ax.vlines(
-                [(s.start_ns - origin) / 1e6 for s in analysis.steps.items],
+                [(s.start_ns - origin) / 1e6 for s in run.steps.items],
                 0,
                 rows,
                 colors="#555",
                 linewidth=0.6,
                 linestyles=":",
             )  # one collection, not N lines
-            hovers.add(lines, _steps_title("run", analysis.steps, origin))
+            hovers.add(lines, _steps_title("run", run.steps, origin))
             note = "colour: % busy, one row per device; dotted: step starts"
-        window = (analysis.window_end_ns or origin) - origin
+        window = (run.window_end_ns or origin) - origin
         zoomed = end - start < window
         where = f", zoomed to {_ms(start - origin)} - {_ms(end - origin)} of the {_ms(window)} window" if zoomed else ""
         ax.set_xlabel(f"ms after window start (the gap table's clock){where}\n{note}")
@@ -343,11 +343,11 @@ def _step_split(step: dict[str, Any]) -> str:
     return f"static {static}, peak {peak}, transient {transient}"
 
 
-def _memory_steps(report: dict[str, Any], analysis: Analysis, device: str, ids: set[int]) -> list[dict[str, Any]]:
+def _memory_steps(report: dict[str, Any], run: ChartRun, device: str, ids: set[int]) -> list[dict[str, Any]]:
     """The steps a device's memory was split by (its input's own steps, else the run's), as report step items."""
-    input_id = next((m.input_id for m in analysis.memory if m.device == device), -1)
-    if 0 <= input_id < len(analysis.input_steps) and analysis.input_steps[input_id].items:
-        items = [{"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns} for s in analysis.input_steps[input_id].items]
+    input_id = run.memory_inputs.get(device, -1)
+    if 0 <= input_id < len(run.input_steps) and run.input_steps[input_id].items:
+        items = [{"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns} for s in run.input_steps[input_id].items]
     else:
         items = report["steps"]["items"]
     return [s for s in items if s["id"] in ids]
@@ -375,7 +375,7 @@ def _memory_limits(ax: Any, name: str, m: dict[str, Any], high: float, scale: fl
     return high * 1.2  # room for the note
 
 
-def memory_chart(report: dict[str, Any], analysis: Analysis) -> str | None:
+def memory_chart(report: dict[str, Any], run: ChartRun) -> str | None:
     """Device memory over time, a panel per device with memory events: allocated (and reserved where known),
     the capacity and the allocator's limit, the steps and the peak; x in ms after the window start."""
     devices = [d for d in report["devices"] if d.get("memory") and d["memory"]["series"]["ts_ns"]]
@@ -407,7 +407,7 @@ def memory_chart(report: dict[str, Any], analysis: Analysis) -> str | None:
                 hovers.add(held, f"{name}: reserved{relative}, peak {fmt_bytes(m['peak_reserved_bytes'])}")
             top = _memory_limits(ax, name, m, max(lines), scale, hovers)
             by_id = {s["id"]: s for s in m["steps"]}
-            steps = _memory_steps(report, analysis, name, set(by_id))
+            steps = _memory_steps(report, run, name, set(by_id))
             if steps:
                 marks = ax.vlines(
                     [(s["start_ns"] - origin) / 1e6 for s in steps],
@@ -449,11 +449,11 @@ def memory_chart(report: dict[str, Any], analysis: Analysis) -> str | None:
         return _svg(fig, hovers)
 
 
-def draw(name: str, report: dict[str, Any], analysis: Analysis) -> str | None:
+def draw(name: str, report: dict[str, Any], run: ChartRun) -> str | None:
     """One chart ("timeline", "memory", "steps", "gaps", "kernels"), as inline SVG; None when the run has nothing
     to show."""
     if name == "timeline":
-        return utilisation_timeline(analysis)
+        return utilisation_timeline(run)
     if name == "memory":
-        return memory_chart(report, analysis)
+        return memory_chart(report, run)
     return {"steps": step_breakdown, "gaps": gap_histogram, "kernels": kernel_histogram}[name](report)

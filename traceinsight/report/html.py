@@ -20,6 +20,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from traceinsight.diff import normalise_kernel_name
+from traceinsight.report.chart_data import chart_run
 from traceinsight.report.format import (
     clip,
     evidence_label,
@@ -182,7 +183,7 @@ def without_empty_columns(page: str) -> str:
 def render_html(report: dict[str, Any], analysis: Analysis, painter: Painter | None = None) -> str:
     """The page; its charts drawn by `painter` (in its own process, while the templates compile here), else here."""
     if painter is None:
-        return _page(report, draw_charts(report, analysis))
+        return _page(report, draw_charts(report, chart_run(analysis)))
     painter.paint(report, analysis)
     compile_templates()
     return _page(report, painter.charts())
@@ -212,7 +213,7 @@ def render_notebook(report: dict[str, Any], analysis: Analysis) -> str:
     # matplotlib is imported only where a chart is drawn.
     from traceinsight.report.charts import draw
 
-    timeline = draw("timeline", report, analysis)
+    timeline = draw("timeline", report, chart_run(analysis))
     return (
         environment()
         .get_template("notebook.html")

@@ -1,11 +1,12 @@
 """The page's charts, drawn in a process of their own while this one reads and analyses.
 
-matplotlib takes about 0.3 s and 30 MB to import and the charts 0.3-0.4 s to draw: most of a report of an
-everyday trace if done after the analyses. A `Painter` starts a painting process at the start of a command
-(`parallel.Child`), while this one is still small, which imports matplotlib at once on the core the reading
-leaves free. `paint` has it draw the charts while this process compiles the page's templates; `charts`
-collects them. With one job they are drawn here. (A helper forked from the painter to draw half the charts
-did not pay for its fork: benchmarks/README.md.)
+matplotlib takes 0.4-0.6 s to import and the charts 0.3-0.45 s to draw: most of a report of an everyday trace
+if done after the analyses. A `Painter` starts a painting process at the start of the report command
+(`parallel.Child`), before pandas is imported here (`commands/report.py`); it imports matplotlib at once, on
+the other core, and never imports pandas: `paint` sends it the run as plain data (`chart_data.ChartRun`), and
+it draws the charts while this process compiles the page's templates; `charts` collects them. With one job
+they are drawn here. (A helper forked from the painter to draw half the charts did not pay for its fork:
+benchmarks/README.md.)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from traceinsight.parallel import Child
+from traceinsight.report.chart_data import ChartRun, chart_run
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -32,7 +34,7 @@ class Painter:
 
     def paint(self, report: dict[str, Any], analysis: Analysis) -> None:
         """Start drawing the charts of one report; `charts` collects them."""
-        self._child.submit(draw_charts, report, analysis)
+        self._child.submit(draw_charts, report, chart_run(analysis))
 
     def charts(self) -> Charts:
         """The charts `paint` started, as inline SVG (None for a chart the run has no data for)."""
@@ -51,9 +53,9 @@ def _import_charts() -> None:
     import traceinsight.report.charts  # noqa: F401  # the import is the work
 
 
-def draw_charts(report: dict[str, Any], analysis: Analysis) -> Charts:
+def draw_charts(report: dict[str, Any], run: ChartRun) -> Charts:
     """Every chart of the page, as inline SVG (None for a chart the run has no data for)."""
     # matplotlib is imported only where a page is drawn: loading a big trace runs without its 30 MB.
     from traceinsight.report.charts import draw
 
-    return {name: draw(name, report, analysis) for name in CHART_NAMES}
+    return {name: draw(name, report, run) for name in CHART_NAMES}

@@ -51,10 +51,10 @@ import pandas as pd
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
-from traceinsight.analysis.intervals import Intervals, union
 from traceinsight.analysis.step_model import StepModel
 from traceinsight.analysis.steps import Step
 from traceinsight.errors import TraceError
+from traceinsight.intervals import Intervals, union
 from traceinsight.model import COPY_KINDS, DEVICE_WORK_KINDS, KINDS, MEMORY_KINDS, input_labels, kind_mask
 from traceinsight.report.output import check_output
 from traceinsight.rules import BLOCKING_HOST_OPS

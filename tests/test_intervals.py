@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceinsight.analysis.intervals import exposed, union
+from traceinsight.intervals import exposed, union
 
 
 def _mask(starts, ends, size):

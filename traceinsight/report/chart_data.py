@@ -1,0 +1,70 @@
+"""What the charts draw of an analysis, as plain data: numbers, strings, numpy arrays and `Intervals`.
+
+The painting process (`painter.py`) is forked before pandas is imported and never imports it: pandas would add
+0.4-0.5 s to the imports the charts wait for (benchmarks/README.md, "Everyday latency"). So the charts get a
+`ChartRun` made here from the `Analysis`, not the analysis itself, whose classes need pandas to be unpickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from traceinsight.intervals import Intervals
+
+if TYPE_CHECKING:
+    from traceinsight.analysis import Analysis
+    from traceinsight.analysis.steps import Steps
+
+
+@dataclass(frozen=True)
+class StepSpan:
+    id: int
+    start_ns: int
+    dur_ns: int
+
+
+@dataclass(frozen=True)
+class StepSpans:
+    """One input's (or the run's) steps where the charts mark them, and what they were taken from."""
+
+    marker: str
+    items: list[StepSpan]
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """A device's band on the timeline."""
+
+    id: str
+    input_id: int
+    busy: Intervals  # when it was busy
+    busy_ns: int
+    span_ns: int
+    gpu_util: float  # kernels running, over its span
+
+
+@dataclass(frozen=True)
+class ChartRun:
+    window_start_ns: int | None
+    window_end_ns: int | None
+    devices: list[DeviceBusy]
+    steps: StepSpans  # the run's
+    input_steps: list[StepSpans]  # each input's own
+    memory_inputs: dict[str, int]  # per device with memory events: the input whose steps split its memory
+
+
+def _spans(steps: Steps) -> StepSpans:
+    return StepSpans(steps.marker, [StepSpan(s.id, s.start_ns, s.dur_ns) for s in steps.items])
+
+
+def chart_run(analysis: Analysis) -> ChartRun:
+    """What the charts read of `analysis`."""
+    return ChartRun(
+        analysis.window_start_ns,
+        analysis.window_end_ns,
+        [DeviceBusy(u.id, u.input_id, u.busy, u.busy_ns, u.span_ns, u.gpu_util) for u in analysis.devices],
+        _spans(analysis.steps),
+        [_spans(steps) for steps in analysis.input_steps],
+        {m.device: m.input_id for m in reversed(analysis.memory)},  # the first of a device's, as it is drawn
+    )
