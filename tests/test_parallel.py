@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -317,3 +319,47 @@ def test_a_child_runs_its_calls_in_order_and_ends_when_told() -> None:
         assert (child.result(), child.result()) == (4, 9)
         assert child.call(os.getpid) == child.process.pid != os.getpid()
     assert child.process.exitcode == 0
+
+
+_SHARED: list[parallel.SharedFile] = []
+
+
+def _keep_shared(shared: parallel.SharedFile) -> None:
+    _SHARED[:] = [shared]
+
+
+def _packed_rows(n: int) -> parallel.Parcel:
+    """A worker's result: arrays of several sizes and dtypes (one empty), and plain values beside them."""
+    rows = {"ts": np.arange(n, dtype=np.int64) * 3, "keep": np.arange(n) % 3 == 0, "none": np.zeros(0, np.float32)}
+    return _SHARED[0].pack({"rows": rows, "names": ["gemm", "copy"], "n": n})
+
+
+@pytest.mark.parametrize("room", ["tmpfs", "no folder", "full"])
+def test_results_come_back_through_the_shared_file_or_else_the_pipe(monkeypatch, room: str) -> None:
+    """A forked worker's arrays come back through the unnamed file in shared memory, mapped here and still
+    writable; with no such folder, or no room left in it, they come back through the pipe, the same."""
+    if not os.path.isdir(parallel.SHARED_MEMORY):
+        pytest.skip("no /dev/shm here")
+    if room == "no folder":
+        monkeypatch.setattr(parallel, "SHARED_MEMORY", "/nonexistent-shm")
+    if room == "full":
+        monkeypatch.setattr(parallel.os, "pwrite", _no_room)
+    context = multiprocessing.get_context("fork")
+    shared = parallel.SharedFile(context)
+    try:
+        with parallel.worker_pool(1, context, _keep_shared, (shared,)) as pool:
+            parcels = [pool.submit(_packed_rows, n).result() for n in (5, 100_003)]
+        values = [parcel.open(shared) for parcel in parcels]
+    finally:
+        shared.close()
+    assert [parcel.inline is None for parcel in parcels] == [room == "tmpfs"] * 2
+    for n, value in zip((5, 100_003), values, strict=True):
+        assert value["names"] == ["gemm", "copy"] and value["n"] == n
+        np.testing.assert_array_equal(value["rows"]["ts"], np.arange(n, dtype=np.int64) * 3)
+        np.testing.assert_array_equal(value["rows"]["keep"], np.arange(n) % 3 == 0)
+        assert value["rows"]["none"].dtype == np.float32 and not len(value["rows"]["none"])
+        value["rows"]["keep"] &= False  # writable, as the reader's rows must be (`keep &= ...`)
+
+
+def _no_room(*args: Any) -> int:
+    raise OSError(28, "No space left on device")

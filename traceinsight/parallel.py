@@ -22,6 +22,7 @@ end with it.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -148,12 +149,29 @@ def quiet_worker() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _start_worker(setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+    quiet_worker()
+    if setup is not None:
+        setup(*args)
+
+
 @contextmanager
-def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A `ProcessPoolExecutor` of `quiet_worker`s (`start_context`). Left by an exception (Ctrl-C, SIGTERM, an
-    error, a generator closed early) it kills its workers instead of waiting for their work to end; either way
-    its threads here end with it."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=quiet_worker)
+def worker_pool(
+    workers: int,
+    context: Context | None = None,
+    setup: Callable[..., None] | None = None,
+    setup_args: tuple[Any, ...] = (),
+) -> Iterator[ProcessPoolExecutor]:
+    """A `ProcessPoolExecutor` of `quiet_worker`s (`context`, by default `start_context`), each of which then
+    runs ``setup(*setup_args)``: objects to share with them (a `multiprocessing.Value` of `context`) go there,
+    as they may not go with a call. Left by an exception (Ctrl-C, SIGTERM, an error, a generator closed early)
+    it kills its workers instead of waiting for their work to end; either way its threads here end with it."""
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context or start_context(),
+        initializer=_start_worker,
+        initargs=(setup, setup_args),
+    )
     try:
         yield pool
     except BaseException:
@@ -256,6 +274,97 @@ class Child:
         else:  # interrupted, or failed: no waiting for work nobody will use
             self.stop()
             self._pipe.close()
+
+
+SHARED_MEMORY = "/dev/shm"  # tmpfs on Linux: a file there is memory, not disk
+_ALIGN = 64  # each array's bytes start on a cache line
+
+
+class SharedFile:
+    """An unnamed file in `SHARED_MEMORY` that workers forked from this process write their large results to
+    (`pack`), for this process to map (`Parcel.open`), instead of sending them through the pool's pipe. That pipe
+    is read by a thread of this process, which waits for the interpreter's lock while this process computes: a
+    worker sending 35 MB of rows waited 0.1-0.15 s for an XSpace reader busy reading (benchmarks/README.md).
+
+    Unnamed (``O_TMPFILE``), it is gone with the last process that holds it, however the run ends. A worker
+    that did not inherit it (a fork server's, a spawned one), or a file that cannot take a result (no tmpfs; a
+    container's 64 MB one, full), sends the result through the pipe as before. Give it to the workers with
+    `worker_pool`'s `setup`, and close it once every parcel is open."""
+
+    def __init__(self, context: Context) -> None:
+        self._end = context.Value("q", 0)  # bytes reserved so far: each result takes the next piece
+        self.fd = -1
+        self._identity: tuple[int, int] | None = None
+        with suppress(OSError, AttributeError):  # no tmpfs, no O_TMPFILE (not Linux)
+            self.fd = os.open(SHARED_MEMORY, os.O_TMPFILE | os.O_RDWR, 0o600)
+            st = os.fstat(self.fd)
+            self._identity = (st.st_dev, st.st_ino)
+
+    def usable(self) -> bool:
+        """Whether this process holds the file (it made it, or inherited it by a fork): a spawned process's
+        descriptor of the same number is another file, or none."""
+        if self._identity is None:
+            return False
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
+
+    def pack(self, value: Any) -> Parcel:
+        """`value` to send back: its arrays written to the file where it can take them."""
+        buffers: list[pickle.PickleBuffer] = []
+        pickled = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        raws = [buffer.raw() for buffer in buffers]
+        sizes = [raw.nbytes for raw in raws]
+        total = sum(size + -size % _ALIGN for size in sizes)
+        if total and self.usable():
+            with self._end.get_lock():
+                offset = self._end.value
+                self._end.value = offset + total
+            try:
+                at = offset
+                for raw, size in zip(raws, sizes, strict=True):
+                    written = 0
+                    while written < size:  # one write takes at most 2 GiB
+                        written += os.pwrite(self.fd, raw[written:], at + written)
+                    at += size + -size % _ALIGN
+                return Parcel(pickled, sizes, offset, None)
+            except OSError:  # full: this result goes through the pipe
+                pass
+        return Parcel(pickled, sizes, -1, [bytearray(raw) for raw in raws])
+
+    def close(self) -> None:
+        """Let the file go here (mapped arrays keep their pages until they are freed)."""
+        if self.fd >= 0:
+            with suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """A value `SharedFile.pack` sent back: pickled, its arrays' bytes in the shared file at `offset` (-1: in
+    `inline`)."""
+
+    pickled: bytes
+    sizes: list[int]
+    offset: int
+    inline: list[bytearray] | None
+
+    def open(self, shared: SharedFile) -> Any:
+        """The value, its arrays over the file's pages (copied only where written to)."""
+        if self.inline is not None:
+            return pickle.loads(self.pickled, buffers=self.inline)
+        starts, at = [], self.offset
+        for size in self.sizes:
+            starts.append(at)
+            at += size + -size % _ALIGN
+        end = max(start + size for start, size in zip(starts, self.sizes, strict=True) if size)  # no pad written
+        first = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
+        mapped = memoryview(mmap.mmap(shared.fd, end - first, access=mmap.ACCESS_COPY, offset=first))
+        views = [mapped[start - first : start - first + size] for start, size in zip(starts, self.sizes, strict=True)]
+        return pickle.loads(self.pickled, buffers=views)
 
 
 class _RemoteTraceback(Exception):

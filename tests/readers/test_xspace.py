@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 from collections import Counter
 from functools import cache
@@ -16,6 +17,7 @@ import pytest
 import traceinsight as ti
 from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
+from traceinsight import parallel
 from traceinsight.errors import TraceError
 from traceinsight.model import COLUMNS, TraceRead, narrowed_ints
 from traceinsight.readers import xspace, xspace_wire
@@ -648,26 +650,32 @@ def test_runs_of_lines_read_by_worker_processes(monkeypatch: pytest.MonkeyPatch,
         assert len(kernels) == counts["kernels"] and int(kernels["dur_ns"].sum()) == counts["kernel_ns"], device
 
 
-def test_a_worker_not_forked_from_the_reader_walks_the_file_itself() -> None:
-    """A worker started by spawn or a fork server has no copy of the reader's layout: it walks the file again
-    and reads the same rows; a damaged file's error comes back as its reason."""
-    path = _real_path(GPU_MULTI_WORKER)
-    with xspace_wire.Source(path) as source:
-        file = xspace._File(path, xspace_wire.walk_space(source))
-        unit = max(file.units(), key=lambda u: sum(size for _, size in u.lines))
-        here = xspace._read_unit(source, file, unit)
-    assert str(path) not in xspace._FILES
-    try:
-        there = xspace._read_unit_in_worker(str(path), unit)
-    finally:
-        xspace._FILES.pop(str(path), None)
-        xspace._WORKER_SOURCES.pop(str(path), None)
-    assert isinstance(there, xspace._Rows)
-    assert there.names == here.names and there.events == here.events > 0
-    for got, want in zip(there.parts, here.parts, strict=True):
-        assert got.columns.keys() == want.columns.keys()
-        for column, values in want.columns.items():
-            np.testing.assert_array_equal(got.columns[column], values)  # NaN equal to NaN
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_workers_claim_units_as_they_are_free(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, method: str) -> None:
+    """Workers claim the units themselves and read the same rows as one process: forked ones with the reader's
+    layout, their rows back through the shared file; ones from a fork server walk the file again and send their
+    rows through the pipe (they hold no copy of the shared file). A damaged file's error comes back as its
+    reason, one line naming the file."""
+    replica = XSpaceReplicator(shared_trace(GPU_MULTI_WORKER)).write(tmp_path / "x2.xplane.pb", 2)
+    monkeypatch.setattr(xspace_wire, "LINE_BATCH_BYTES", 50_000)
+    monkeypatch.setattr(xspace, "start_context", lambda: multiprocessing.get_context(method))
+    through_the_file: list[bool] = []
+    parcel_open = parallel.Parcel.open
+
+    def opened(parcel: parallel.Parcel, shared: parallel.SharedFile) -> Any:
+        through_the_file.append(parcel.inline is None)
+        return parcel_open(parcel, shared)
+
+    monkeypatch.setattr(parallel.Parcel, "open", opened)
+    _assert_same_read(read_xspace(replica, jobs=2), read_xspace(replica, jobs=1))
+    assert through_the_file == [method == "fork"]
+    data = bytearray(replica.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4000] = b"\xff" * 4000  # in a line's events: not protobuf
+    damaged = tmp_path / "damaged.xplane.pb"
+    damaged.write_bytes(bytes(data))
+    for jobs in (1, 2):
+        with pytest.raises(TraceError, match=r"damaged\.xplane\.pb: not an XSpace protobuf \(corrupt"):
+            read_xspace(damaged, jobs=jobs)
 
 
 @pytest.mark.parametrize(("cores", "load", "idle"), [(2, 0.1, 2), (2, 0.6, 2), (2, 1.0, 1), (2, 2.7, 1), (8, 3.2, 5)])

@@ -56,11 +56,10 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -78,7 +77,7 @@ from traceinsight.model import (
     make_memory_table,
     narrowed_ints,
 )
-from traceinsight.parallel import default_jobs, start_context, worker_pool
+from traceinsight.parallel import Parcel, SharedFile, default_jobs, start_context, worker_pool
 from traceinsight.readers import xplane_schema
 from traceinsight.readers._classify import copy_kind as _copy_kind
 from traceinsight.readers._classify import (
@@ -119,6 +118,9 @@ from traceinsight.readers.xspace_wire import (
     walk_space,
 )
 from traceinsight.rules import STEP_MARKER_PATTERN
+
+if TYPE_CHECKING:
+    from traceinsight.parallel import Context
 
 # Line roles: what the events of a line become.
 _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _HOST = range(6)
@@ -708,51 +710,77 @@ class _Rows:
     warnings: Counter[str]
 
 
-# The files whose runs of lines the worker processes read, by path (set before the pool forks them), and in
-# a worker, the files it has open. A pool's workers end with the file's read.
+class _Claims:
+    """A file's units, largest first (one long line is a unit of its own), each claimed once by whichever reading
+    process is free: this one and its workers alike, so none waits to be handed work and none is left with a big
+    one at the end. (This process used to hand the units out, and could not while it read one: its worker then
+    idled.) The count of units claimed is a `multiprocessing.Value` shared with the workers (`worker_pool`)."""
+
+    def __init__(self, units: list[_Unit], context: Context) -> None:
+        self.units = units
+        self.order = sorted(range(len(units)), key=lambda i: -sum(size for _, size in units[i].lines))
+        self._claimed = context.Value("q", 0)
+
+    def next(self) -> int | None:
+        """The index of the next unit to read, now this process's; None when every one is claimed."""
+        with self._claimed.get_lock():
+            at = self._claimed.value
+            self._claimed.value = at + 1
+        return self.order[at] if at < len(self.order) else None
+
+
+# The files whose runs of lines the worker processes read, by path (set before the pool forks them), and
+# their claims and the file the workers' rows go back in (given to each worker as it starts). A pool's
+# workers end with the file's read.
 _FILES: dict[str, _File] = {}
-_WORKER_SOURCES: dict[str, Source] = {}
+_CLAIMS: dict[str, tuple[_Claims, SharedFile]] = {}
 
 
 def _unit_rows(source: Source, file: _File, units: list[_Unit], jobs: int) -> list[_Rows]:
-    """The rows of every unit, in file order. With `jobs` > 1, ``jobs - 1`` worker processes read units too, and
-    only their rows' numpy columns come back: the units go out largest first (one long line is a unit of its
-    own), each to a worker that is free, else read here, so no process is left with a big one at the end."""
+    """The rows of every unit, in file order. With `jobs` > 1, ``jobs - 1`` worker processes read units too
+    (`_Claims`), and only their rows' numpy columns come back, each worker's once it finds none left: sent
+    unit by unit, a worker waited (0.1-0.15 s a unit) for this process, busy reading, to take them in."""
     if jobs <= 1 or len(units) < 2:
         return [_read_unit(source, file, unit) for unit in units]
-    workers = jobs - 1
     key = str(file.path)
+    context = start_context()
+    claims, shared = _Claims(units, context), SharedFile(context)
     _FILES[key] = file
     rows: dict[int, _Rows] = {}
     try:
-        with worker_pool(workers) as pool:
-            pending: dict[int, Future[_Rows | str]] = {}
-            for i in sorted(range(len(units)), key=lambda i: -sum(size for _, size in units[i].lines)):
-                if sum(not f.done() for f in pending.values()) < workers:
-                    pending[i] = pool.submit(_read_unit_in_worker, key, units[i])
-                else:
-                    rows[i] = _read_unit(source, file, units[i])
-            for i, future in pending.items():
+        with worker_pool(jobs - 1, context, _share, (key, claims, shared)) as pool:
+            theirs = [pool.submit(_read_claimed_units, key) for _ in range(jobs - 1)]
+            while (i := claims.next()) is not None:
+                rows[i] = _read_unit(source, file, units[i])
+            for future in theirs:
                 outcome = future.result()
                 if isinstance(outcome, str):
                     raise TraceError(file.path, outcome)
-                rows[i] = outcome
+                rows.update(outcome.open(shared))
     finally:
         del _FILES[key]
+        shared.close()
     return [rows[i] for i in range(len(units))]
 
 
-def _read_unit_in_worker(key: str, unit: _Unit) -> _Rows | str:
-    """A worker's `_read_unit`, its file kept open (and its buffer kept) for the worker's next unit; a
+def _share(key: str, claims: _Claims, shared: SharedFile) -> None:
+    """A worker's start: the claims on the units of the file at `key`, and the file its rows go back in."""
+    _CLAIMS[key] = claims, shared
+
+
+def _read_claimed_units(key: str) -> Parcel | str:
+    """In a worker: the rows of every unit it claims of the file at `key`, by unit, until none is left; a
     `TraceError` comes back as its reason (it does not pickle)."""
+    claims, shared = _CLAIMS[key]
     try:
-        source = _WORKER_SOURCES.get(key)
-        if source is None:
-            source = _WORKER_SOURCES[key] = Source(Path(key))
-        file = _FILES.get(key)
-        if file is None:  # a worker not forked from the reader (spawned, or from a fork server): walked again here
-            file = _FILES[key] = _File(Path(key), walk_space(source))
-        return _read_unit(source, file, unit)
+        with Source(Path(key)) as source:
+            file = _FILES.get(key)
+            if file is None:  # a worker not forked from the reader (spawned, from a fork server): walked again here
+                file = _FILES[key] = _File(Path(key), walk_space(source))
+            rows: dict[int, _Rows] = {}
+            while (i := claims.next()) is not None:
+                rows[i] = _read_unit(source, file, claims.units[i])
+            return shared.pack(rows)
     except TraceError as error:
         return error.reason
 
