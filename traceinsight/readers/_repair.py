@@ -99,25 +99,58 @@ def near_window(
 _MORE_HASHED = (("kind", 0x27D4EB2F), ("name", 0x165667B1), ("correlation", 0x1B873593), ("external_id", 0xCC9E2D51))
 
 
-def drop_duplicates(table: pd.DataFrame, warnings: Counter[str], prefix: str) -> pd.DataFrame:
+def drop_duplicates(
+    table: pd.DataFrame, warnings: Counter[str], prefix: str, in_line_order: bool = False
+) -> pd.DataFrame:
     """The table without exact repeats of a row (every column equal), counted in `warnings`.
 
     Rows are first matched on a hash of their main columns (one integer column,
     cheap); only rows sharing that with another row are compared in full. Most
     traces have no repeat at all, which a sort of the hashes shows without the
-    memory of a hash table.
+    memory of a hash table. With `in_line_order` (XSpace: each line's events are one
+    block of rows) the sort is often not needed either (`_tied_rows`).
     """
-    key = _row_hash(table)
-    key.sort()
-    if not (key[1:] == key[:-1]).any():
-        return table
-    maybe = pd.Series(_row_hash(table)).duplicated(keep=False).to_numpy()
-    candidates = table[maybe]
+    tied = _tied_rows(table) if in_line_order else None
+    if tied is not None:
+        if not tied.any():
+            return table
+        candidates = table[tied]
+    else:
+        key = _row_hash(table)
+        key.sort()
+        if not (key[1:] == key[:-1]).any():
+            return table
+        maybe = pd.Series(_row_hash(table)).duplicated(keep=False).to_numpy()
+        candidates = table[maybe]
     repeats = candidates.index[candidates.duplicated()]
     if not len(repeats):
         return table
     warnings[f"{prefix}: exact duplicate events skipped"] += len(repeats)
     return table.drop(index=repeats).reset_index(drop=True)
+
+
+def _tied_rows(table: pd.DataFrame) -> np.ndarray | None:
+    """The only rows that may repeat one another, when the table's rows come in blocks of one place each (device,
+    stream, thread), no two blocks of one place and each block in time order, as writers lay out a line's
+    events: rows starting at the same instant next to each other in a block (repeats are equal in every column,
+    so in place and start). None when the rows are not laid out so: then any two may repeat each other. Four
+    comparisons a row, where the hash sort took 0.1 s a million rows."""
+    ts = table["ts_ns"].to_numpy()
+    places = [table["device"].cat.codes.to_numpy(), table["stream"].to_numpy(), table["thread"].to_numpy()]
+    same_place = np.ones(max(len(ts) - 1, 0), bool)
+    for column in places:
+        same_place &= column[1:] == column[:-1]
+    if (same_place & (ts[1:] < ts[:-1])).any():
+        return None
+    firsts = np.flatnonzero(np.r_[True, ~same_place]) if len(ts) else np.zeros(0, np.int64)
+    blocks = pd.DataFrame({i: column[firsts] for i, column in enumerate(places)})
+    if blocks.duplicated().any():  # a place in two blocks
+        return None
+    tie = same_place & (ts[1:] == ts[:-1])
+    tied = np.zeros(len(ts), bool)
+    tied[1:] |= tie
+    tied[:-1] |= tie
+    return tied
 
 
 def _row_hash(table: pd.DataFrame) -> np.ndarray:

@@ -1135,7 +1135,7 @@ class _Table:
         table = make_event_table(columns, n)
         del columns  # what the table did not take as it is (codes narrowed): gone before the duplicate check
         release_free_memory()
-        table = drop_duplicates(table, self.warnings, "xspace")
+        table = drop_duplicates(table, self.warnings, "xspace", in_line_order=True)
         release_free_memory()  # the duplicate check's hashes: the analyses come next
         if self.layout.used_bytes < file_bytes:
             if table.empty:
