@@ -22,7 +22,7 @@ so far. Severity is the cost as a share of the step: >= 20 % high, >= 5 % medium
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -45,14 +45,20 @@ from traceinsight.rules import (
     MEDIUM_SEVERITY,
     MIN_BATCH_FACTOR,
     MIN_HOST_OPS_PER_STEP,
+    MOST,
     SMALL_BATCH_FIXED_SHARE,
     SMALL_BATCH_KERNEL_SHARE,
     SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND,
     TENSOR_CORE_UNUSED_SHARE,
     VERDICT_SEVERITY,
+    WAIT_OWN_WORK_RATIO,
+    WAIT_SEEN_MIN_SHARE,
+    WARMUP_MIN_SHARE,
 )
 
 SEVERITIES = ("low", "medium", "high")
+# The warm-up finding: first whenever it fires, and the only one on a window without a steady state.
+WARMUP_RULE = "warmup_in_window"
 STALL, EFFICIENCY = "stall", "efficiency"
 
 
@@ -98,6 +104,8 @@ class Finding:
     # What the stall costs when that differs from what its first fix wins back (input_bound: the whole exposed
     # wait, the input verdict's measure, while the fix parallelises the pipeline only so far).
     cost: Fix | None = None
+    # A cost over the capture window rather than the steps (a warm-up's one-time costs): its time and share.
+    window_cost: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,9 @@ class Rule:
     advice: Advice
     kind: str = STALL
     max_severity: str = "high"
+    # False for what the trace shows but no fix in it removes (time with no known cause, waits for work outside the
+    # trace, a warm-up window): reported with its cost, never with a projected step.
+    projects: bool = True
 
 
 def _mean_stall(m: StepModel, stall: str) -> int:
@@ -176,8 +187,14 @@ def _input_bound(a: Analysis) -> Finding | None:
 
 
 def _small_kernel_share(a: Analysis) -> float:
-    count = sum(k.count for k in a.kernels)
-    return sum(k.small_count for k in a.kernels) / count if count else 0.0
+    """Share of the kernels launched one by one (graph replays' nodes aside) under the small-kernel threshold."""
+    count = sum(k.count - k.replayed_count for k in a.kernels)
+    return sum(k.small_count - k.replayed_small_count for k in a.kernels) / count if count else 0.0
+
+
+def _graphs_carry_kernels(a: Analysis) -> bool:
+    """Graph replays run most of the kernel time: launch overhead is paid once per graph, not per kernel."""
+    return (a.graphs.kernel_share or 0.0) >= MOST
 
 
 def _launch_delay_p50(a: Analysis) -> int | None:
@@ -205,14 +222,14 @@ def _drained_queue(a: Analysis) -> bool:
 
 
 def _host_fix(a: Analysis) -> Fix:
-    """Less host work per step (fused ops, graphs): the host-launch gaps close and the host does less."""
+    """Less host work per step (fused ops, graphs): the host-launch gaps close, and the host work done inside them
+    goes; the host's work outside them stays, so the step never gets shorter than that."""
     m = a.step_model
-    stall = m.stalls["host_launch"]
-    return fix(m, idle_ns=stall, host_ns=stall)
+    return fix(m, idle_ns=m.stalls["host_launch"], host_ns=m.host_in_launch_gaps_ns)
 
 
 def _launch_bound(a: Analysis) -> Finding | None:
-    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
+    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0 or _graphs_carry_kernels(a):
         return None
     if _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND or not _drained_queue(a):
         return None
@@ -258,7 +275,11 @@ def _host_bound(a: Analysis) -> Finding | None:
         return _framework_overhead(a)
     if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
         return None
-    if _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND and _drained_queue(a):
+    if (
+        _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND
+        and _drained_queue(a)
+        and not _graphs_carry_kernels(a)
+    ):
         return None
     return Finding(_host_gap_evidence(a), _host_fix(a))
 
@@ -282,11 +303,56 @@ def _h2d_copy(a: Analysis) -> Finding | None:
     )
 
 
+def _waits_evidence(a: Analysis, outside: bool) -> list[dict[str, Any]]:
+    """The longest blocking waits (`analysis/waits.py`) whose work is (not) in the trace, for the evidence."""
+    return [
+        {"name": w.name, "start_ns": w.start_ns, "dur_ns": w.dur_ns, "waited_for": w.waited_for}
+        for w in a.waits.items
+        if w.outside_trace == outside
+    ][:3]
+
+
 def _d2h_sync(a: Analysis) -> Finding | None:
+    """Syncs and blocking copies the device waited through, less the waits for work the trace does not hold."""
     m = a.step_model
     return Finding(
-        {"sync_gap_per_step_ns": _mean_stall(m, "sync"), "d2h_exposed_per_step_ns": _mean_stall(m, "d2h_exposed")},
-        fix(m, idle_ns=m.stalls["sync"], device_ns=m.stalls["d2h_exposed"]),
+        {
+            "sync_gap_per_step_ns": _mean_stall(m, "sync") - _mean_stall(m, "sync_outside"),
+            "d2h_exposed_per_step_ns": _mean_stall(m, "d2h_exposed"),
+            "waits": _waits_evidence(a, outside=False),
+        },
+        fix(m, idle_ns=m.stalls["sync"] - m.stalls["sync_outside"], device_ns=m.stalls["d2h_exposed"]),
+    )
+
+
+def _external_wait(a: Analysis) -> Finding | None:
+    """A blocking call waited while the device ran nothing of this trace: the work is outside it."""
+    m = a.step_model
+    if m.mean(m.stalls["sync_outside"]) <= 0:
+        return None
+    return Finding(
+        {"wait_per_step_ns": _mean_stall(m, "sync_outside"), "waits": _waits_evidence(a, outside=True)},
+        fix(m),
+        cost=fix(m, idle_ns=m.stalls["sync_outside"]),
+    )
+
+
+def _warmup_in_window(a: Analysis) -> Finding | None:
+    """One-time costs fill the window: its figures are the warm-up's, not a steady state's."""
+    c = a.capture
+    if c.kind != "warmup":
+        return None
+    m = a.step_model
+    return Finding(
+        {
+            "one_time_ns": c.one_time_ns,
+            "one_time_share": c.one_time_share,
+            "one_time": [asdict(cost) for cost in c.one_time],
+            "steady_steps_analysed": c.steady_steps,
+        },
+        fix(m),
+        severity="high",
+        window_cost=(c.one_time_ns, c.one_time_share),
     )
 
 
@@ -412,10 +478,12 @@ def _communication(a: Analysis) -> Finding | None:
 
 
 def _idle_other(a: Analysis) -> Finding | None:
+    """Idle time with no cause the trace names: unexplained, never a fix worth a speedup."""
     m = a.step_model
     return Finding(
         {"other_gap_per_step_ns": _mean_stall(m, "other"), "gap_count": sum(g.count for g in a.gaps)},
-        fix(m, idle_ns=m.stalls["other"]),
+        fix(m),
+        cost=fix(m, idle_ns=m.stalls["other"]),
     )
 
 
@@ -713,7 +781,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "idle_other",
-        "Idle time without an attributable cause",
+        "Idle time without a known cause (unexplained: no fix is projected from it)",
         "Idle gaps whose next op was launched in time and no host wait or sync covers them",
         _idle_other,
         {
@@ -721,9 +789,56 @@ RULES: tuple[Rule, ...] = (
                 "Read the host activity of the longest gaps below: it shows what the device waited for.",
                 'Name suspect code in the trace (`torch.profiler.record_function("...")`, '
                 '`tf.profiler.experimental.Trace("...")`, `jax.named_scope`) and profile again.',
-                "Profile more steps to separate warm-up from the steady state.",
+                "Capture what the trace lacks to explain it: other streams and processes (all ranks together), "
+                "the Python stack (`with_stack=True`), and more steps to separate warm-up from the steady state.",
             ),
         },
+        projects=False,
+    ),
+    Rule(
+        "external_wait",
+        "A blocking call waits for device work that is not in the trace",
+        "Blocking copies and syncs (CUDA and HIP: rules.BLOCKING_HOST_OPS) lasting "
+        f">= {WAIT_OWN_WORK_RATIO:g}x their own device work while the device runs < {WAIT_SEEN_MIN_SHARE:.0%} "
+        "of the wait: the work started before the capture window, or runs in another process or rank",
+        _external_wait,
+        {
+            "any": (
+                "Profile a window that starts before this call (more steps, or start the profiler earlier), so "
+                "the work it waits for is in the trace.",
+                "Profile every process and rank of the job together (one trace per rank, same window): the wait "
+                "may be another rank's collective or a scheduler process.",
+                "A server's first request waits for start-up work (weight loading, graph capture): profile a later "
+                "request.",
+            ),
+        },
+        projects=False,
+    ),
+    Rule(
+        WARMUP_RULE,
+        "Warm-up fills the profiled window: one-time costs, not the steady state",
+        f"One-time costs (compilation, autotuning, context creation, slow first calls) cover >= "
+        f"{WARMUP_MIN_SHARE:.0%} of the window",
+        _warmup_in_window,
+        {
+            "pytorch": (
+                "Profile after warm-up: `torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, "
+                "active=3), on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir))` and call "
+                "`prof.step()` every step.",
+                "Or run a few steps (torch.compile's compilation, cuDNN autotuning) before starting the profiler.",
+            ),
+            "tensorflow": (
+                "Profile after warm-up: Keras `tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))`.",
+                "Or call `tf.profiler.experimental.start(logdir)` after a few steps (XLA compiles on the first "
+                "call) and `tf.profiler.experimental.stop()` a few steps later.",
+            ),
+            "jax": (
+                "Profile after the first call: run the jitted step once (it compiles), `block_until_ready()`, then "
+                "`jax.profiler.start_trace(logdir)` for a few steps.",
+            ),
+            "any": ("Start the profiler after a few steps, so compilation and set-up are not in the window.",),
+        },
+        projects=False,
     ),
 )
 
@@ -825,6 +940,8 @@ def severity_for(fraction: float) -> str | None:
 
 
 def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
+    if not rule.projects:
+        return BottleneckProjection(**vars(project(a.step_model, [])), basis="none", assumption=None)
     basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
         **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
@@ -850,9 +967,13 @@ def _cost_ns(analysis: Analysis, finding: Finding, projection: BottleneckProject
 
 
 def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection, str, int]]:
-    """Every rule that fires with a saving worth reporting, in ranking order, with its cost a step."""
+    """Every rule that fires with a saving (or, for a rule that projects nothing, a cost) worth reporting, in
+    ranking order, with its cost a step. A window with no steady state (a graph capture pass, a micro-benchmark, a
+    warm-up with no steps after it) gets only the warm-up finding: no claim about a step it does not hold."""
     found = []
     for rule in RULES:
+        if not analysis.capture.projects and rule.id != WARMUP_RULE:
+            continue
         finding = rule.check(analysis)
         if finding is None:
             continue
@@ -860,10 +981,11 @@ def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection
         cost = _cost_ns(analysis, finding, projection)
         fraction = cost / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
         severity = _severity(rule, finding, fraction)
-        if severity is not None and projection.saving_ns > 0:
+        worth = projection.saving_ns > 0 if rule.projects else cost > 0 or finding.window_cost is not None
+        if severity is not None and worth:
             found.append((rule, finding, projection, severity, cost))
     lead = EFFICIENCY if _efficiency_first(analysis) else STALL
-    found.sort(key=lambda f: (f[0].kind != lead, -f[2].saving_ns))
+    found.sort(key=lambda f: (f[0].id != WARMUP_RULE, f[0].kind != lead, not f[0].projects, -max(f[2].saving_ns, f[4])))
     return found
 
 
@@ -875,8 +997,8 @@ def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
             id=rule.id,
             rank=i + 1,
             severity=severity,
-            time_ns=cost * steps,
-            fraction=round(cost / projection.step_ns_before, 4),
+            time_ns=finding.window_cost[0] if finding.window_cost else cost * steps,
+            fraction=finding.window_cost[1] if finding.window_cost else round(cost / projection.step_ns_before, 4),
             title=finding.title or rule.title,
             evidence={**finding.evidence, "basis": rule.basis, **_seen_evidence(rule, analysis)},
             recommendations=_advice(rule, analysis, finding.evidence),
@@ -894,7 +1016,7 @@ def headline_projection(analysis: Analysis) -> RunProjection | None:
     `HEADLINE_FIXES`; an estimate is applied only where efficiency leads, so a guess never inflates the
     measured figure. None when nothing fires.
     """
-    found = _found(analysis)
+    found = [f for f in _found(analysis) if f[0].projects]
     if not found:
         return None
     lead_kind = found[0][0].kind

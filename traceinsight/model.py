@@ -79,6 +79,7 @@ marker; ``input_wait`` the training loop waiting for data (tf.data GetNext, Data
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.rules import INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN
+from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN
 
 KINDS = (
     "kernel",
@@ -210,6 +211,26 @@ def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:
     for kind in kinds:
         mask |= codes == KINDS.index(kind)
     return mask
+
+
+def names_matching(rows: pd.DataFrame, pattern: str | re.Pattern[str], where: np.ndarray) -> np.ndarray:
+    """Per row, whether it is one of the rows `where` and its name contains `pattern`: searched once per
+    distinct name of those rows (a big trace has thousands of op names; the rows asked about, a few)."""
+    codes = rows["name"].cat.codes.to_numpy()
+    categories = rows["name"].cat.categories
+    used = np.flatnonzero(np.bincount(codes[where] + 1, minlength=len(categories) + 1)[1:])  # code -1: no name
+    search = re.compile(pattern).search if isinstance(pattern, str) else pattern.search
+    found = np.zeros(len(categories) + 1, bool)  # code -1 finds the last slot: False
+    found[used] = [search(name) is not None for name in categories[used]]
+    return found[codes] & where
+
+
+def blocking_mask(events: pd.DataFrame) -> np.ndarray:
+    """Host rows that block until the device catches up: the `sync` kind (``*Synchronize`` of CUDA and HIP) and
+    the blocking copies and value reads of `rules.BLOCKING_HOST_OPS`, whatever kind their reader gave them. The
+    one answer to "is this a sync" for gap causes, the step model and the timeline export."""
+    host = events["device"].isna().to_numpy()
+    return host & (kind_mask(events, "sync") | events["name"].isin(BLOCKING_HOST_OPS).to_numpy())
 
 
 def _promote_markers(table: pd.DataFrame) -> None:

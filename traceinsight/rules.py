@@ -59,6 +59,16 @@ NON_KERNEL_ACTIVITY = frozenset(
     }
 )
 
+# CUDA / HIP graph capture: calls that record kernels into a graph (they run once, if at all, while recorded), so a
+# trace holding them is a capture pass, not a steady state. `hipStreamIsCapturing` / `cudaStreamIsCapturing` are
+# not evidence: servers call them before every replay too. Discovery looks for the bytes of the first call in a
+# file (`GRAPH_CAPTURE_BYTES`) to tell a capture pass from the replay beside it without reading it.
+GRAPH_CAPTURE_PATTERN = re.compile(
+    r"^(?:cuda|cu|hip)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*$"
+    r"|^torch/cuda/graphs\.py\(\d+\): capture_begin$"
+)
+GRAPH_CAPTURE_BYTES = b"StreamBeginCapture"
+
 # --------------------------------------------------------------------------- input verdict
 
 # The input verdict's thresholds are XProf's, so its users read ours the same way.
@@ -76,15 +86,50 @@ MIN_REPEATING_COVERAGE = 0.3
 MIN_REPEATS = 3
 # A device idle gap at least this long, and at least half the longest gap, separates inferred steps.
 MIN_STEP_GAP_NS = 1_000_000
+# Inferred steps are a repeating structure at one scale: at least MIN_INFERRED_STEPS of them, none shorter than
+# INFERRED_STEP_MIN_SHARE of the longest, except the last, which ends with its burst (no gap closes it) and is held to
+# LAST_INFERRED_STEP_MIN_SHARE. Otherwise (one 493 ms burst beside microsecond ones) the window is one step.
+MIN_INFERRED_STEPS = 3
+INFERRED_STEP_MIN_SHARE = 0.1
+LAST_INFERRED_STEP_MIN_SHARE = 0.01
 # Fewer steps than this get the `few_steps` warning: "profile at least N steps".
 MIN_STEADY_STEPS = 3
 
 # --------------------------------------------------------------------------- gaps and host ops
 
-# Host calls that block until the device is done, beyond the `sync` kind.
-BLOCKING_HOST_OPS = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "hipMemcpy"}
+# Host calls that block until the device is done, beyond the `sync` kind (`SYNC_API_PATTERN`: the
+# ``*Synchronize`` calls of both runtimes): the blocking copies of CUDA and HIP (a copy without ``Async`` waits for
+# every earlier launch on its stream, then copies) and the framework ops that read a device value.
+BLOCKING_COPY_CALLS = frozenset(
+    {
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cuMemcpy",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpyDtoD_v2",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+        "hipMemcpy2D",
+        "hipMemcpyDtoH",
+        "hipMemcpyHtoD",
+        "hipMemcpyDtoD",
+        "hipMemcpyToSymbol",
+        "hipMemcpyFromSymbol",
+    }
 )
+BLOCKING_HOST_OPS = BLOCKING_COPY_CALLS | {"aten::item", "aten::_local_scalar_dense"}
+# A blocking call is a *wait* (its time is the device's other work, not its own copy) when it lasts at least this
+# long and this many times its own device work (the copy with its correlation id).
+WAIT_MIN_NS = 1_000_000
+WAIT_OWN_WORK_RATIO = 10.0
+# During a wait, device work covering less than this share of it means what it waited for is not in the trace
+# (started before the capture window, or in another process or rank): no fix inside the trace removes it.
+WAIT_SEEN_MIN_SHARE = 0.1
 # An op is input-pipeline work when at least this share of its time lies inside input waits.
 INPUT_WORK_COVERAGE = 0.5
 # Ops that run Python under the GIL (tf.py_function, tf.numpy_function, the older py_func).
@@ -300,6 +345,72 @@ OPTIMIZER_UPDATE_PATTERN = (
 # A host op whose own time is at least this computes at its size; a shorter one is dispatch or memory bound
 # (a 2x512 @ 512x512 matmul takes ~25 us on a CPU core, at batch 64 ~90 us).
 BATCH_WORK_MIN_NS = 50_000
+
+# --------------------------------------------------------------------------- capture kinds (analysis/capture.py)
+
+# One-time costs: work a run pays once, at its start, that no steady step repeats. Each (what, pattern) names a kind
+# of cost for people; only events of at least ONE_TIME_MIN_NS count (a compile-cache lookup every step is no
+# compilation).
+ONE_TIME_COSTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        # torch 2.13's record_function ranges around Dynamo, AOTAutograd and Inductor (seen in
+        # sample_traces/warmup/torch_compile_first_call: `dynamo` 9.9 s, `entire_backward_compile` 1.5 s); none
+        # repeats in a steady step (`Torch-Compiled Region`, `TorchDynamo Cache Lookup` do, and are not here).
+        "torch.compile compilation (Dynamo / AOTAutograd / Inductor)",
+        re.compile(
+            r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|entire_backward_compile|backend_compile"
+            r"|inductor_compile|compile_file|create_aot_dispatcher_function)$"
+            r"|^torch/_(?:dynamo|inductor|functorch)/(?:convert_frame|compile_fx|codecache|output_graph)\.py"
+        ),
+    ),
+    ("Triton compilation and autotuning", re.compile(r"^triton/compiler/|benchmark_all_configs|autotune", re.I)),
+    (
+        # TF's tf.function tracing and XLA's compiler passes (sample_traces/warmup/tf_jit_first_call: graph building
+        # 71 ms, `CpuCompiler::RunBackend` 156 ms); GPU and TPU compilers share the `*Compiler::` names.
+        "tf.function tracing and XLA compilation",
+        re.compile(
+            r"^tf\.function-graph_building$|^HLO passes|Compiler::(?:RunBackend|RunHloPasses|Compile\w*)"
+            r"|XlaCompile|xla::\w*Compile|CompileToLocalExecutable|BuildExecutable"
+        ),
+    ),
+    ("cuDNN autotuning (cudnn.benchmark)", re.compile(r"cudnnFind|Find\w*Algorithm|cudnn\w*[Bb]enchmark")),
+    (
+        "CUDA / HIP initialisation (context creation, module loading)",
+        re.compile(r"^(?:cu|hip)(?:Init|DevicePrimaryCtxRetain|CtxCreate|ModuleLoad\w*)(?:_v\d+)?$"),
+    ),
+)
+ONE_TIME_MIN_NS = 1_000_000
+# The first call of an op that takes this long and this many times the median of its later calls is a one-time cost
+# too: lazy initialisation (CUDA context creation inside the first tensor allocation, cuDNN and module set-up in the
+# first convolution, an optimizer's state on its first step, DataLoader workers starting).
+FIRST_CALL_MIN_NS = 100_000_000
+FIRST_CALL_RATIO = 20.0
+# One-time costs covering this share of the window make it a warm-up capture (kind `warmup`); at least this many
+# steps after them are a steady state, analysed alone.
+WARMUP_MIN_SHARE = 0.25
+STEADY_MIN_STEPS = 2
+# Training: backward ops (PyTorch autograd, TF's gradient tape, JAX's transposed jvp) or an optimizer update (the
+# optimizer's own step and fused updates; `aten::_foreach_copy_` alone, which servers call, is no update).
+TRAINING_PATTERN = re.compile(
+    r"Backward|backward|^autograd::engine::evaluate_function|gradient_tape/|(?:^|/)gradients/|transpose\(jvp\("
+    r"|^Optimizer\.step|^aten::_fused_(?:adam|adamw|sgd|adagrad)|^aten::_foreach_(?:addcdiv|addcmul|lerp|sqrt)_"
+    r"|ResourceApply|(?i:(?:^|/)(?:adam|adamw|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion)(?:_\d+)?/)"
+)
+# Serving frameworks, by their own Python frames, ops and annotations.
+SERVERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("vLLM", re.compile(r"(?:^|/)vllm/|^vllm[:.]|^vllm::")),
+    ("SGLang", re.compile(r"(?:^|/)sglang/|^sglang[:.]|^sglang::|^sgl_kernel")),
+    ("TGI", re.compile(r"text_generation_server")),
+    ("TensorRT-LLM", re.compile(r"tensorrt_llm|trtllm", re.I)),
+)
+# A micro-benchmark: the outermost host ops are at most this many distinct framework ops (``aten::``, TF ops), each
+# called at least this many times, with no training and no serving frames. Inference needs more distinct framework
+# ops than that (a model's), else what ran cannot be told.
+MICROBENCHMARK_MAX_OPS = 3
+MICROBENCHMARK_MIN_CALLS = 10
+# A trace with graph-capture calls is a capture pass unless graph replays after the capture carry this share of its
+# kernel time (then the capture was a one-time cost before a steady state of replays).
+REPLAYS_AFTER_CAPTURE_SHARE = 0.5
 
 # --------------------------------------------------------------------------- device memory
 

@@ -9,9 +9,9 @@ import pytest
 from tests.analysis.builders import US, host, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
-from traceinsight.analysis.step_model import _names_match
 from traceinsight.discover import discover
 from traceinsight.load import load_run
+from traceinsight.model import names_matching
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.rules import OPTIMIZER_UPDATE_PATTERN
 
@@ -72,4 +72,4 @@ def test_names_matched_only_among_the_rows_asked_about():
     pairs = zip(names, where, strict=True)
     searched = [bool(w and n is not None and re.search(OPTIMIZER_UPDATE_PATTERN, n)) for n, w in pairs]
     assert searched == [True, False, False, False, True, True, False]
-    assert _names_match(rows, OPTIMIZER_UPDATE_PATTERN, where).tolist() == searched
+    assert names_matching(rows, OPTIMIZER_UPDATE_PATTERN, where).tolist() == searched

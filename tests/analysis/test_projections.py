@@ -182,10 +182,20 @@ def shared_reports() -> dict[str, dict]:
     return reports
 
 
+# What the trace shows but no fix in it removes: reported with its cost, never with a projected step (issue 26).
+NOT_PROJECTED = {"idle_other", "external_wait", "warmup_in_window"}
+# Stall fixes that remove device time (exposed collectives): their step may fall below the kernels' busy time.
+REMOVES_KERNEL_TIME = {"communication"}
+
+
 def test_every_bottleneck_has_a_projection(shared_reports):
     for name, report in shared_reports.items():
         for b in report["bottlenecks"]:
             p = b["projection"]
+            if b["id"] in NOT_PROJECTED:
+                assert (p["basis"], p["saving_ns"], p["speedup"]) == ("none", 0, 1.0), (name, b["id"])
+                assert p["step_ns_after"] == p["step_ns_before"], (name, b["id"])
+                continue
             assert p["basis"] in ("measured", "estimated"), name
             assert p["step_ns_after"] <= p["step_ns_before"] == report["steps"]["mean_ns"] or name
             assert p["saving_ns"] == p["step_ns_before"] - p["step_ns_after"] > 0, (name, b["id"])
@@ -194,11 +204,58 @@ def test_every_bottleneck_has_a_projection(shared_reports):
                 assert p["basis"] == "estimated", (name, b["id"])
 
 
+def _kernel_busy_per_step(report: dict) -> float:
+    """The mean over the steps of the time some kernel runs in them (the step breakdown's top category)."""
+    return float(np.mean([s["breakdown"]["device_compute"] for s in report["steps"]["items"]]))
+
+
+def _projections(report: dict) -> list[tuple[str, dict]]:
+    """Every projected step of a report: each bottleneck's (the ones that project) and the headline's."""
+    found = [(b["id"], b["projection"]) for b in report["bottlenecks"] if b["id"] not in NOT_PROJECTED]
+    return found + ([("headline", report["projection"])] if report["projection"] else [])
+
+
+def test_no_projected_step_is_shorter_than_the_kernels_it_keeps(shared_reports):
+    """A stall fix removes idle time (and exposed copies): the kernels stay, so the step after is at least the
+    kernel time of the step, measured from the step breakdown. Efficiency estimates make kernels faster."""
+    checked = 0
+    for name, report in shared_reports.items():
+        stalls = {b["id"] for b in report["bottlenecks"] if b["kind"] == "stall"} - REMOVES_KERNEL_TIME
+        for which, p in _projections(report):
+            applied = set(p["applied"]) if which == "headline" else {which}
+            if not report["steps"]["items"] or not applied <= stalls:
+                continue
+            assert p["step_ns_after"] >= _kernel_busy_per_step(report) - 1, (name, which)
+            checked += 1
+    assert checked >= 10
+
+
+def test_every_speedup_equals_the_steps_it_compares(shared_reports):
+    for name, report in shared_reports.items():
+        for which, p in _projections(report):
+            assert p["step_ns_after"] > 0, (name, which)
+            assert p["speedup"] == pytest.approx(p["step_ns_before"] / p["step_ns_after"], abs=5e-4), (name, which)
+
+
+def test_inferred_steps_repeat_at_one_scale(shared_reports):
+    """No inferred step under 1 % of the longest one (issue 26: never microsecond "steps" beside a 493 ms one)."""
+    inferred = 0
+    for name, report in shared_reports.items():
+        steps = report["steps"]
+        if steps["source"] != "inferred":
+            continue
+        inferred += 1
+        lengths = [s["dur_ns"] for s in steps["items"]]
+        assert min(lengths) >= 0.01 * max(lengths), name
+    assert inferred >= 5
+
+
 def test_measured_stalls_rank_before_estimates_unless_the_device_is_busy(shared_reports):
     for name, report in shared_reports.items():
-        kinds = [b["kind"] for b in report["bottlenecks"]]
+        ranked = [b for b in report["bottlenecks"] if b["id"] != "warmup_in_window"]
+        kinds = [b["kind"] for b in ranked]
         assert kinds == sorted(kinds, key=lambda k: k != kinds[0]) if kinds else True, name
-        stalls = [b["projection"]["saving_ns"] for b in report["bottlenecks"] if b["kind"] == "stall"]
+        stalls = [b["projection"]["saving_ns"] for b in ranked if b["kind"] == "stall" and b["id"] not in NOT_PROJECTED]
         assert stalls == sorted(stalls, reverse=True), name
 
 
@@ -228,7 +285,7 @@ def test_headline_projection_never_sums_savings(shared_reports):
     for name, report in shared_reports.items():
         p = report["projection"]
         if p is None:
-            assert report["bottlenecks"] == [], name
+            assert all(b["id"] in NOT_PROJECTED for b in report["bottlenecks"]), name
             continue
         applied = [b for b in report["bottlenecks"] if b["id"] in p["applied"]]
         assert p["saving_ns"] <= sum(b["projection"]["saving_ns"] for b in applied) + len(applied), name  # ns rounding

@@ -63,7 +63,13 @@ def test_busy_idle(analysis):
 def test_gap_causes(analysis):
     (gaps,) = analysis.gaps
     assert gaps.count == 4
-    assert gaps.by_cause == {"input_wait": 170 * US, "sync": 100 * US, "host_launch": 100 * US, "other": 50 * US}
+    assert gaps.by_cause == {
+        "input_wait": 170 * US,
+        "sync": 100 * US,
+        "host_launch": 100 * US,
+        "other": 50 * US,
+        "graph_internal": 0,
+    }
     assert sum(gaps.by_cause.values()) == analysis.devices[0].idle_ns
     labels = {g.start_ns // US: g.cause for g in gaps.longest}
     assert labels == {130: "input_wait", 310: "sync", 420: "other", 475: "host_launch"}
@@ -132,9 +138,10 @@ def test_input_pipeline(analysis):
 # other 50, host floor 43 ([402,407) + [430,460) + [500,508); [350,355) lies in the sync).
 # Each fix alone, after = max(step - idle - device, busy - device, floor), mean of the two steps (before 290):
 #   input_bound  step 1: max(140, 130, 5) = 140               -> 210, saving 80 a step, 160 in all
-#   host_bound   step 2: max(180, 30, 43 - 43) = 180          -> 240, saving 50, 100 in all
+#   host_bound   step 2: max(180, 30, 43 - 8) = 180           -> 240, saving 50, 100 in all (the fix takes away
+#                only the host work inside the host_launch gap, [500,508))
 #   d2h_sync     step 2: max(180, 30, 43) = 180               -> 240, saving 50
-#   idle_other   step 2: max(230, 30, 43) = 230               -> 265, saving 25
+#   idle_other   step 2: unexplained, no fix projected          -> 290, cost 25 a step, 50 in all
 #   h2d_copy     step 1: max(270, 100, 5) = 270               -> 275, saving 15
 #   fp32_compute step 1: the 100 us sgemm runs 125 / 15.7 = 7.96x faster on V100 Tensor Cores: 87.44 us off,
 #                max(212.56, 42.56, 5) -> 246.28, saving 43.72 (estimate)
@@ -147,13 +154,13 @@ def test_bottlenecks_ranked_by_saving_stalls_first(analysis):
         ("input_bound", 160),
         ("host_bound", 100),
         ("d2h_sync", 100),
-        ("idle_other", 50),
         ("h2d_copy", 30),
+        ("idle_other", 50),  # unexplained: after the stalls a fix removes
         # The largest saving after input_bound, but an estimate: it ranks after the measured stalls.
         ("fp32_compute", pytest.approx(FP32_SAVED_US, abs=0.01)),
     ]
     assert [b.severity for b in found] == ["high", "medium", "medium", "medium", "medium", "medium"]
-    assert [b.projection.basis for b in found] == ["measured"] * 5 + ["estimated"]
+    assert [b.projection.basis for b in found] == ["measured"] * 4 + ["none", "estimated"]
     assert any("num_workers" in r for r in found[0].recommendations)
 
 
@@ -163,7 +170,7 @@ def test_projection_of_each_fix(analysis):
         "input_bound": (290, 210),
         "host_bound": (290, 240),
         "d2h_sync": (290, 240),
-        "idle_other": (290, 265),
+        "idle_other": (290, 290),
         "h2d_copy": (290, 275),
         "fp32_compute": (290, pytest.approx(290 - FP32_SAVED_US / 2, abs=0.01)),
     }

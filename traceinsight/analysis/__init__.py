@@ -12,9 +12,11 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from traceinsight.analysis.capture import Capture, classify_capture
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
+from traceinsight.analysis.graphs import GraphReplays, graph_replays
 from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
@@ -22,13 +24,14 @@ from traceinsight.analysis.memory import DeviceMemory, profile_memory
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
+from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
 from traceinsight.model import Profile, input_labels, rows_of_input
-from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, STEADY_MIN_STEPS
 
 
 @dataclass(frozen=True)
 class Analysis:
-    profile: Profile
+    profile: Profile  # its events: the steady part only, when the capture's warm-up is left out (`capture`)
     window_start_ns: int | None
     window_end_ns: int | None
     devices: list[DeviceUsage]
@@ -42,6 +45,9 @@ class Analysis:
     host_ops: HostOps  # the step input's framework ops: top by self time, the input pipeline's own
     settings: Seen  # what the step input already does (prefetch, workers, graph mode, precision...)
     memory: list[DeviceMemory]  # device memory per device that has memory events, each over its input's steps
+    capture: Capture  # what kind of capture the trace is, and whether its warm-up was left out
+    graphs: GraphReplays  # CUDA / HIP graph replays
+    waits: Waits  # blocking calls that waited far longer than their own device work
 
     @property
     def window_ns(self) -> int:
@@ -55,9 +61,18 @@ class Analysis:
 
 
 def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysis:
-    """Every analysis over one profile."""
+    """Every analysis over one profile: over its steady part alone when one-time costs fill the window and steps
+    follow them (`capture.classify_capture`)."""
+    work = device_work(profile.events)
+    capture = classify_capture(profile.events, work)
+    if capture.steady_from_ns is not None:
+        steady = profile.events[(profile.events["ts_ns"] >= capture.steady_from_ns).to_numpy()]
+        steps_after = find_steps(steady).count if len(steady) else 0
+        if steps_after >= STEADY_MIN_STEPS:
+            profile = replace(profile, events=steady)
+            capture = replace(capture, steady_steps=steps_after)
+            work = device_work(steady)
     events = profile.events
-    work = device_work(events)  # what each device analysis starts from, found once
     kernels = flagged_kernels(work)
     usages = device_usage(events, work)
     steps = find_steps(events)
@@ -65,6 +80,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     host = host_op_rows(events, steps.input_id)
     has_events = not events.empty
     input_steps = _input_steps(events, len(profile.inputs), steps)
+    waits = blocking_waits(events, usages, work, len(profile.inputs))
     return Analysis(
         profile=profile,
         window_start_ns=int(events["ts_ns"].min()) if has_events else None,
@@ -76,10 +92,15 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         steps=steps,
         input_pipeline=input_pipeline(events, steps),
         input_steps=input_steps,
-        step_model=step_model(events, usages, gaps, steps, small_kernel_ns, work, kernels, host),
+        step_model=step_model(
+            events, usages, gaps, steps, small_kernel_ns, work, kernels, host, waits.outside_of(steps.input_id)
+        ),
         host_ops=host_ops(events, steps.input_id, host),
         settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
         memory=_memory(profile, input_steps),
+        capture=capture,
+        graphs=graph_replays(events, work),
+        waits=waits,
     )
 
 
@@ -145,6 +166,41 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         memory=[replace(m, device=device(i, m.device), input_id=i) for i, p in enumerate(parts) for m in p.memory],
         host_ops=parts[run_input].host_ops,
         settings=parts[run_input].settings,
+        capture=parts[run_input].capture,
+        graphs=_merged_replays(
+            [
+                replace(p.graphs, items=[replace(r, device=device(i, r.device)) for r in p.graphs.items])
+                for i, p in enumerate(parts)
+            ]
+        ),
+        waits=_merged_waits(parts),
+    )
+
+
+def _merged_replays(parts: list[GraphReplays]) -> GraphReplays:
+    """The replays of every input of a run (device ids already prefixed)."""
+    items = sorted((r for p in parts for r in p.items), key=lambda r: r.launch_start_ns)
+    return GraphReplays(
+        count=len(items),
+        nodes=sum(p.nodes for p in parts),
+        kernel_ns=sum(p.kernel_ns for p in parts),
+        all_kernel_ns=sum(p.all_kernel_ns for p in parts),
+        items=items,
+    )
+
+
+def _merged_waits(parts: list[Analysis]) -> Waits:
+    """The waits of every input of a run, each input's under its index in the run."""
+    every = sorted(
+        (replace(w, input_id=i) for i, p in enumerate(parts) for w in p.waits.items), key=lambda w: -w.dur_ns
+    )
+    return Waits(
+        count=sum(p.waits.count for p in parts),
+        total_ns=sum(p.waits.total_ns for p in parts),
+        outside_count=sum(p.waits.outside_count for p in parts),
+        outside_ns=sum(p.waits.outside_ns for p in parts),
+        items=every[:LISTED_WAITS],
+        outside={i: p.waits.outside_of(0) for i, p in enumerate(parts) if p.waits.outside_count},
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from traceinsight.analysis.graphs import replay_nodes
 from traceinsight.intervals import Intervals, union
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, take_rows
 
@@ -23,6 +24,7 @@ _DEVICE_WORK_COLUMNS = (
     "dur_ns",
     "kind",
     "device",
+    "stream",
     "name",
     "correlation",
     "bytes",
@@ -63,14 +65,17 @@ class DeviceUsage:
 
 
 def device_work(events: pd.DataFrame) -> pd.DataFrame:
-    """Rows that make a device busy, sorted by start (stable), with the columns the device analyses read.
+    """Rows that make a device busy, sorted by start (stable), with the columns the device analyses read and
+    `replay`: each row's place in a CUDA / HIP graph replay (`graphs.replay_nodes`).
 
     Taken in one copy, and only those columns: on a big trace this is the largest
     selection the analyses make.
     """
     rows = np.flatnonzero(kind_mask(events, *DEVICE_WORK_KINDS) & events["device"].notna().to_numpy())
     rows = rows[np.argsort(events["ts_ns"].to_numpy()[rows], kind="stable")]
-    return take_rows(events, rows, _DEVICE_WORK_COLUMNS)
+    work = take_rows(events, rows, _DEVICE_WORK_COLUMNS)
+    work["replay"] = replay_nodes(events, work)
+    return work
 
 
 def device_usage(events: pd.DataFrame, work: pd.DataFrame | None = None) -> list[DeviceUsage]:

@@ -5,13 +5,15 @@ whatever drained the device's queue also costs the time the host then needs to
 refill it. "The launch" is the host call that launched the op ending the gap; the
 first rule that holds wins:
 
+``graph_internal`` the gap lies between nodes of one CUDA / HIP graph replay: the graph's own
+                dependencies, which no launch or host fix shortens (`graphs.py`);
 ``other``       the launch had ended before the gap began: the work was queued and the device
                 waited on something else (a dependency, another stream, its own latency);
 ``input_wait``  the host was inside a data wait during the gap (tf.data GetNext, DataLoader
                 ``__next__``);
 ``sync``        the host was blocked in a synchronisation during the gap (``cuda*Synchronize``,
-                ``cuCtxSynchronize``, ``aten::item`` / ``aten::_local_scalar_dense``, a blocking
-                ``cudaMemcpy``), or the device itself recorded a sync wait;
+                ``hip*Synchronize``, ``aten::item``, a blocking ``cudaMemcpy`` / ``hipMemcpyWithStream``:
+                `model.blocking_mask`), or the device itself recorded a sync wait;
 ``host_launch`` the launch ended after the gap began: the host could not keep up. (HTA's
                 host-wait rule compares the launch *start*; a launch call that started just
                 before the device drained but was still running is the same problem.)
@@ -26,12 +28,12 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.graphs import LATER_NODE
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.intervals import Intervals, union, union_of, union_of_rows
-from traceinsight.model import kind_mask, rows_of_input
-from traceinsight.rules import BLOCKING_HOST_OPS
+from traceinsight.model import blocking_mask, kind_mask, rows_of_input
 
-CAUSES = ("input_wait", "sync", "host_launch", "other")
+CAUSES = ("input_wait", "sync", "host_launch", "other", "graph_internal")
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 LONGEST_GAPS = 10
 _HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation"]
@@ -90,7 +92,7 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
     starts, durations = mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy()
     correlation = mine["correlation"].to_numpy()
     wait = host & kind_mask(mine, "input_wait")
-    sync = host & (kind_mask(mine, "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
+    sync = blocking_mask(mine)
     launch = host & kind_mask(mine, "runtime", "sync") & (correlation >= 0)
     launch_end = pd.Series(starts[launch] + durations[launch], index=correlation[launch])
     return HostContext(
@@ -112,8 +114,11 @@ def _with_device_waits(context: HostContext, device_syncs: pd.DataFrame, device:
     return replace(context, sync=union_of(context.sync, union(starts, starts + waits["dur_ns"].to_numpy())))
 
 
-def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostContext) -> np.ndarray:
-    """The cause of each gap as an index into `CAUSES` (int8; see the module docstring for the rules)."""
+def gap_causes(
+    gaps: Intervals, next_correlation: np.ndarray, context: HostContext, in_replay: np.ndarray | None = None
+) -> np.ndarray:
+    """The cause of each gap as an index into `CAUSES` (int8; see the module docstring for the rules);
+    `in_replay`: the gaps between nodes of one graph replay."""
     launch = context.launch_end.index.get_indexer(next_correlation)  # -1 where no launch is known
     known = launch >= 0
     launch_ends = np.append(context.launch_end.to_numpy(), np.iinfo(np.int64).max)  # index -1: never ended
@@ -121,9 +126,10 @@ def gap_causes(gaps: Intervals, next_correlation: np.ndarray, context: HostConte
     waited = context.input_wait.covered_between(gaps.starts, gaps.ends) > 0
     synced = context.sync.covered_between(gaps.starts, gaps.ends) > 0
     code = CAUSES.index
+    internal = np.zeros(len(gaps), bool) if in_replay is None else in_replay
     return np.select(
-        [queued_in_time, waited, synced, known],
-        [code("other"), code("input_wait"), code("sync"), code("host_launch")],
+        [internal, queued_in_time, waited, synced, known],
+        [code("graph_internal"), code("other"), code("input_wait"), code("sync"), code("host_launch")],
         default=code("other"),
     ).astype(np.int8)
 
@@ -168,8 +174,13 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage], work: pd.DataFram
         context = _with_device_waits(shared, device_syncs, usage.id)
         ts = rows["ts_ns"].to_numpy()
         first_after = np.clip(np.searchsorted(ts, gaps.ends, side="left"), 0, max(len(ts) - 1, 0))
-        next_corr = rows["correlation"].to_numpy()[first_after] if len(ts) else np.zeros(0, np.int64)
-        causes = gap_causes(gaps, next_corr, context)
+        last_before = np.clip(np.searchsorted(ts, gaps.starts, side="left") - 1, 0, None)
+        correlation = rows["correlation"].to_numpy()
+        next_corr = correlation[first_after] if len(ts) else np.zeros(0, np.int64)
+        # Between nodes of one replay: the next row is a later node of the replay the row before it belongs to.
+        later = rows["replay"].to_numpy()[first_after] == LATER_NODE if len(ts) else np.zeros(0, bool)
+        in_replay = later & (correlation[last_before] == next_corr) if len(ts) else later
+        causes = gap_causes(gaps, next_corr, context, in_replay)
         results.append(_summarise(usage.id, gaps, causes, context))
     return results
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.analysis.graphs import LATER_NODE, NOT_REPLAYED
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.intervals import exposed, union
@@ -48,7 +49,9 @@ class KernelStats:
     small_total_ns: int
     median_ns: int | None
     shorter_than_launch_count: int | None
-    launched_count: int
+    launched_count: int  # kernels matched to their own launch call (a graph replay: its first node only)
+    replayed_count: int  # kernels replayed from a CUDA / HIP graph
+    replayed_small_count: int  # of them, under the small-kernel threshold
     launch_delay_p50_ns: int | None
     launch_delay_p90_ns: int | None
     launch_delay_max_ns: int | None
@@ -144,6 +147,9 @@ def _device_kernel_stats(
     dur = kernels["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
     launch = launches.index.get_indexer(kernels["correlation"].to_numpy())  # -1 where no launch is known
+    replay = kernels["replay"].to_numpy()
+    launch[replay == LATER_NODE] = -1  # a graph replay is one launch: its first node's
+    replayed = replay != NOT_REPLAYED
     matched = launch >= 0
     launch_dur = launches["launch_dur"].to_numpy()[launch[matched]]
     launch_end = launches["launch_ts"].to_numpy()[launch[matched]] + launch_dur  # int64: epoch ns exceed a double
@@ -166,6 +172,8 @@ def _device_kernel_stats(
         median_ns=int(np.median(dur)) if len(dur) else None,
         shorter_than_launch_count=shorter if matched.any() else None,
         launched_count=int(matched.sum()),
+        replayed_count=int(replayed.sum()),
+        replayed_small_count=int((replayed & small).sum()),
         launch_delay_p50_ns=int(np.percentile(delay, 50)) if len(delay) else None,
         launch_delay_p90_ns=int(np.percentile(delay, 90)) if len(delay) else None,
         launch_delay_max_ns=int(delay.max()) if len(delay) else None,

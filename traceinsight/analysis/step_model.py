@@ -11,7 +11,8 @@ side by side):
   outside input waits and synchronisations): no fix to the device makes the step
   shorter than this;
 * ``stalls``: the exposed time of each measured stall (``STALLS``), i.e. time the
-  device did no useful work because of it;
+  device did no useful work because of it; ``sync_outside`` is the part of ``sync`` spent in
+  waits for work the trace does not hold (`waits.py`), which no fix in the trace removes;
 * ``kernel_ns``: kernel time of the kernel classes efficiency estimates act on (FP32 matmul/conv,
   kernels under one block per SM, kernels under the small-kernel threshold);
 * ``small_host_op_ns``: host framework ops under that threshold (a CPU-only run's tiny ops);
@@ -36,8 +37,7 @@ host-bound step wins only down to the host's own work.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -47,11 +47,10 @@ from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
-from traceinsight.intervals import Intervals, union, union_of
-from traceinsight.model import COPY_KINDS, kind_mask, rows_of_input
+from traceinsight.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.model import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
 from traceinsight.rules import (
     BATCH_WORK_MIN_NS,
-    BLOCKING_HOST_OPS,
     COMMUNICATION_PATTERN,
     DEFAULT_SMALL_KERNEL_NS,
     EAGER_NO_COMPUTE_OPS,
@@ -67,6 +66,7 @@ STALLS = (
     "host_launch",
     "sync",
     "other",
+    "sync_outside",
     "h2d_exposed",
     "d2h_exposed",
     "communication_exposed",
@@ -90,6 +90,8 @@ class StepModel:
     batch_work_ns: np.ndarray  # self time of computing host ops that are not optimizer updates (grows with batch)
     eager_dispatch_ns: np.ndarray  # of the host floor, the eager runtime's per-op cost (a graph does not pay it)
     host_op_count: int = 0  # host ops and runtime calls (the host floor's rows) that start inside the steps
+    # Of the host floor, the work done inside host-launch gaps: what a fix of launch overhead can take away.
+    host_in_launch_gaps_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def count(self) -> int:
@@ -140,6 +142,11 @@ class Projection:
     gpu_util_after: float | None
 
 
+def speedup(before_ns: int, after_ns: int) -> float:
+    """`before / after` of the mean steps a projection states, so the two always agree (1.0 without a step)."""
+    return round(before_ns / after_ns, 3) if after_ns > 0 else 1.0
+
+
 def fix(
     model: StepModel,
     idle_ns: np.ndarray | None = None,
@@ -170,7 +177,7 @@ def project(model: StepModel, fixes: list[Fix]) -> Projection:
         host = np.minimum(host + f.host_ns, model.host_floor_ns)
     floor = model.host_floor_ns - host
     after = np.maximum.reduce([step - idle - device, busy - device, floor])
-    after = np.minimum(after, step)  # a fix never makes a step longer
+    after = np.maximum(np.minimum(after, step), np.minimum(step, 1))  # never longer, never 0 ns
     before_ns, after_ns = float(step.sum()), float(after.sum())
     n = max(model.count, 1)
     has_device = model.device_count > 0 and before_ns > 0
@@ -179,7 +186,7 @@ def project(model: StepModel, fixes: list[Fix]) -> Projection:
         step_ns_before=step_before,
         step_ns_after=step_after,
         saving_ns=step_before - step_after,
-        speedup=round(before_ns / after_ns, 3) if after_ns > 0 else 1.0,
+        speedup=speedup(step_before, step_after),
         gpu_util_before=round(float(model.kernel_busy_ns.sum()) / before_ns, 4) if has_device else None,
         gpu_util_after=round(min(float((model.kernel_busy_ns - kernel).sum()) / after_ns, 1.0), 4)
         if has_device and after_ns > 0
@@ -199,18 +206,6 @@ def _exposed_in_steps(work: Intervals, hiding: Intervals, starts: np.ndarray, en
     return union_of(work, hiding).covered_between(starts, ends) - hiding.covered_between(starts, ends)
 
 
-def _names_match(rows: pd.DataFrame, pattern: str | re.Pattern[str], where: np.ndarray) -> np.ndarray:
-    """Per row, whether it is one of the rows `where` and its name contains `pattern`: searched once per
-    distinct name of those rows (a big trace has thousands of op names; the rows asked about, a few)."""
-    codes = rows["name"].cat.codes.to_numpy()
-    categories = rows["name"].cat.categories
-    used = np.flatnonzero(np.bincount(codes[where] + 1, minlength=len(categories) + 1)[1:])  # code -1: no name
-    search = re.compile(pattern).search
-    found = np.zeros(len(categories) + 1, bool)  # code -1 finds the last slot: False
-    found[used] = [search(name) is not None for name in categories[used]]
-    return found[codes] & where
-
-
 def _rows_union(rows: pd.DataFrame, mask: np.ndarray) -> Intervals:
     starts = rows["ts_ns"].to_numpy()[mask]
     return union(starts, starts + rows["dur_ns"].to_numpy()[mask])
@@ -224,8 +219,10 @@ def _device_figures(
     starts: np.ndarray,
     ends: np.ndarray,
     small_threshold_ns: int,
+    outside_waits: Intervals,
 ) -> dict[str, np.ndarray]:
-    """One device's per-step figures (see the module docstring); `kernels`: its `flagged_kernels`."""
+    """One device's per-step figures (see the module docstring); `kernels`: its `flagged_kernels`;
+    `outside_waits`: its input's waits for work the trace does not hold."""
     kernel = kind_mask(rows, "kernel")
     memcpy = kind_mask(rows, "memcpy")
     copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS
@@ -233,8 +230,6 @@ def _device_figures(
     comm = kernels["communication"].to_numpy()
     k_ts = kernels["ts_ns"].to_numpy()
     k_end = k_ts + kernels["dur_ns"].to_numpy()
-    gap_starts = gaps.starts_ns
-    gap_ends = gap_starts + gaps.durations_ns
     figures = {
         "device_busy_ns": usage.busy.covered_between(starts, ends),
         "kernel_busy_ns": k_union.covered_between(starts, ends),
@@ -249,8 +244,10 @@ def _device_figures(
         ),
     }
     for i, cause in enumerate(CAUSES):
-        mine = gaps.causes == i
-        figures[cause] = Intervals(gap_starts[mine], gap_ends[mine]).covered_between(starts, ends)
+        figures[cause] = _gap_intervals(gaps, gaps.causes == i).covered_between(starts, ends)
+    figures["sync_outside"] = _overlap_in_steps(
+        _gap_intervals(gaps, gaps.causes == CAUSES.index("sync")), outside_waits, starts, ends
+    )
     dur = kernels["dur_ns"].to_numpy().astype(np.float64)
     fp32 = kernels["fp32"].to_numpy()
     bps = kernels["blocks_per_sm"].to_numpy()
@@ -260,6 +257,12 @@ def _device_figures(
     small = dur < small_threshold_ns
     figures["small_kernels"] = np.minimum(_in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"])
     return figures
+
+
+def _gap_intervals(gaps: DeviceGaps, which: np.ndarray) -> Intervals:
+    """The gaps `which` (a mask over the device's gaps), as intervals."""
+    starts = gaps.starts_ns[which]
+    return Intervals(starts, starts + gaps.durations_ns[which])
 
 
 def _host_op_figures(
@@ -273,7 +276,7 @@ def _host_op_figures(
     dur = ops["dur_ns"].to_numpy()
     small = dur < small_threshold_ns
     long_enough = own >= BATCH_WORK_MIN_NS
-    computing = long_enough & ~_names_match(ops, OPTIMIZER_UPDATE_PATTERN, long_enough)
+    computing = long_enough & ~names_matching(ops, OPTIMIZER_UPDATE_PATTERN, long_enough)
     return (
         _in_steps(ts[small], dur[small].astype(np.float64), starts, ends),
         _in_steps(ts[computing], own[computing].astype(np.float64), starts, ends),
@@ -289,7 +292,7 @@ def _eager_dispatch(
 
     A run belongs to the ``EagerLocalExecute: <op>`` row around it on its thread: rows sorted by thread
     and start (an execute before the runs that start with it), the last execute at or before each run."""
-    executes = _names_match(mine, TF_EAGER_OP.pattern, other)
+    executes = names_matching(mine, TF_EAGER_OP.pattern, other)
     chosen = np.flatnonzero(executes | runs)
     if not runs.any() or not executes.any():
         return np.zeros(len(starts))
@@ -304,7 +307,7 @@ def _eager_dispatch(
     parent = last[run_at]
     inside = (thread[parent] == thread[run_at]) & (end[parent] >= end[run_at])
     run_at, parent = run_at[inside], parent[inside]
-    no_compute = _names_match(mine, _NO_COMPUTE_EXECUTE, executes)[chosen[parent]]
+    no_compute = names_matching(mine, _NO_COMPUTE_EXECUTE, executes)[chosen[parent]]
     if not no_compute.any():
         return np.zeros(len(starts))
     run_ns = (end - ts)[run_at]
@@ -314,24 +317,31 @@ def _eager_dispatch(
 
 def _host_floor(
     events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, int, np.ndarray]:
+) -> tuple[np.ndarray, int, np.ndarray, Intervals]:
     """Per step, host framework ops (TF eager ops run as ``KernelAndDevice*::Run``), host collectives and runtime
-    calls outside input waits and synchronisations; the count of those rows; and `_eager_dispatch`."""
+    calls outside input waits and synchronisations; the count of those rows; `_eager_dispatch`; and the union of
+    that host work."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
     host = mine["device"].isna().to_numpy()
     # Eager TF ops, and host collectives (gloo all_reduce, ...): host work, not overhead between ops.
     other = host & ~kind_mask(mine, "cpu_op", "runtime")
-    runs = _names_match(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$", other)
+    runs = names_matching(mine, f"^(?:{EAGER_OP_RUN_PATTERN})$", other)
     is_host_work = runs.copy()
-    is_host_work |= _names_match(mine, COMMUNICATION_PATTERN, other)
+    is_host_work |= names_matching(mine, COMMUNICATION_PATTERN, other)
     working = host & ~other | is_host_work
     work = _rows_union(mine, working)
-    waiting = _rows_union(
-        mine, host & (kind_mask(mine, "input_wait", "sync") | mine["name"].isin(BLOCKING_HOST_OPS).to_numpy())
-    )
+    waiting = _rows_union(mine, (host & kind_mask(mine, "input_wait")) | blocking_mask(mine))
     ts = mine["ts_ns"].to_numpy()[working]
     ops = int(_in_steps(ts, np.ones(len(ts)), starts, ends).sum())
-    return _exposed_in_steps(work, waiting, starts, ends), ops, _eager_dispatch(mine, runs, other, starts, ends)
+    floor = _exposed_in_steps(work, waiting, starts, ends)
+    return floor, ops, _eager_dispatch(mine, runs, other, starts, ends), work
+
+
+def _overlap_in_steps(a: Intervals, b: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of `a` ∩ `b` per step: |a| + |b| - |a ∪ b|."""
+    return (
+        a.covered_between(starts, ends) + b.covered_between(starts, ends) - union_of(a, b).covered_between(starts, ends)
+    )
 
 
 def step_model(
@@ -343,10 +353,12 @@ def step_model(
     work: pd.DataFrame | None = None,
     kernels: pd.DataFrame | None = None,
     ops: HostOpRows | None = None,
+    outside_waits: Intervals = EMPTY,
 ) -> StepModel:
     """The step model of the run's steps (see the module docstring). `work` (`device_work(events)`), `kernels`
     (`flagged_kernels(work)`) and `ops` (`host_op_rows` of the steps' input): what the other analyses
-    found already, if known."""
+    found already, if known. `outside_waits`: the steps' input's waits for work the trace does not hold
+    (`waits.Waits.outside_of`)."""
     starts = np.array([s.start_ns for s in steps.items], np.int64)
     ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
     count = len(starts)
@@ -360,7 +372,9 @@ def step_model(
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
         its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        per_device.append(_device_figures(rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns))
+        per_device.append(
+            _device_figures(rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns, outside_waits)
+        )
 
     def mean(name: str) -> np.ndarray:
         if not per_device:
@@ -368,9 +382,13 @@ def step_model(
         return np.mean([f[name] for f in per_device], axis=0).astype(np.float64)
 
     stalls = {name: mean(name) for name in STALLS}
-    floor, host_ops, dispatch = (
-        _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0, np.zeros(0))
+    floor, host_ops, dispatch, host_work = (
+        _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0, np.zeros(0), EMPTY)
     )
+    launch = CAUSES.index("host_launch")
+    in_launch_gaps = [
+        _overlap_in_steps(host_work, _gap_intervals(g, g.causes == launch), starts, ends) for _, g in devices
+    ]
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
     stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     ops = host_op_rows(events, steps.input_id) if ops is None else ops
@@ -380,6 +398,7 @@ def step_model(
         device_busy_ns=mean("device_busy_ns"),
         kernel_busy_ns=mean("kernel_busy_ns"),
         host_floor_ns=floor.astype(np.float64),
+        host_in_launch_gaps_ns=np.mean(in_launch_gaps, axis=0) if in_launch_gaps and count else np.zeros(count),
         stalls=stalls,
         kernel_ns={name: mean(name) for name in KERNEL_CLASSES},
         device_count=len(per_device),

@@ -5,8 +5,9 @@ TensorFlow ``train``/``Profiled batch`` with ``step_num``, an XSpace ``Steps``
 line). Without markers ("No step marker observed" leaves XProf's pages empty) they
 are inferred: first from a host event that repeats back to back and covers most
 of the trace (``multi_step_on_iterator``, a training-loop range), then from bursts
-of device activity separated by long idle gaps, and at worst the span of device
-activity (the whole window on a host-only run) is one step: a capture that starts
+of device activity separated by long idle gaps. Inferred steps must repeat at one
+scale (`_one_scale`: never microsecond "steps" beside a 493 ms one); without such a
+structure the span of device activity (the whole window on a host-only run) is one step: a capture that starts
 long before the first kernel does not dilute the device's figures. The result always says which source was used.
 
 Each step's time is split by priority, so the parts sum to the step time: an
@@ -18,13 +19,22 @@ device_compute > device_copy > host_runtime > input_wait > host_compute > idle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
-from traceinsight.rules import BREAKDOWN, MIN_REPEATING_COVERAGE, MIN_REPEATS, MIN_STEP_GAP_NS
+from traceinsight.rules import (
+    BREAKDOWN,
+    INFERRED_STEP_MIN_SHARE,
+    LAST_INFERRED_STEP_MIN_SHARE,
+    MIN_INFERRED_STEPS,
+    MIN_REPEATING_COVERAGE,
+    MIN_REPEATS,
+    MIN_STEP_GAP_NS,
+)
 
 # Python functions repeat per layer, not per step (with_stack traces), so they are not candidates.
 _REPEATING_KINDS = ("cpu_op", "annotation", "other")
@@ -135,6 +145,25 @@ def _activity_bursts(device_busy: Intervals) -> tuple[np.ndarray, np.ndarray] | 
     return bounds[:-1], bounds[1:]
 
 
+Bounds = TypeVar("Bounds", tuple[np.ndarray, np.ndarray], tuple[str, np.ndarray, np.ndarray])
+
+
+def _one_scale(found: Bounds | None) -> Bounds | None:
+    """Inferred steps only where they repeat at one scale (`MIN_INFERRED_STEPS` or more, none shorter than
+    `INFERRED_STEP_MIN_SHARE` of the longest but the last, cut at its burst's end: `LAST_INFERRED_STEP_MIN_SHARE`):
+    one 493 ms burst beside microsecond ones is no step structure."""
+    if found is None:
+        return None
+    starts, ends = found[-2], found[-1]
+    lengths = ends - starts
+    if len(lengths) < MIN_INFERRED_STEPS:
+        return None
+    longest = lengths.max()
+    if lengths[:-1].min() < INFERRED_STEP_MIN_SHARE * longest or lengths[-1] < LAST_INFERRED_STEP_MIN_SHARE * longest:
+        return None
+    return found
+
+
 def _category_unions(events: pd.DataFrame) -> list[Intervals]:
     """Unions of each breakdown category (all but idle) for one input's events."""
     host = events["device"].isna().to_numpy()
@@ -179,8 +208,10 @@ def find_steps(events: pd.DataFrame) -> Steps:
         window_end = int((mine["ts_ns"] + mine["dur_ns"]).max())
         source = "inferred"
         work = mine[kind_mask(mine, *DEVICE_WORK_KINDS) & mine["device"].notna().to_numpy()]
-        repeating = _repeating_host_event(mine[mine["device"].isna().to_numpy()], window_end - window_start)
-        bursts = None if repeating else _activity_bursts(union(work["ts_ns"], work["ts_ns"] + work["dur_ns"]))
+        repeating = _one_scale(_repeating_host_event(mine[mine["device"].isna().to_numpy()], window_end - window_start))
+        bursts = (
+            None if repeating else _one_scale(_activity_bursts(union(work["ts_ns"], work["ts_ns"] + work["dur_ns"])))
+        )
         if repeating:
             name, starts, ends = repeating
             label = f"repeating host event '{name}'"
@@ -190,7 +221,7 @@ def find_steps(events: pd.DataFrame) -> Steps:
         elif len(work):
             starts = np.array([int(work["ts_ns"].min())])
             ends = np.array([int((work["ts_ns"] + work["dur_ns"]).max())])
-            label = "device activity span (no markers, no repeating pattern)"
+            label = "one step: the device activity span (no markers, no repeating structure at one scale)"
         else:
             starts, ends = np.array([window_start]), np.array([window_end])
             label = "whole window (no markers, no repeating pattern)"

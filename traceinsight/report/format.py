@@ -58,11 +58,15 @@ def plural(n: int, noun: str) -> str:
 
 
 def fmt_step_change(before_ns: int | None, after_ns: int | None, speedup: float | None) -> str:
-    """'174.8 -> 115.6 ms (1.51x)': a step before and after a fix, in one unit."""
+    """'174.8 -> 115.6 ms (1.51x)': a step before and after a fix, in one unit, or each in its own where the
+    step after is under one of the unit before ('1.8 ms -> 3.20 us'): never a '0.0 ms' beside a speedup."""
     if before_ns is None or after_ns is None:
         return "-"
     scale, unit = next(((s, u) for s, u in _TIME_UNITS if before_ns >= s), (1, "ns"))
-    times = f"{before_ns / scale:,.1f} \u2192 {after_ns / scale:,.1f} {unit}"
+    if after_ns < scale:
+        times = f"{fmt_ns(before_ns)} \u2192 {fmt_ns(after_ns)}"
+    else:
+        times = f"{before_ns / scale:,.1f} \u2192 {after_ns / scale:,.1f} {unit}"
     return times if speedup is None else f"{times} ({speedup:.2f}x)"
 
 

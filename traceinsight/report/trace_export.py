@@ -55,9 +55,16 @@ from traceinsight.analysis.step_model import StepModel
 from traceinsight.analysis.steps import Step
 from traceinsight.errors import TraceError
 from traceinsight.intervals import Intervals, union
-from traceinsight.model import COPY_KINDS, DEVICE_WORK_KINDS, KINDS, MEMORY_KINDS, input_labels, kind_mask
+from traceinsight.model import (
+    COPY_KINDS,
+    DEVICE_WORK_KINDS,
+    KINDS,
+    MEMORY_KINDS,
+    blocking_mask,
+    input_labels,
+    kind_mask,
+)
 from traceinsight.report.output import check_output
-from traceinsight.rules import BLOCKING_HOST_OPS
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps
 DEFAULT_MAX_STEPS = 3  # the longest steps kept when it is
@@ -191,8 +198,8 @@ def _exported_rows(events: pd.DataFrame) -> np.ndarray:
     device = on_device & kind_mask(events, *DEVICE_WORK_KINDS, "step")
     work = on_device & kind_mask(events, *DEVICE_WORK_KINDS)
     host = kind_mask(events, *HOST_KINDS, *(() if work.any() else ("cpu_op",)))
-    host |= events["name"].isin(BLOCKING_HOST_OPS).to_numpy()  # aten::item & co.: syncs, whatever their kind
     host &= ~on_device
+    host |= blocking_mask(events)  # aten::item, blocking copies: syncs, whatever their kind
     return np.flatnonzero(device | host)
 
 
