@@ -122,9 +122,17 @@ class Tip:
     # on a run whose GPU is unknown every variant is given.
     cc_at_least: tuple[int, int] | None = None
     cc_below: tuple[int, int] | None = None
+    # Given only where the trace shows one of these settings at all (a DataLoader, tf.data stages), or none of them:
+    # advice about an input pipeline goes only where the trace shows that pipeline.
+    only_with: tuple[str, ...] = ()
+    unless_with: tuple[str, ...] = ()
 
     def applies(self, seen: dict[str, Any], cc: tuple[int, int] | None = None) -> bool:
         if any(seen.get(key) == value for key, value in self.skip_if):
+            return False
+        if self.only_with and not any(key in seen for key in self.only_with):
+            return False
+        if any(key in seen for key in self.unless_with):
             return False
         if cc is not None and not (self.cc_at_least or (0, 0)) <= cc < (self.cc_below or (99, 0)):
             return False
@@ -488,6 +496,30 @@ def _idle_other(a: Analysis) -> Finding | None:
 
 
 _PT_LOADER = "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, persistent_workers=True)"
+# The settings that say the trace shows a DataLoader / tf.data stages (`analysis/settings.py` keys).
+DATALOADER = "dataloader"
+TF_DATA = ("prefetch", "cache", "map_parallel", "interleave_parallel")
+# A server's own knobs (`capture.server`): they replace the training advice of the rules that read them.
+_VLLM_BATCH = (
+    "Batch more requests per step: raise `--max-num-seqs` and `--max-num-batched-tokens`, so each step's fixed "
+    "host and launch cost is spread over more tokens."
+)
+_VLLM_CHUNKED = (
+    "Enable chunked prefill (`--enable-chunked-prefill`) so prefills and decodes share one step instead of alternating."
+)
+_VLLM_GRAPHS = (
+    "Capture CUDA graphs for the batch sizes you serve: `--compilation-config "
+    "'{\"cudagraph_capture_sizes\": [...]}'` up to `--max-num-seqs`, so decode steps replay a graph."
+)
+_SGLANG_BATCH = "Run more requests at once: raise `--max-running-requests` (and `--chunked-prefill-size` for prefills)."
+_SGLANG_GRAPHS = (
+    "Raise `--cuda-graph-max-bs` to the running batch size, so decode steps replay a captured graph instead of "
+    "launching kernels one by one."
+)
+SERVING_ADVICE: Advice = {
+    "server:vLLM": (_VLLM_BATCH, _VLLM_CHUNKED, _VLLM_GRAPHS),
+    "server:SGLang": (_SGLANG_BATCH, _SGLANG_GRAPHS),
+}
 RULES: tuple[Rule, ...] = (
     Rule(
         "input_bound",
@@ -557,6 +589,7 @@ RULES: tuple[Rule, ...] = (
         "and a drained launch queue (median launch delay <= 50 us)",
         _launch_bound,
         {
+            **SERVING_ADVICE,
             "pytorch": (
                 Tip("Fuse small ops: `model = torch.compile(model)`.", skip_if=(("torch_compile", True),)),
                 Tip(
@@ -592,6 +625,7 @@ RULES: tuple[Rule, ...] = (
         "or a deep launch queue",
         _host_bound,
         {
+            **SERVING_ADVICE,
             "pytorch": (
                 "Look at the host activity in the longest gaps below and move that work out of the step.",
                 Tip(
@@ -646,13 +680,23 @@ RULES: tuple[Rule, ...] = (
                     "Pin host memory and copy asynchronously: `DataLoader(..., pin_memory=True)` and "
                     '`x = x.to("cuda", non_blocking=True)`.',
                     skip_if=(("pin_memory", True),),
+                    only_with=(DATALOADER,),
+                ),
+                Tip(
+                    'Pin host memory and copy asynchronously: `x = x.pin_memory().to("cuda", non_blocking=True)`, '
+                    "or allocate the host buffers pinned once (`torch.empty(..., pin_memory=True)`).",
+                    skip_if=(("pin_memory", True),),
+                    unless_with=(DATALOADER,),
                 ),
                 "Keep tensors on the GPU across steps: create constants, masks and buffers on the device once.",
                 "Send compact data (uint8 images) and convert/normalise on the GPU.",
             ),
             "tensorflow": (
-                "Stage batches on the GPU ahead of time: `ds = ds.apply(tf.data.experimental.prefetch_to_device("
-                '"/gpu:0"))` as the last stage.',
+                Tip(
+                    "Stage batches on the GPU ahead of time: `ds = ds.apply(tf.data.experimental.prefetch_to_device("
+                    '"/gpu:0"))` as the last stage.',
+                    only_with=TF_DATA,
+                ),
                 "Keep variables and constants on the device; send compact dtypes (uint8) and cast on the GPU.",
             ),
             "jax": (
@@ -667,6 +711,14 @@ RULES: tuple[Rule, ...] = (
         "Idle time while the host blocked in a sync or blocking copy (Nsight cuda_api_sync / memcpy_sync rules)",
         _d2h_sync,
         {
+            "server:vLLM": (
+                "Overlap the scheduler with the GPU: `--async-scheduling`, so the host does not wait for each "
+                "step's sampled tokens before preparing the next step.",
+            ),
+            "server:SGLang": (
+                "Keep the overlap scheduler on (do not pass `--disable-overlap-schedule`), so the host prepares the "
+                "next batch while the GPU runs this one.",
+            ),
             "pytorch": (
                 "Remove `.item()`, `.cpu()`, `.numpy()`, `print(loss)` from the step: accumulate metrics on the GPU "
                 "and read them every N steps.",
@@ -757,14 +809,29 @@ RULES: tuple[Rule, ...] = (
         "it on a CPU-only run; the PyTorch plugin's GPU-utilisation rule advised a bigger batch",
         _small_batch,
         {
+            **SERVING_ADVICE,
             "pytorch": (
-                Tip("Raise the batch size about {batch_factor}x: `DataLoader(..., batch_size={batch_factor} * bs)`."),
+                Tip(
+                    "Raise the batch size about {batch_factor}x: `DataLoader(..., batch_size={batch_factor} * bs)`.",
+                    only_with=(DATALOADER,),
+                ),
+                Tip(
+                    "Raise the batch size about {batch_factor}x (the leading dimension of the step's inputs).",
+                    unless_with=(DATALOADER,),
+                ),
                 "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
                 "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
                 "For inference, batch requests together.",
             ),
             "tensorflow": (
-                Tip("Raise the batch size about {batch_factor}x: `ds = ds.batch({batch_factor} * batch_size)`."),
+                Tip(
+                    "Raise the batch size about {batch_factor}x: `ds = ds.batch({batch_factor} * batch_size)`.",
+                    only_with=TF_DATA,
+                ),
+                Tip(
+                    "Raise the batch size about {batch_factor}x (the leading dimension of the step's inputs).",
+                    unless_with=TF_DATA,
+                ),
                 "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
                 "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
             ),
@@ -921,8 +988,11 @@ def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[st
 
 
 def _tips_for(rule: Rule, analysis: Analysis) -> tuple[str | Tip, ...]:
-    """The rule's tips for this run: its framework's (a CPU-only run's own variant where there is one), else
-    the tips for any framework; empty when neither exists."""
+    """The rule's tips for this run: a server's own knobs where the rule has them, else its framework's (a CPU-only
+    run's own variant where there is one), else the tips for any framework; empty when none exists."""
+    server = analysis.capture.server
+    if server is not None and f"server:{server}" in rule.advice:
+        return rule.advice[f"server:{server}"]
     framework = analysis.profile.framework
     if not analysis.devices and f"{framework}:cpu" in rule.advice:
         return rule.advice[f"{framework}:cpu"]

@@ -88,7 +88,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN
+from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN, SYNC_API_PATTERN
 
 KINDS = (
     "kernel",
@@ -230,7 +230,8 @@ def blocking_mask(events: pd.DataFrame) -> np.ndarray:
     the blocking copies and value reads of `rules.BLOCKING_HOST_OPS`, whatever kind their reader gave them. The
     one answer to "is this a sync" for gap causes, the step model and the timeline export."""
     host = events["device"].isna().to_numpy()
-    return host & (kind_mask(events, "sync") | events["name"].isin(BLOCKING_HOST_OPS).to_numpy())
+    named = events["name"].isin(BLOCKING_HOST_OPS).to_numpy() | names_matching(events, SYNC_API_PATTERN, host)
+    return host & (kind_mask(events, "sync") | named)
 
 
 def _promote_markers(table: pd.DataFrame) -> None:

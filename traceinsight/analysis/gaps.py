@@ -80,6 +80,7 @@ class HostContext:
     launch_end: pd.Series  # correlation -> end of the launch call (ns)
     rows: pd.DataFrame
     activity: np.ndarray
+    blocking: np.ndarray  # the rows that block on the device (named first: they say why the device waited)
 
 
 def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
@@ -102,6 +103,7 @@ def host_context(events: pd.DataFrame, input_id: int) -> HostContext:
         launch_end[~launch_end.index.duplicated()],  # the first launch of a correlation id
         mine,
         host & kind_mask(mine, *_ACTIVITY_KINDS),
+        sync,
     )
 
 
@@ -135,8 +137,8 @@ def gap_causes(
 
 
 def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, top: int = 3) -> list[list[str]]:
-    """For each of a few disjoint windows, the host events that overlapped it most (innermost first on
-    ties), as 'name (x ms)'."""
+    """For each of a few disjoint windows, the host events that overlapped it most (blocking calls first, then
+    innermost first on ties), as 'name (x ms)'."""
     if not len(starts):
         return []
     rows = context.rows
@@ -145,15 +147,16 @@ def _host_activity(context: HostContext, starts: np.ndarray, ends: np.ndarray, t
     hit = np.zeros(len(rows), dtype=bool)
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):  # a few windows: masks, not indices
         hit |= (row_starts < end) & (row_ends > start)
-    hit &= context.activity & (rows["name"].cat.codes.to_numpy() >= 0)
+    hit &= (context.activity | context.blocking) & (rows["name"].cat.codes.to_numpy() >= 0)
     rows_hit = np.flatnonzero(hit)
     s, e, codes = row_starts[rows_hit], row_ends[rows_hit], rows["name"].cat.codes.to_numpy()[rows_hit]
+    free = ~context.blocking[rows_hit]
     names = rows["name"].cat.categories
     result = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         overlap = np.minimum(e, end) - np.maximum(s, start)
         inside = np.flatnonzero(overlap > 0)
-        ranked = inside[np.lexsort(((e - s)[inside], -overlap[inside]))]  # most overlap, then shortest
+        ranked = inside[np.lexsort(((e - s)[inside], -overlap[inside], free[inside]))]  # blocking, overlap, short
         _, first = np.unique(codes[ranked], return_index=True)  # each name's best row
         best = ranked[np.sort(first)[:top]]
         result.append([f"{names[codes[i]]} ({overlap[i] / 1e6:.2f} ms)" for i in best.tolist()])

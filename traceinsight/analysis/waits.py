@@ -101,6 +101,7 @@ def _input_waits(
     ends = starts + dur[is_wait]
     seen = np.clip(busy.covered_between(starts, ends) - own_ns[is_wait], 0, None)
     names = calls["name"].astype(str).to_numpy()[is_wait]
+    outside = seen < WAIT_SEEN_MIN_SHARE * (ends - starts - own_ns[is_wait])
     return tuple(
         Wait(
             name=str(name),
@@ -109,11 +110,11 @@ def _input_waits(
             dur_ns=int(end - start),
             own_device_ns=int(own_w),
             seen_device_ns=int(seen_w),
-            outside_trace=bool(seen_w < WAIT_SEEN_MIN_SHARE * (end - start - own_w)),
-            waited_for=_waited_for(device_rows, int(start), int(end), int(corr)),
+            outside_trace=bool(gone),
+            waited_for=[] if gone else _waited_for(device_rows, int(start), int(end), int(corr)),
         )
-        for name, start, end, own_w, seen_w, corr in zip(
-            names, starts, ends, own_ns[is_wait], seen, correlation[is_wait], strict=True
+        for name, start, end, own_w, seen_w, gone, corr in zip(
+            names, starts, ends, own_ns[is_wait], seen, outside, correlation[is_wait], strict=True
         )  # one per wait of a millisecond or more: few
     )
 

@@ -35,7 +35,13 @@ from traceinsight.report.format import (
     step_spread,
 )
 from traceinsight.report.painter import Charts, Painter, draw_charts
-from traceinsight.report.wording import other_warnings, partial_notes, projection_sentence, verdict_sentence
+from traceinsight.report.wording import (
+    capture_sentence,
+    other_warnings,
+    partial_notes,
+    projection_sentence,
+    verdict_sentence,
+)
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -194,7 +200,13 @@ def _page(report: dict[str, Any], drawn: Charts) -> str:
     page = (
         environment()
         .get_template("report.html")
-        .render(report=report, charts=charts, verdict=verdict_sentence(report), headline=projection_sentence(report))
+        .render(
+            report=report,
+            charts=charts,
+            capture=capture_sentence(report),
+            verdict=verdict_sentence(report),
+            headline=projection_sentence(report),
+        )
     )
     return without_empty_columns(page)
 
@@ -220,6 +232,7 @@ def render_notebook(report: dict[str, Any], analysis: Analysis) -> str:
         .render(
             report=report,
             timeline=Markup(timeline) if timeline else None,
+            capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
         )

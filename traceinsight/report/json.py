@@ -11,16 +11,20 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import orjson
 
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.capture import Capture
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
+from traceinsight.analysis.graphs import GraphReplays
 from traceinsight.analysis.kernels import KernelStats
 from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.ranks import RankStats, rank_view
+from traceinsight.analysis.waits import Waits
 from traceinsight.findings import Bottleneck, headline_projection
 from traceinsight.report.meta import capture_date, trace_versions
 from traceinsight.rules import MIN_STEADY_STEPS
@@ -55,6 +59,7 @@ def _kernels(k: KernelStats) -> dict[str, Any]:
         "small_total_ns": k.small_total_ns,
         "shorter_than_launch_count": k.shorter_than_launch_count,
         "launched_count": k.launched_count,
+        "replayed_count": k.replayed_count,
         "launch_delay": {
             "p50_ns": k.launch_delay_p50_ns,
             "p90_ns": k.launch_delay_p90_ns,
@@ -198,6 +203,53 @@ def _headline(a: Analysis) -> dict[str, Any] | None:
     return None if projection is None else asdict(projection)
 
 
+def _capture(c: Capture) -> dict[str, Any]:
+    """What kind of capture the trace is (analysis/capture.py), the evidence, and whether its steps project."""
+    return {
+        "kind": c.kind,
+        "evidence": c.evidence,
+        "server": c.server,
+        "one_time_ns": c.one_time_ns,
+        "one_time_share": c.one_time_share,
+        "one_time": [asdict(cost) for cost in c.one_time],
+        "steady_from_ns": c.steady_from_ns if c.steady_steps else None,
+        "steady_steps": c.steady_steps,
+        "projects": c.projects,
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _graph_replays(g: GraphReplays) -> dict[str, Any]:
+    """CUDA / HIP graph replays (analysis/graphs.py): totals, medians over every replay, and the first ones."""
+    return {
+        "count": g.count,
+        "nodes": g.nodes,
+        "kernel_ns": g.kernel_ns,
+        "kernel_share": g.kernel_share,
+        "host_ns_per_node_p50": _rounded(_median([r.host_ns_per_node for r in g.items]), 1),
+        "first_node_delay_p50_ns": None if not g.items else int(_median([r.first_node_delay_ns for r in g.items]) or 0),
+        "busy_share_p50": _rounded(_median([r.busy_share for r in g.items])),
+        "items": [
+            {**asdict(r), "host_ns_per_node": round(r.host_ns_per_node, 1), "busy_share": round(r.busy_share, 4)}
+            for r in g.listed
+        ],
+    }
+
+
+def _waits(w: Waits) -> dict[str, Any]:
+    """Blocking calls that waited far longer than their own device work (analysis/waits.py)."""
+    return {
+        "count": w.count,
+        "total_ns": w.total_ns,
+        "outside_trace_count": w.outside_count,
+        "outside_trace_ns": w.outside_ns,
+        "items": [asdict(x) for x in w.items],
+    }
+
+
 def _rank(r: RankStats) -> dict[str, Any]:
     return {
         "input": r.input_id,
@@ -274,7 +326,10 @@ def build_report(a: Analysis, bottlenecks: list[Bottleneck]) -> dict[str, Any]:
         "steps": _steps(a),
         "devices": _devices(a),
         "totals": _totals(a),
+        "capture": _capture(a.capture),
         "input_pipeline": _input_pipeline(a),
+        "graph_replays": _graph_replays(a.graphs),
+        "waits": _waits(a.waits),
         "ranks": _ranks(a),
         "projection": _headline(a),
         "host_ops": {

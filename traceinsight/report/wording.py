@@ -28,8 +28,11 @@ def verdict_sentence(report: dict[str, Any]) -> str:
     else:
         b = top[0]
         p = b["projection"]
-        cost = f"{fmt_ns(b['fraction'] * p['step_ns_before'])} a step ({fmt_pct(b['fraction'])} of the step)"
-        basis = "" if p["basis"] == "measured" else ", estimated"
+        if b["id"] == "warmup_in_window":
+            cost = f"{fmt_ns(b['time_ns'])} ({fmt_pct(b['fraction'])} of the window)"
+        else:
+            cost = f"{fmt_ns(b['fraction'] * p['step_ns_before'])} a step ({fmt_pct(b['fraction'])} of the step)"
+        basis = {"measured": "", "none": ", with no fix projected"}.get(p["basis"], ", estimated")
         sentence = f"{lead}; the main bottleneck is {b['id']} ({b['title']}), costing {cost}{basis}."
     few = report["warnings"].get("few_steps")
     if few is not None:
@@ -53,10 +56,36 @@ def projection_sentence(report: dict[str, Any]) -> str | None:
     return f"Fixing {which}{estimate}: step {change}{util}."
 
 
+NO_PROJECTION = "no speedup projected"
+
+
 def step_after_fix(bottleneck: dict[str, Any]) -> str:
-    """The step before and after fixing this one bottleneck alone: '174.8 -> 115.6 ms (1.51x)'."""
+    """The step before and after fixing this one bottleneck alone: '174.8 -> 115.6 ms (1.51x)', or that none is
+    projected (unexplained idle time, a wait for work outside the trace, a warm-up window)."""
     p = bottleneck["projection"]
+    if p["basis"] == "none":
+        return NO_PROJECTION
     return fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
+
+
+def capture_sentence(report: dict[str, Any]) -> str | None:
+    """What kind of capture this is and why, and what that means for the rest of the report ('Capture:
+    graph_capture ... profile the replay'); None for a report without a capture section (an older report)."""
+    c = report.get("capture")
+    if not c:
+        return None
+    why = "; ".join(c["evidence"])
+    who = f" ({c['server']})" if c["server"] else ""
+    sentence = f"Capture: {c['kind']}{who}: {why}."
+    if c["kind"] == "graph_capture":
+        sentence += " A capture pass records kernels once; it is no steady state: profile the replay instead."
+    elif c["kind"] == "microbenchmark":
+        sentence += " Figures are per op; no claim about a training or serving step is made."
+    elif c["kind"] == "warmup" and c["steady_steps"]:
+        sentence += f" Analysed: the {plural(c['steady_steps'], 'step')} after the one-time costs."
+    elif c["kind"] == "warmup":
+        sentence += " No steady step follows them: profile after warm-up (see warmup_in_window)."
+    return sentence
 
 
 def partial_notes(report: dict[str, Any]) -> list[str]:
