@@ -22,14 +22,15 @@ import orjson
 
 from traceinsight.analysis import Analysis, analyze, merge_analyses
 from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
-from traceinsight.discover import Run, discover
+from traceinsight.discover import Run, RunChoice, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
 from traceinsight.findings import find_bottlenecks
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
 from traceinsight.model import Profile, TraceRead, merge_reads
+from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
 from traceinsight.report.json import SCHEMA, build_report
-from traceinsight.report.meta import add_run_info
+from traceinsight.report.meta import add_run_info, add_runs
 
 # Top-level fields a saved report must have (with these types) to be compared.
 _REPORT_FIELDS: dict[str, type] = {
@@ -42,7 +43,6 @@ _REPORT_FIELDS: dict[str, type] = {
     "bottlenecks": list,
 }
 _SCHEMA_PREFIX = b"traceinsight."
-_SNIFF_BYTES = 1 << 16
 _MAX_REPORT_BYTES = 256 << 20
 
 
@@ -65,18 +65,19 @@ class Analysed:
         return () if self.run is None else self.run.files
 
 
-def find_run(path: Path, run_name: str | None = None) -> Run:
-    """The run under `path` (`discover`), refusing a saved `--json` report with a hint to compare it instead."""
+def find_run(path: Path, run_name: str | None = None) -> RunChoice:
+    """The run under `path`, with every run found and why this one (`choose_run`), refusing a saved `--json`
+    report with a hint to compare it instead."""
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
-    return discover(path, run_name)
+    return choose_run(path, run_name)
 
 
 def load_path(
     path: Path, run_name: str | None = None, jobs: int = 1, limit: MemoryLimit | None = None
 ) -> tuple[Run, Profile]:
     """The run under `path` and its inputs read into one profile, as `analyse_path` reads them in this process."""
-    run = find_run(path, run_name)
+    run = find_run(path, run_name).run
     return run, load_run(run, path, jobs, limit=limit)
 
 
@@ -94,7 +95,8 @@ def analyse_path(
     `scheduler`, `progress` and `limit`). `on_analysed(analysis, report, files)` is called while the analysis
     still holds the run's event table (an export needs it), so with it the inputs are read here, never analysed
     apart."""
-    run = find_run(path, run_name)
+    choice = find_run(path, run_name)
+    run = choice.run
     if on_analysed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analysed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
@@ -108,7 +110,7 @@ def analyse_path(
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit)
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
-    return _reported(analysis, run, path, on_analysed)
+    return _reported(analysis, choice, path, on_analysed)
 
 
 def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
@@ -117,15 +119,20 @@ def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNE
 
 
 def _reported(
-    analysis: Analysis, run: Run | None, path: Path | None, on_analysed: OnAnalysed | None = None
+    analysis: Analysis, choice: RunChoice | None, path: Path | None, on_analysed: OnAnalysed | None = None
 ) -> Analysed:
-    """The report of an analysis (with the versions a `run_info.json` beside the run lists, when it came from
-    `path`), and the analysis without its event table (after `on_analysed` saw it with the table)."""
+    """The report of an analysis (when it came from `path`: with the versions a `run_info.json` beside the run
+    lists, every run found there and why this one), and the analysis without its event table (after
+    `on_analysed` saw it with the table)."""
     report = build_report(analysis, find_bottlenecks(analysis))
-    if run is not None and path is not None:
-        add_run_info(report, path, run.root)
+    run = None if choice is None else choice.run
+    if choice is not None and path is not None:
+        add_run_info(report, path, choice.run.root)
+        add_runs(report, choice)
     if run is not None and run.unreadable:  # folders of the logdir that could not be listed, skipped
         report["warnings"]["unreadable_folders"] = len(run.unreadable)
+    if run is not None and run.not_traces:  # JSON files under the path that are no traces, skipped
+        report["warnings"]["not_a_trace"] = run.not_traces
     if on_analysed is not None:
         on_analysed(analysis, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
@@ -159,9 +166,9 @@ def read_saved_report(path: Path) -> dict[str, Any] | None:
     if not path.is_file() or path.name.lower().endswith((".gz", ".pb")):
         return None
     with path.open("rb") as f:
-        head = f.read(_SNIFF_BYTES)
+        head = f.read(SNIFF_BYTES)
     # A trace names its events near the start; a report is far smaller than a trace worth streaming.
-    if b'"traceEvents"' in head or path.stat().st_size > _MAX_REPORT_BYTES:
+    if TRACE_EVENTS_KEY in head or path.stat().st_size > _MAX_REPORT_BYTES:
         return None
     data = path.read_bytes()
     if _SCHEMA_PREFIX not in data:

@@ -71,7 +71,9 @@ def test_is_active_walks_a_bounded_number_of_entries_and_remembers(tmp_path, mon
     logdir = tmp_path / "logs"
     for i in range(30):
         (logdir / f"d{i:02}").mkdir(parents=True)
-    (logdir / "d29" / "w.pt.trace.json.gz").write_bytes(b"")
+    (logdir / "d28" / "w.pt.trace.json.gz").write_bytes(b"")  # named like a trace, holds none
+    assert not has_profiles(logdir)
+    (logdir / "d29" / "graph_execution.json").write_text('{"traceEvents": []}')  # a trace by content, any name
     assert has_profiles(logdir)
     assert not has_profiles(logdir, limit=5)
     index = RunIndex(logdir)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.capture import Capture, classify_capture
+from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
@@ -25,7 +26,7 @@ from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
-from traceinsight.model import Profile, input_labels, rows_of_input
+from traceinsight.model import Profile, input_labels, rows_of_input, take_rows
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, STEADY_MIN_STEPS
 
 
@@ -63,16 +64,9 @@ class Analysis:
 def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysis:
     """Every analysis over one profile: over its steady part alone when one-time costs fill the window and steps
     follow them (`capture.classify_capture`)."""
-    work = device_work(profile.events)
-    capture = classify_capture(profile.events, work)
-    if capture.steady_from_ns is not None:
-        steady = profile.events[(profile.events["ts_ns"] >= capture.steady_from_ns).to_numpy()]
-        steps_after = find_steps(steady).count if len(steady) else 0
-        if steps_after >= STEADY_MIN_STEPS:
-            profile = replace(profile, events=steady)
-            capture = replace(capture, steady_steps=steps_after)
-            work = device_work(steady)
+    profile, captures, work = _steady_part(profile)
     events = profile.events
+    work = device_work(events) if work is None else work  # what each device analysis starts from, found once
     kernels = flagged_kernels(work)
     usages = device_usage(events, work)
     steps = find_steps(events)
@@ -98,10 +92,37 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         host_ops=host_ops(events, steps.input_id, host),
         settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
         memory=_memory(profile, input_steps),
-        capture=capture,
+        capture=captures[steps.input_id] if captures else UNKNOWN,
         graphs=graph_replays(events, work),
         waits=waits,
     )
+
+
+def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame | None]:
+    """Each input's capture kind, and the profile without the one-time costs of the inputs whose warm-up is
+    followed by `STEADY_MIN_STEPS` steps (those steps are analysed alone). Each input on its own, as
+    `merge_analyses` gets it from inputs analysed apart. Also the device work table, where the one found for the
+    capture is the profile's (one input, nothing left out)."""
+    events = profile.events
+    ids = events["input_id"].to_numpy()
+    starts = events["ts_ns"].to_numpy()
+    keep = np.ones(len(events), bool)
+    captures = []
+    work = None
+    for input_id in range(max(len(profile.inputs), 1)):
+        mine = rows_of_input(events, input_id)
+        work = device_work(mine)
+        capture = classify_capture(mine, work)
+        if capture.steady_from_ns is not None:
+            steady = mine[(mine["ts_ns"] >= capture.steady_from_ns).to_numpy()]
+            steps_after = find_steps(steady).count if len(steady) else 0
+            if steps_after >= STEADY_MIN_STEPS:
+                keep &= (ids != input_id) | (starts >= capture.steady_from_ns)
+                capture = replace(capture, steady_steps=steps_after)
+        captures.append(capture)
+    if keep.all():
+        return profile, captures, work if len(captures) == 1 else None
+    return replace(profile, events=take_rows(events, keep)), captures, None
 
 
 def _memory(profile: Profile, input_steps: list[Steps]) -> list[DeviceMemory]:

@@ -23,6 +23,7 @@ holds decides (`rules.py`'s capture section holds every name and threshold):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,8 +51,9 @@ CAPTURE_KINDS = ("training", "inference", "graph_capture", "warmup", "microbench
 # Kinds whose window holds no training or serving step to project a fix on.
 NO_STEADY_STATE = ("graph_capture", "microbenchmark")
 _COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "thread"]
-# Host kinds whose slow first call can be lazy initialisation (syncs wait, steps are markers).
-_FIRST_CALL_KINDS = ("cpu_op", "runtime", "python", "annotation", "input_wait", "other")
+# Host kinds whose slow first call can be lazy initialisation: framework ops, runtime calls, data waits (syncs wait,
+# steps are markers, and a Python frame or annotation may span a thread's life, ``threading.py: _bootstrap``).
+_FIRST_CALL_KINDS = ("cpu_op", "runtime", "input_wait")
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
         unions.append(Intervals(np.array([cap_start]), np.array([cap_end])))
     one_time = union_of(*unions) if unions else EMPTY
     share = one_time.total / window if window > 0 else 0.0
-    found = {
+    found: dict[str, Any] = {
         "one_time_ns": one_time.total,
         "one_time_share": round(share, 4),
         "one_time": sorted(costs, key=lambda c: -c.ns),

@@ -9,6 +9,7 @@ XProf's trace_viewer export, decoded whole (`_read_document`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from traceinsight.limits import MemoryLimit
 from traceinsight.model import TraceRead
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
-from traceinsight.readers.json_files import json_size_guess
+from traceinsight.readers.json_files import FileText, json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
 
 XSPACE_SUFFIX = ".xplane.pb"
@@ -26,15 +27,39 @@ JSON_SUFFIXES = (".json", ".json.gz")
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
 # From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
 PARALLEL_FILE_MIN_BYTES = 32 << 20
+# How much of a JSON file's text tells what it is: a trace names its events' array near its start.
+SNIFF_BYTES = 1 << 16
+# The key every JSON reader here needs (Kineto and Chrome-trace objects; a bare array of events is refused).
+TRACE_EVENTS_KEY = b'"traceEvents"'
+# A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
+_OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
 
 
 def is_trace_file(path: Path | str) -> bool:
     """Whether the file name has a trace suffix (case-insensitive); the content is not opened.
 
-    Any ``.json`` qualifies, so discovery must expect `read_trace` to refuse some
-    (e.g. a run_info.json) with a `TraceError`.
+    Any ``.json`` qualifies, so discovery looks at the head of its text too (`looks_like_trace`).
     """
     return Path(path).name.lower().endswith(TRACE_SUFFIXES)
+
+
+def json_head(path: Path | str) -> bytes:
+    """The first `SNIFF_BYTES` of a JSON file's text (inflated, for gzip): enough to tell what it is, without
+    reading the rest. Raises TraceError when the file cannot be read or its gzip stream is corrupt."""
+    return next(iter(FileText(path).blocks(SNIFF_BYTES)), b"")  # the blocks, let go, close the file
+
+
+def looks_like_trace(path: Path | str) -> bool:
+    """Whether a reader here takes the file, told cheaply: an XSpace file by its name, JSON by the head of its
+    text (a `traceEvents` key, and no report of ours), so a trace is found whatever it is called. Raises
+    TraceError when a JSON file's head cannot be read."""
+    name = Path(path).name.lower()
+    if name.endswith(XSPACE_SUFFIX):
+        return True
+    if not name.endswith(JSON_SUFFIXES):
+        return False
+    head = json_head(path)
+    return TRACE_EVENTS_KEY in head and _OUR_SCHEMA.search(head) is None
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell, step_spread
+from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import partial_notes, projection_sentence, step_after_fix, verdict_sentence
 
 
@@ -12,6 +13,12 @@ def _link(text: str, target: str) -> str:
     """A Markdown link whose text and target may hold spaces, brackets or parentheses."""
     label = markdown_cell(text).replace("[", "\\[").replace("]", "\\]")
     return f"[{label}](<{target.replace('<', '%3C').replace('>', '%3E')}>)"
+
+
+def _code(text: str) -> str:
+    """`text` as inline code (a backtick in it, which would end the span, shown as a quote)."""
+    quoted = markdown_cell(text).replace("`", "'")
+    return f"`{quoted}`"
 
 
 def provenance(report: dict[str, Any], html_link: str | None) -> list[str]:
@@ -56,6 +63,7 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
     lines = [
         f"## traceinsight: {markdown_cell(report['run'])}",
         "",
+        *([runs, ""] if (runs := runs_line(report, _code)) else []),
         *provenance(report, html_link),
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",

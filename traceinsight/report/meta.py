@@ -2,7 +2,8 @@
 
 `capture_date` and `trace_versions` are what the traces themselves say (the capture date on their own clock,
 versions the profiler wrote down); `add_run_info` adds the versions a `run_info.json`
-beside the run lists (every report of a PATH has them); `add_invocation` adds what only
+beside the run lists and `add_runs` every run found under the PATH and why the one
+reported on was chosen (every report of a PATH has them); `add_invocation` adds what only
 the command knows: the time it ran, its command line and options, the PATH it was given.
 """
 
@@ -10,14 +11,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from traceinsight import __version__
+
+if TYPE_CHECKING:
+    from traceinsight.discover import RunChoice
 
 # Epoch timestamps of 2000-01-01 and 2100-01-01 in ns: a window start between them is wall-clock time
 # (Kineto, XSpace with a Task Environment); smaller ones count from some boot or profiler start.
@@ -30,6 +35,8 @@ _MAX_VERSIONS = 24
 _CUDA_NUMBERS = {"cuda_runtime_version": "cuda_runtime", "cuda_driver_version": "cuda_driver"}
 # Framework names as `report["framework"]` has them, and the package names run_info files use for them.
 _FRAMEWORK_PACKAGES = {"pytorch": ("pytorch", "torch"), "tensorflow": ("tensorflow",), "jax": ("jax", "jaxlib")}
+# The summaries' runs line names this many other runs at most (`meta.runs` has them all).
+_OTHER_RUNS_NAMED = 5
 
 
 def iso_utc(epoch_ns: int, seconds: bool = False) -> str:
@@ -145,6 +152,52 @@ def add_run_info(report: dict[str, Any], path: Path, run_root: Path | None) -> d
     meta["versions"] = versions
     report["meta"] = meta
     return meta
+
+
+def _size(files: Sequence[Path]) -> int:
+    """Bytes on disk of `files` (one deleted since the walk counts nothing)."""
+    total = 0
+    for f in files:
+        try:
+            total += f.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def add_runs(report: dict[str, Any], choice: RunChoice) -> dict[str, Any]:
+    """`report["meta"]` completed with every run found under the PATH given (newest first: its `--run` name,
+    files, bytes, whether it is the one reported on and whether it is a graph capture pass, null when not looked
+    at) and why that one was chosen (`run_choice`), so a report of the wrong run says so."""
+    meta = dict(report.get("meta") or {})
+    meta["runs"] = [
+        {
+            "name": run.name,
+            "files": len(run.files),
+            "bytes": _size(run.files),
+            "selected": run == choice.run,
+            "capture_pass": capture,
+        }
+        for run, capture in zip(choice.runs, choice.capture_pass, strict=True)
+    ]
+    meta["run_choice"] = choice.reason
+    report["meta"] = meta
+    return meta
+
+
+def runs_line(report: dict[str, Any], code: Callable[[str], str] = str) -> str | None:
+    """'run 1 of 2 (why); others: --run NAME' when the PATH held several runs (None otherwise), for the summaries;
+    `code` marks up each `--run NAME` (shell-quoted)."""
+    meta = report.get("meta") or {}
+    runs = meta.get("runs") or []
+    if len(runs) < 2:
+        return None
+    at = next(i for i, run in enumerate(runs) if run["selected"])
+    others = [code(f"--run {shlex.quote(run['name'])}") for run in runs if not run["selected"]]
+    named = ", ".join(others[:_OTHER_RUNS_NAMED])
+    if len(others) > _OTHER_RUNS_NAMED:
+        named += f" and {len(others) - _OTHER_RUNS_NAMED} more (the JSON's meta.runs lists them)"
+    return f"run {at + 1} of {len(runs)} ({meta['run_choice']}); others: {named}"
 
 
 def add_invocation(

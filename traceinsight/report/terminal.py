@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
+from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
     other_warnings,
     partial_notes,
@@ -42,6 +43,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     steps = report["steps"]
     lines = [
         paint(f"traceinsight: {escape_control(report['run'])}", _BOLD),
+        *([f"  {escape_control(runs)}"] if (runs := runs_line(report)) else []),
         f"  framework {report['framework']}, {plural(len(inputs), 'input')}, "
         f"{plural(report['totals']['device_count'], 'device')}, "
         f"{plural(steps['count'], 'step')} ({steps['source']}: {escape_control(steps['marker'])}), "

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traceinsight.discover import Run, find_runs
+from traceinsight.discover import Run, find_runs, is_trace
 from traceinsight.errors import TraceError
 from traceinsight.report.meta import RUN_INFO
 
 # What TensorBoard calls a run at the root of the logdir.
 ROOT_RUN = "."
-# File names only traces have: enough to tell a logdir holds profiles without reading anything.
-_TRACE_ENDINGS = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz", ".trace.json.gz")
 # `is_active` looks at this many directory entries at most, so a huge logdir never stalls TensorBoard.
 ACTIVE_WALK_LIMIT = 20_000
 # An inactive answer is looked at again after this long (profiles appear while TensorBoard runs).
@@ -137,13 +135,14 @@ def list_runs(logdir: Path) -> list[ProfileRun]:
 
 
 def has_profiles(logdir: Path, limit: int = ACTIVE_WALK_LIMIT) -> bool:
-    """Whether some file under `logdir` is named like a trace, looking at no more than `limit` entries."""
+    """Whether some file under `logdir` is a trace as discovery tells one (`discover.is_trace`: JSON by the head
+    of its text, so the tab is active exactly when it has runs to list), looking at no more than `limit`
+    entries."""
     seen = 0
-    for _, dirnames, filenames in os.walk(logdir):
+    for folder, dirnames, filenames in os.walk(logdir):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if name.lower().endswith(_TRACE_ENDINGS):
-                return True
+        if any(is_trace(Path(folder, name)) for name in filenames):
+            return True
         seen += len(dirnames) + len(filenames)
         if seen >= limit:
             return False
