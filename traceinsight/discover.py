@@ -19,11 +19,11 @@ from pathlib import Path
 from traceinsight.errors import TraceError
 from traceinsight.readers import XSPACE_SUFFIX, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
-from traceinsight.report.format import plural
-from traceinsight.report.meta import RUN_INFO
 from traceinsight.rules import GRAPH_CAPTURE_BYTES
 
-# JSON of ours beside traces: the versions report/meta.py reads, the synthetic samples' truth (tools/make_samples.py).
+# JSON of ours beside traces: the versions a run records (report/meta.py reads them), the synthetic samples' truth
+# (tools/make_samples.py).
+RUN_INFO = "run_info.json"
 _SAMPLE_METADATA = (RUN_INFO, "ground_truth.json")
 # Why `choose_run` took the run it took (the report's `meta.run_choice`).
 ONLY_RUN = "the only run"
@@ -138,7 +138,8 @@ def find_runs(path: Path) -> list[Run]:
         if unreadable:
             first = unreadable[0]
             raise TraceError(first, f"cannot list this folder, and no readable trace files found under {path}")
-        note = f"; skipped {plural(len(candidates), 'JSON file')} holding none" if candidates else ""
+        files_word = "JSON file" if len(candidates) == 1 else "JSON files"
+        note = f"; skipped {len(candidates)} {files_word} holding none" if candidates else ""
         raise TraceError(
             path, f"no trace files found (looked for *.xplane.pb, and *.json[.gz] holding traceEvents{note})"
         )

@@ -6,7 +6,13 @@ from typing import Any
 
 from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell, step_spread
 from traceinsight.report.meta import runs_line
-from traceinsight.report.wording import partial_notes, projection_sentence, step_after_fix, verdict_sentence
+from traceinsight.report.wording import (
+    capture_sentence,
+    partial_notes,
+    projection_sentence,
+    step_after_fix,
+    verdict_sentence,
+)
 
 
 def _link(text: str, target: str) -> str:
@@ -65,6 +71,7 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
         "",
         *([runs, ""] if (runs := runs_line(report, _code)) else []),
         *provenance(report, html_link),
+        *([markdown_cell(capture), ""] if (capture := capture_sentence(report)) else []),
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",
         *(line for note in partial_notes(report) for line in (f"**{markdown_cell(note)}**", "")),

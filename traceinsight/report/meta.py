@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from traceinsight import __version__
+from traceinsight.discover import RUN_INFO
 
 if TYPE_CHECKING:
     from traceinsight.discover import RunChoice
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 # Epoch timestamps of 2000-01-01 and 2100-01-01 in ns: a window start between them is wall-clock time
 # (Kineto, XSpace with a Task Environment); smaller ones count from some boot or profiler start.
 _EPOCH_RANGE_NS = (946_684_800 * 10**9, 4_102_444_800 * 10**9)
-RUN_INFO = "run_info.json"
 _MAX_RUN_INFO_BYTES = 1 << 20
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+(?:[-+._]?[0-9A-Za-z.+-]*)?$")
 _MAX_VERSIONS = 24

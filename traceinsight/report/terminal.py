@@ -7,6 +7,8 @@ from typing import Any
 from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
+    NO_PROJECTION,
+    capture_sentence,
     other_warnings,
     partial_notes,
     projection_sentence,
@@ -35,6 +37,12 @@ def memory_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _step_words(bottleneck: dict[str, Any]) -> str:
+    """'step 174.8 -> 115.6 ms (1.51x)', or that no speedup is projected."""
+    after = step_after_fix(bottleneck)
+    return after if after == NO_PROJECTION else f"step {after}"
+
+
 def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
@@ -48,6 +56,7 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         f"{plural(report['totals']['device_count'], 'device')}, "
         f"{plural(steps['count'], 'step')} ({steps['source']}: {escape_control(steps['marker'])}), "
         f"mean step {fmt_ns(steps['mean_ns'])}",
+        *([f"  {escape_control(capture)}"] if (capture := capture_sentence(report)) else []),
         "  " + verdict_sentence(report),
     ]
     headline = projection_sentence(report)
@@ -73,10 +82,9 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
         lines.append(paint("  Bottlenecks (measured stalls first; step after each fix alone)", _BOLD))
     for b in report["bottlenecks"]:
         sev = paint(f"{b['severity']:<6}", _SEVERITY_COLOUR[b["severity"]])
-        basis = "" if b["projection"]["basis"] == "measured" else " (estimate)"
+        basis = " (estimate)" if b["projection"]["basis"] == "estimated" else ""
         lines.append(
-            f"  {b['rank']}. {sev} {b['id']:<14} {fmt_pct(b['fraction']):>8}  step {step_after_fix(b)}{basis}  "
-            f"{b['title']}"
+            f"  {b['rank']}. {sev} {b['id']:<16} {fmt_pct(b['fraction']):>8}  {_step_words(b)}{basis}  {b['title']}"
         )
         if b["recommendations"]:
             lines.append(f"       -> {b['recommendations'][0]}")

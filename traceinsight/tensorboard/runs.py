@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traceinsight.discover import Run, find_runs, is_trace
+from traceinsight.discover import RUN_INFO, Run, find_runs, is_trace
 from traceinsight.errors import TraceError
-from traceinsight.report.meta import RUN_INFO
 
 # What TensorBoard calls a run at the root of the logdir.
 ROOT_RUN = "."
