@@ -331,3 +331,13 @@ def test_importing_the_package_stays_cheap() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_graph_replays_and_waits_frames():
+    """Every replay of the piecewise vLLM step (25 graph launches, README of ../shared/traces) and the 463 ms SGLang
+    wait, one row each."""
+    replays = ti.analyze(shared_trace("inference/vllm_prefilldecode_piecewise/graph_execution.json.gz"))
+    assert len(replays.graph_replays) == 25 and replays.capture["kind"] == "inference"
+    assert (replays.graph_replays["busy_ns"] <= replays.graph_replays["span_ns"]).all()
+    waits = ti.analyze(shared_trace("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")).waits
+    assert waits[["name", "outside_trace"]].values.tolist() == [["hipMemcpyWithStream", True]]

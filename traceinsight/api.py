@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -74,6 +74,18 @@ _DEVICE_COLUMNS = ("device", "name", "span_ns", "busy_ns", "idle_ns", "idle_frac
 _GAP_COLUMNS = ("device", "start_ns", "dur_ns", "cause", "host_activity")
 _KERNEL_COLUMNS = ("device", "rank", "name", "count", "total_ns", "mean_ns", "tensor_core")
 _HOST_OP_COLUMNS = ("name", "function", "calls", "total_ns", "self_ns", "holds_gil", "input_function")
+_REPLAY_COLUMNS = (
+    "device",
+    "launch_start_ns",
+    "launch_ns",
+    "nodes",
+    "host_ns_per_node",
+    "first_node_delay_ns",
+    "span_ns",
+    "busy_ns",
+    "busy_share",
+)
+_WAIT_COLUMNS = ("name", "start_ns", "dur_ns", "own_device_ns", "seen_device_ns", "outside_trace", "waited_for")
 _CHARTS_MODULE = "traceinsight.report.charts"
 
 
@@ -269,6 +281,31 @@ class Report:
         rows = [{**op, "input_function": op["name"] in inputs} for op in ops["top"]]
         rows += [{**op, "input_function": True} for op in ops["input_functions"] if op["name"] not in top]
         return _frame(rows, _HOST_OP_COLUMNS)
+
+    @property
+    def capture(self) -> dict[str, Any]:
+        """What kind of capture the trace is (the JSON's ``capture``): `kind` (training, inference, graph_capture,
+        warmup, microbenchmark, unknown), the `evidence` that decided it, the serving framework (`server`), the
+        one-time costs, and how many steps after them were analysed (`steady_steps`)."""
+        return dict(self._analysed.report["capture"])
+
+    @property
+    def graph_replays(self) -> pd.DataFrame:
+        """Every CUDA / HIP graph replay, in time order: `device`, `launch_start_ns`, `launch_ns`, `nodes`,
+        `host_ns_per_node`, `first_node_delay_ns`, `span_ns`, `busy_ns`, `busy_share` (the JSON lists the first
+        ones; this frame has them all)."""
+        rows = [
+            {**asdict(r), "host_ns_per_node": r.host_ns_per_node, "busy_share": r.busy_share}
+            for r in self.analysis.graphs.items
+        ]
+        return _frame(rows, _REPLAY_COLUMNS)
+
+    @property
+    def waits(self) -> pd.DataFrame:
+        """The longest blocking waits (the JSON's ``waits.items``): `name`, `start_ns`, `dur_ns`, `own_device_ns`,
+        `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
+        rows = [{**w, "waited_for": "; ".join(w["waited_for"])} for w in self._analysed.report["waits"]["items"]]
+        return _frame(rows, _WAIT_COLUMNS)
 
     # ----------------------------------------------------------------------------------------- documents
 

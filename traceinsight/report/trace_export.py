@@ -82,7 +82,8 @@ STEP_COST: dict[str, tuple[str, ...]] = {
     "input_bound": ("input_wait",),
     "host_bound": ("host_launch",),
     "launch_bound": ("host_launch",),
-    "d2h_sync": ("sync", "d2h_exposed"),
+    "d2h_sync": ("sync", "-sync_outside", "d2h_exposed"),  # '-': less the waits for work outside the trace
+    "external_wait": ("sync_outside",),
     "h2d_copy": ("h2d_exposed",),
     "communication": ("communication_exposed",),
     "idle_other": ("other",),
@@ -499,7 +500,14 @@ def _bottleneck_events(analysis: Analysis, report: dict[str, Any], steps: list[S
 def _step_cost(model: StepModel, bottleneck: dict[str, Any]) -> np.ndarray:
     """What `bottleneck` costs each step of the step model (`STEP_COST`)."""
     stalls = STEP_COST.get(bottleneck["id"], ())
-    cost = sum((model.stalls[s] for s in stalls if s in model.stalls), np.zeros(model.count))
+    cost = sum(
+        (
+            -model.stalls[s[1:]] if s.startswith("-") else model.stalls[s]
+            for s in stalls
+            if s.lstrip("-") in model.stalls
+        ),
+        np.zeros(model.count),
+    )
     saving = (bottleneck.get("projection") or {}).get("saving_ns") or 0
     if cost.sum() <= 0 and saving > 0:
         cost = np.full(model.count, float(saving))
