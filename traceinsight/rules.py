@@ -408,6 +408,9 @@ SERVERS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # ops than that (a model's), else what ran cannot be told.
 MICROBENCHMARK_MAX_OPS = 3
 MICROBENCHMARK_MIN_CALLS = 10
+# A model's own frames (PyTorch's ``with_modules`` / ``with_stack`` module ranges): a step of a model, never a
+# micro-benchmark, however few distinct ops it runs.
+MODEL_FRAME_PATTERN = re.compile(r"^nn\.Module: ")
 # A trace with graph-capture calls is a capture pass unless graph replays after the capture carry this share of its
 # kernel time (then the capture was a one-time cost before a steady state of replays).
 REPLAYS_AFTER_CAPTURE_SHARE = 0.5

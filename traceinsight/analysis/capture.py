@@ -37,6 +37,7 @@ from traceinsight.rules import (
     GRAPH_CAPTURE_PATTERN,
     MICROBENCHMARK_MAX_OPS,
     MICROBENCHMARK_MIN_CALLS,
+    MODEL_FRAME_PATTERN,
     ONE_TIME_COSTS,
     ONE_TIME_MIN_NS,
     REPLAYS_AFTER_CAPTURE_SHARE,
@@ -128,7 +129,8 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     if server is not None:
         return Capture("inference", [f"{server}'s own frames, no backward op or optimizer update"], **found)
     ops = host & kind_mask(rows, "cpu_op")
-    looped = kind_mask(rows, "step", "input_wait").any()  # a training loop's markers or data waits: a model step
+    # A loop's step markers or data waits, or a module's frames: a model step.
+    looped = kind_mask(rows, "step", "input_wait").any() or names_matching(rows, MODEL_FRAME_PATTERN, host).any()
     repeated = None if looped else _microbenchmark_ops(rows, ops)
     if repeated is not None:
         return Capture(
