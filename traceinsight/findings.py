@@ -29,8 +29,8 @@ import numpy as np
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
-from traceinsight.analysis.hardware import mixed_precision_speedup, parse_compute_capability
-from traceinsight.analysis.step_model import Fix, Projection, StepModel, fix, project
+from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
+from traceinsight.analysis.step_model import Fix, KernelClass, Projection, Stall, StepModel, fix, project
 from traceinsight.rules import (
     AMPERE_CC,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -38,6 +38,7 @@ from traceinsight.rules import (
     DEFAULT_INPUT_FIX_PARALLELISM,
     DRAINED_QUEUE_LAUNCH_DELAY_NS,
     HEADLINE_FIXES,
+    HIGH_INPUT_FRACTION,
     HIGH_SEVERITY,
     INPUT_FIX_PARALLELISM,
     LOW_SEVERITY,
@@ -45,6 +46,7 @@ from traceinsight.rules import (
     MEDIUM_SEVERITY,
     MIN_BATCH_FACTOR,
     MIN_HOST_OPS_PER_STEP,
+    MODERATE_INPUT_FRACTION,
     MOST,
     SMALL_BATCH_FIXED_SHARE,
     SMALL_BATCH_KERNEL_SHARE,
@@ -57,6 +59,13 @@ from traceinsight.rules import (
 )
 
 SEVERITIES = ("low", "medium", "high")
+
+
+def _pct(fraction: float) -> str:
+    """A threshold as rule descriptions write it ('20 %'), from the constant itself, so they cannot drift."""
+    return f"{fraction * 100:g} %"
+
+
 # The warm-up finding: first whenever it fires, and the only one on a window without a steady state.
 WARMUP_RULE = "warmup_in_window"
 STALL, EFFICIENCY = "stall", "efficiency"
@@ -156,7 +165,7 @@ class Rule:
     projects: bool = True
 
 
-def _mean_stall(m: StepModel, stall: str) -> int:
+def _mean_stall(m: StepModel, stall: Stall) -> int:
     return m.mean(m.stalls[stall])
 
 
@@ -170,7 +179,7 @@ def _input_bound(a: Analysis) -> Finding | None:
         "verdict": ip.verdict,
         "source": ip.source,
         "waits": ip.wait_count,
-        "input_wait_per_step_ns": _mean_stall(m, "input_wait"),
+        "input_wait_per_step_ns": _mean_stall(m, Stall.INPUT_WAIT),
     }
     if ip.stages:
         evidence["slowest_stage"] = ip.stages[0].name
@@ -181,7 +190,7 @@ def _input_bound(a: Analysis) -> Finding | None:
         evidence["slowest_function_calls"] = slowest.calls
         evidence["slowest_function_time_ns"] = slowest.total_ns
         evidence["slowest_function_holds_gil"] = slowest.holds_gil
-    wait = m.stalls["input_wait"]
+    wait = m.stalls[Stall.INPUT_WAIT]
     # The loop waited `wait` for each batch: a k-fold faster pipeline delivers one every wait / k, so the step
     # becomes max(step - wait, wait / k) (the time the loop still waits is at least 0).
     parallelism = INPUT_FIX_PARALLELISM.get(ip.source or "", DEFAULT_INPUT_FIX_PARALLELISM)
@@ -213,7 +222,7 @@ def _launch_delay_p50(a: Analysis) -> int | None:
 def _host_gap_evidence(a: Analysis) -> dict[str, Any]:
     shorter = [k.shorter_than_launch_count for k in a.kernels if k.shorter_than_launch_count is not None]
     return {
-        "host_launch_gap_per_step_ns": _mean_stall(a.step_model, "host_launch"),
+        "host_launch_gap_per_step_ns": _mean_stall(a.step_model, Stall.HOST_LAUNCH),
         "kernel_count": sum(k.count for k in a.kernels),
         "small_kernel_count": sum(k.small_count for k in a.kernels),
         "small_kernel_share": round(_small_kernel_share(a), 4),
@@ -233,11 +242,11 @@ def _host_fix(a: Analysis) -> Fix:
     """Less host work per step (fused ops, graphs): the host-launch gaps close, and the host work done inside them
     goes; the host's work outside them stays, so the step never gets shorter than that."""
     m = a.step_model
-    return fix(m, idle_ns=m.stalls["host_launch"], host_ns=m.host_in_launch_gaps_ns)
+    return fix(m, idle_ns=m.stalls[Stall.HOST_LAUNCH], host_ns=m.host_in_launch_gaps_ns)
 
 
 def _launch_bound(a: Analysis) -> Finding | None:
-    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0 or _graphs_carry_kernels(a):
+    if a.step_model.mean(a.step_model.stalls[Stall.HOST_LAUNCH]) <= 0 or _graphs_carry_kernels(a):
         return None
     if _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND or not _drained_queue(a):
         return None
@@ -259,7 +268,7 @@ def _framework_overhead(a: Analysis) -> Finding | None:
     m = a.step_model
     if not _host_loop_traced(a):
         return None
-    overhead = np.clip(m.step_ns - m.stalls["input_wait"] - m.host_floor_ns, 0, None)
+    overhead = np.clip(m.step_ns - m.stalls[Stall.INPUT_WAIT] - m.host_floor_ns, 0, None)
     if m.mean(overhead) <= 0:
         return None
     dispatch = m.eager_dispatch_ns
@@ -269,7 +278,7 @@ def _framework_overhead(a: Analysis) -> Finding | None:
             "overhead_per_step_ns": m.mean(overhead),
             "op_time_per_step_ns": m.mean(m.host_floor_ns),
             "eager_dispatch_per_step_ns": m.mean(dispatch),
-            "input_wait_per_step_ns": m.mean(m.stalls["input_wait"]),
+            "input_wait_per_step_ns": m.mean(m.stalls[Stall.INPUT_WAIT]),
         },
         fix(m, idle_ns=overhead + dispatch, host_ns=dispatch),
         assumption="a compiled step (tf.function / torch.compile) removes the Python and framework dispatch "
@@ -281,7 +290,7 @@ def _framework_overhead(a: Analysis) -> Finding | None:
 def _host_bound(a: Analysis) -> Finding | None:
     if not a.devices:
         return _framework_overhead(a)
-    if a.step_model.mean(a.step_model.stalls["host_launch"]) <= 0:
+    if a.step_model.mean(a.step_model.stalls[Stall.HOST_LAUNCH]) <= 0:
         return None
     if (
         _small_kernel_share(a) >= SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND
@@ -302,12 +311,12 @@ def _h2d_copy(a: Analysis) -> Finding | None:
             "count": h2d.count,
             "total_ns": h2d.total_ns,
             "exposed_ns": h2d.exposed_ns,
-            "exposed_per_step_ns": _mean_stall(m, "h2d_exposed"),
+            "exposed_per_step_ns": _mean_stall(m, Stall.H2D_EXPOSED),
             "bytes": h2d.bytes,
             "pageable_count": h2d.pageable_count,
             "bandwidth_gbps": round(h2d.bandwidth_gbps, 3) if h2d.bandwidth_gbps is not None else None,
         },
-        fix(m, device_ns=m.stalls["h2d_exposed"]),
+        fix(m, device_ns=m.stalls[Stall.H2D_EXPOSED]),
     )
 
 
@@ -325,23 +334,23 @@ def _d2h_sync(a: Analysis) -> Finding | None:
     m = a.step_model
     return Finding(
         {
-            "sync_gap_per_step_ns": _mean_stall(m, "sync") - _mean_stall(m, "sync_outside"),
-            "d2h_exposed_per_step_ns": _mean_stall(m, "d2h_exposed"),
+            "sync_gap_per_step_ns": _mean_stall(m, Stall.SYNC) - _mean_stall(m, Stall.SYNC_OUTSIDE),
+            "d2h_exposed_per_step_ns": _mean_stall(m, Stall.D2H_EXPOSED),
             "waits": _waits_evidence(a, outside=False),
         },
-        fix(m, idle_ns=m.stalls["sync"] - m.stalls["sync_outside"], device_ns=m.stalls["d2h_exposed"]),
+        fix(m, idle_ns=m.stalls[Stall.SYNC] - m.stalls[Stall.SYNC_OUTSIDE], device_ns=m.stalls[Stall.D2H_EXPOSED]),
     )
 
 
 def _external_wait(a: Analysis) -> Finding | None:
     """A blocking call waited while the device ran nothing of this trace: the work is outside it."""
     m = a.step_model
-    if m.mean(m.stalls["sync_outside"]) <= 0:
+    if m.mean(m.stalls[Stall.SYNC_OUTSIDE]) <= 0:
         return None
     return Finding(
-        {"wait_per_step_ns": _mean_stall(m, "sync_outside"), "waits": _waits_evidence(a, outside=True)},
+        {"wait_per_step_ns": _mean_stall(m, Stall.SYNC_OUTSIDE), "waits": _waits_evidence(a, outside=True)},
         fix(m),
-        cost=fix(m, idle_ns=m.stalls["sync_outside"]),
+        cost=fix(m, idle_ns=m.stalls[Stall.SYNC_OUTSIDE]),
     )
 
 
@@ -366,7 +375,7 @@ def _warmup_in_window(a: Analysis) -> Finding | None:
 
 def _low_occupancy(a: Analysis) -> Finding | None:
     m = a.step_model
-    waste = m.kernel_ns["low_blocks_waste"]
+    waste = m.kernel_ns[KernelClass.LOW_BLOCKS_WASTE]
     return Finding(
         {
             "kernels_under_one_block_per_sm_ns": sum(k.low_blocks_ns for k in a.kernels),
@@ -409,7 +418,7 @@ def _small_batch(a: Analysis) -> Finding | None:
         if total <= 0 or small < SMALL_BATCH_KERNEL_SHARE * total:
             return None
         evidence: dict[str, Any] = {"small_kernel_time_share": round(small / total, 4)}
-        small_ns = m.kernel_ns["small_kernels"]
+        small_ns = m.kernel_ns[KernelClass.SMALL_KERNELS]
         fixed = fix(
             m,
             idle_ns=(m.step_ns - m.device_busy_ns) * spread,
@@ -420,7 +429,7 @@ def _small_batch(a: Analysis) -> Finding | None:
     else:
         if not _host_loop_traced(a):
             return None
-        working = np.clip(m.step_ns - m.stalls["input_wait"], 0, None)  # the step less its input wait
+        working = np.clip(m.step_ns - m.stalls[Stall.INPUT_WAIT], 0, None)  # the step less its input wait
         # Tiny ops, optimizer updates, the dispatch between ops (host threads compute side by side: clipped at 0).
         per_step = np.clip(working - m.batch_work_ns, 0, None)
         share = float(per_step.sum() / working.sum()) if working.sum() > 0 else 0.0
@@ -459,12 +468,12 @@ def _fp32_compute(a: Analysis) -> Finding | None:
         return None
     ratio, words = speedup
     m = a.step_model
-    saved = m.kernel_ns["fp32_eligible"] * (1.0 - 1.0 / ratio)
+    saved = m.kernel_ns[KernelClass.FP32_ELIGIBLE] * (1.0 - 1.0 / ratio)
     return Finding(
         {
             "eligible_kernel_ns": eligible,
             "tensor_core_kernel_ns": tc,
-            "fp32_eligible_per_step_ns": m.mean(m.kernel_ns["fp32_eligible"]),
+            "fp32_eligible_per_step_ns": m.mean(m.kernel_ns[KernelClass.FP32_ELIGIBLE]),
             "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
             "peak_speedup": round(ratio, 2),
         },
@@ -479,9 +488,9 @@ def _communication(a: Analysis) -> Finding | None:
         {
             "communication_kernel_ns": sum(k.communication_ns for k in a.kernels),
             "exposed_ns": sum(k.communication_exposed_ns for k in a.kernels),
-            "exposed_per_step_ns": _mean_stall(m, "communication_exposed"),
+            "exposed_per_step_ns": _mean_stall(m, Stall.COMMUNICATION_EXPOSED),
         },
-        fix(m, device_ns=m.stalls["communication_exposed"], kernel_ns=m.stalls["communication_exposed"]),
+        fix(m, device_ns=m.stalls[Stall.COMMUNICATION_EXPOSED], kernel_ns=m.stalls[Stall.COMMUNICATION_EXPOSED]),
     )
 
 
@@ -489,9 +498,9 @@ def _idle_other(a: Analysis) -> Finding | None:
     """Idle time with no cause the trace names: unexplained, never a fix worth a speedup."""
     m = a.step_model
     return Finding(
-        {"other_gap_per_step_ns": _mean_stall(m, "other"), "gap_count": sum(g.count for g in a.gaps)},
+        {"other_gap_per_step_ns": _mean_stall(m, Stall.OTHER), "gap_count": sum(g.count for g in a.gaps)},
         fix(m),
-        cost=fix(m, idle_ns=m.stalls["other"]),
+        cost=fix(m, idle_ns=m.stalls[Stall.OTHER]),
     )
 
 
@@ -524,7 +533,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "input_bound",
         "Waiting for input data",
-        "XProf input-bound thresholds (20/5 %); PyTorch plugin DataLoader rule (> 5 % of step)",
+        f"XProf input-bound thresholds ({_pct(HIGH_INPUT_FRACTION)} / {_pct(MODERATE_INPUT_FRACTION)} of the step "
+        "waiting for input); the PyTorch plugin's DataLoader rule",
         _input_bound,
         {
             "pytorch": (
@@ -585,8 +595,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "launch_bound",
         "Launch-bound: many small kernels, the host cannot launch them fast enough",
-        "HTA host-wait rule (launch ended after the GPU went idle), most kernels under the small-kernel threshold "
-        "and a drained launch queue (median launch delay <= 50 us)",
+        f"HTA host-wait rule (launch ended after the GPU went idle), >= {_pct(SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND)} of "
+        "the kernels launched one by one under the small-kernel threshold, a drained launch queue (median launch "
+        f"delay <= {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us), and graph replays carrying < {_pct(MOST)} of the "
+        "kernel time",
         _launch_bound,
         {
             **SERVING_ADVICE,
@@ -621,8 +633,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "host_bound",
         "Host-bound: Python / CPU work between launches keeps the GPU waiting",
-        "HTA host-wait rule (launch ended after the GPU went idle), kernels mostly above the small-kernel threshold "
-        "or a deep launch queue",
+        f"HTA host-wait rule (launch ended after the GPU went idle), < {_pct(SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND)} of "
+        "the kernels launched one by one under the small-kernel threshold, or a deep launch queue (median launch "
+        f"delay > {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us); with no accelerator, the step outside the host's ops",
         _host_bound,
         {
             **SERVING_ADVICE,
@@ -708,7 +721,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "d2h_sync",
         "Device-to-host copies and synchronisations stall the pipeline",
-        "Idle time while the host blocked in a sync or blocking copy (Nsight cuda_api_sync / memcpy_sync rules)",
+        "Idle time while the host blocked in a sync or blocking copy (Nsight cuda_api_sync / memcpy_sync rules), "
+        "less the waits for work outside the trace (external_wait)",
         _d2h_sync,
         {
             "server:vLLM": (
@@ -748,8 +762,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "fp32_compute",
         "Matmul/convolution work runs without Tensor Cores",
-        "PyTorch plugin / XProf Tensor Core rule: matmul/conv/attention kernels, < 10 % of their time on Tensor "
-        "Cores, CC >= 7.0; gain from the GPU's published FP16 Tensor Core / FP32 peak ratio",
+        f"PyTorch plugin / XProf Tensor Core rule: matmul/conv/attention kernels, < {_pct(TENSOR_CORE_UNUSED_SHARE)} "
+        f"of their time on Tensor Cores, compute capability >= {MIN_TENSOR_CORE_CC[0]}.{MIN_TENSOR_CORE_CC[1]}; "
+        "gain from the GPU's published FP16 Tensor Core / FP32 peak ratio",
         _fp32_compute,
         {
             "pytorch": (
@@ -790,7 +805,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "communication",
         "Communication not overlapped with compute",
-        "Collective kernel time not hidden under compute kernels (PyTorch plugin: comm > 10 % of step)",
+        "Collective kernel time not hidden under compute kernels, ranked by its share of the step like every stall",
         _communication,
         {
             "pytorch": (
@@ -805,8 +820,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "small_batch",
         "The batch is too small: the step is made of short kernels or tiny ops",
-        "Small kernels (< the small-kernel threshold) carry >= 50 % of kernel time, or the median host op is under "
-        "it on a CPU-only run; the PyTorch plugin's GPU-utilisation rule advised a bigger batch",
+        f"Small kernels (< the small-kernel threshold) carry >= {_pct(SMALL_BATCH_KERNEL_SHARE)} of kernel time, or, "
+        "with no accelerator, per-step costs a batch does not grow are "
+        f">= {_pct(SMALL_BATCH_FIXED_SHARE)} of the step; "
+        f"memory must fit a >= {MIN_BATCH_FACTOR:g}x batch; the PyTorch plugin's GPU-utilisation rule advised a "
+        "bigger batch",
         _small_batch,
         {
             **SERVING_ADVICE,
@@ -866,7 +884,7 @@ RULES: tuple[Rule, ...] = (
         "external_wait",
         "A blocking call waits for device work that is not in the trace",
         "Blocking copies and syncs (CUDA and HIP: rules.BLOCKING_HOST_OPS) lasting "
-        f">= {WAIT_OWN_WORK_RATIO:g}x their own device work while the device runs < {WAIT_SEEN_MIN_SHARE:.0%} "
+        f">= {WAIT_OWN_WORK_RATIO:g}x their own device work while the device runs < {_pct(WAIT_SEEN_MIN_SHARE)} "
         "of the wait: the work started before the capture window, or runs in another process or rank",
         _external_wait,
         {
@@ -885,7 +903,7 @@ RULES: tuple[Rule, ...] = (
         WARMUP_RULE,
         "Warm-up fills the profiled window: one-time costs, not the steady state",
         f"One-time costs (compilation, autotuning, context creation, slow first calls) cover >= "
-        f"{WARMUP_MIN_SHARE:.0%} of the window",
+        f"{_pct(WARMUP_MIN_SHARE)} of the window",
         _warmup_in_window,
         {
             "pytorch": (
@@ -1077,6 +1095,17 @@ def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
         )
         for i, (rule, finding, projection, severity, cost) in enumerate(_found(analysis))
     ]
+
+
+def step_costs(analysis: Analysis) -> dict[str, np.ndarray]:
+    """What each bottleneck that fires costs each step (ns): the idle and device time of what its finding says it
+    costs (`Finding.cost`, else its fix), read from the same `Fix` the projection applies, so a rule's cost in
+    the annotated timeline (`report/trace_export.py`) follows from its entry and needs no table of its own."""
+    costs = {}
+    for rule, finding, *_ in _found(analysis):
+        cost = finding.cost or finding.fix
+        costs[rule.id] = np.clip(cost.idle_ns + cost.device_ns, 0, None)
+    return costs
 
 
 def headline_projection(analysis: Analysis) -> RunProjection | None:

@@ -38,6 +38,7 @@ host-bound step wins only down to the host's own work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -59,22 +60,35 @@ from traceinsight.rules import (
     TF_EAGER_OP,
 )
 
-# Measured stalls: idle-gap causes, the step breakdown's exposed input wait, and device time that is exposed
-# (copies and collectives not hidden under compute).
-STALLS = (
-    "input_wait",
-    "host_launch",
-    "sync",
-    "other",
-    "sync_outside",
-    "h2d_exposed",
-    "d2h_exposed",
-    "communication_exposed",
-)
+
+class Stall(str, Enum):
+    """A measured stall of the step model: idle-gap causes, the step breakdown's exposed input wait, and device time
+    that is exposed (copies and collectives not hidden under compute). A rule's fix names the stalls it removes by
+    these, so a name without a figure cannot exist (each is computed by `_device_figures` or `step_model`)."""
+
+    INPUT_WAIT = "input_wait"
+    HOST_LAUNCH = "host_launch"
+    SYNC = "sync"
+    OTHER = "other"
+    SYNC_OUTSIDE = "sync_outside"  # the part of SYNC waiting for work the trace does not hold
+    H2D_EXPOSED = "h2d_exposed"
+    D2H_EXPOSED = "d2h_exposed"
+    COMMUNICATION_EXPOSED = "communication_exposed"
+
+
+class KernelClass(str, Enum):
+    """Kernel time of the classes efficiency estimates act on."""
+
+    FP32_ELIGIBLE = "fp32_eligible"
+    LOW_BLOCKS_WASTE = "low_blocks_waste"
+    SMALL_KERNELS = "small_kernels"
+
+
+STALLS = tuple(Stall)
+
 # The eager execution of an op that computes nothing (`_eager_dispatch`).
 _NO_COMPUTE_EXECUTE = "^EagerLocalExecute: (?:" + "|".join(EAGER_NO_COMPUTE_OPS) + ")$"
-# Kernel classes that efficiency estimates act on.
-KERNEL_CLASSES = ("fp32_eligible", "low_blocks_waste", "small_kernels")
+KERNEL_CLASSES = tuple(KernelClass)
 
 
 @dataclass(frozen=True)
@@ -83,8 +97,8 @@ class StepModel:
     device_busy_ns: np.ndarray
     kernel_busy_ns: np.ndarray
     host_floor_ns: np.ndarray
-    stalls: dict[str, np.ndarray]
-    kernel_ns: dict[str, np.ndarray]
+    stalls: dict[Stall, np.ndarray]
+    kernel_ns: dict[KernelClass, np.ndarray]
     device_count: int  # devices the per-step means are over (0: a host-only run)
     small_host_op_ns: np.ndarray  # host framework ops under the small threshold (CPU-only runs' small ops)
     batch_work_ns: np.ndarray  # self time of computing host ops that are not optimizer updates (grows with batch)
@@ -221,8 +235,9 @@ def _device_figures(
     small_threshold_ns: int,
     outside_waits: Intervals,
 ) -> dict[str, np.ndarray]:
-    """One device's per-step figures (see the module docstring); `kernels`: its `flagged_kernels`;
-    `outside_waits`: its input's waits for work the trace does not hold."""
+    """One device's per-step figures, by name (a `Stall` or `KernelClass` member is its name; see the module
+    docstring); `kernels`: its `flagged_kernels`; `outside_waits`: its input's waits for work the trace does not
+    hold."""
     kernel = kind_mask(rows, "kernel")
     memcpy = kind_mask(rows, "memcpy")
     copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS
@@ -233,29 +248,31 @@ def _device_figures(
     figures = {
         "device_busy_ns": usage.busy.covered_between(starts, ends),
         "kernel_busy_ns": k_union.covered_between(starts, ends),
-        "h2d_exposed": _exposed_in_steps(
+        Stall.H2D_EXPOSED: _exposed_in_steps(
             _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("h2d"))), k_union, starts, ends
         ),
-        "d2h_exposed": _exposed_in_steps(
+        Stall.D2H_EXPOSED: _exposed_in_steps(
             _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("d2h"))), k_union, starts, ends
         ),
-        "communication_exposed": _exposed_in_steps(
+        Stall.COMMUNICATION_EXPOSED: _exposed_in_steps(
             union(k_ts[comm], k_end[comm]), union(k_ts[~comm], k_end[~comm]), starts, ends
         ),
     }
     for i, cause in enumerate(CAUSES):
         figures[cause] = _gap_intervals(gaps, gaps.causes == i).covered_between(starts, ends)
-    figures["sync_outside"] = _overlap_in_steps(
+    figures[Stall.SYNC_OUTSIDE] = _overlap_in_steps(
         _gap_intervals(gaps, gaps.causes == CAUSES.index("sync")), outside_waits, starts, ends
     )
     dur = kernels["dur_ns"].to_numpy().astype(np.float64)
     fp32 = kernels["fp32"].to_numpy()
     bps = kernels["blocks_per_sm"].to_numpy()
     low = ~np.isnan(bps) & (bps < 1.0)
-    figures["fp32_eligible"] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
-    figures["low_blocks_waste"] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
+    figures[KernelClass.FP32_ELIGIBLE] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
+    figures[KernelClass.LOW_BLOCKS_WASTE] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
     small = dur < small_threshold_ns
-    figures["small_kernels"] = np.minimum(_in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"])
+    figures[KernelClass.SMALL_KERNELS] = np.minimum(
+        _in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"]
+    )
     return figures
 
 
@@ -390,7 +407,7 @@ def step_model(
         _overlap_in_steps(host_work, _gap_intervals(g, g.causes == launch), starts, ends) for _, g in devices
     ]
     # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
-    stalls["input_wait"] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
+    stalls[Stall.INPUT_WAIT] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     ops = host_op_rows(events, steps.input_id) if ops is None else ops
     small_ops, batch_work = _host_op_figures(ops, starts, ends, small_threshold_ns)
     return StepModel(

@@ -14,7 +14,7 @@ gzip when the name ends in ``.gz``). It holds:
   ``length_ns``, ``cause`` and, for the longest gaps the report lists, ``host_activity``;
 * per device a **GPU-Util** counter: the share of each fixed bin (1 ms) in which some kernel runs, in %;
 * a process ``traceinsight`` with a **steps** track (the run's steps) and a **bottlenecks** track: per step, one
-  slice per finding that costs that step time (`STEP_COST`), starting at the step's start and as long as that
+  slice per finding that costs that step time (`findings.step_costs`), starting at the step's start and as long as that
   cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's).
 
 Devices and hosts follow XProf's trace_viewer export (those process and thread names, stats as args
@@ -51,9 +51,9 @@ import pandas as pd
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
-from traceinsight.analysis.step_model import StepModel
 from traceinsight.analysis.steps import Step
 from traceinsight.errors import TraceError
+from traceinsight.findings import step_costs
 from traceinsight.intervals import Intervals, union
 from traceinsight.model import (
     COPY_KINDS,
@@ -75,20 +75,6 @@ STEPS_TRACK = "steps"
 BOTTLENECKS_TRACK = "bottlenecks"
 UTIL_COUNTER = "GPU-Util"
 HOST_KINDS = ("runtime", "input_wait", "sync", "step")
-# What a bottleneck costs each step: the sum of these step-model stalls (`analysis/step_model.py`). Any other id
-# (the efficiency estimates fp32_compute, low_occupancy, small_batch) gets its projected saving on every step, as
-# does one whose stalls are zero in every step although the report gives it a saving (a CPU-only host_bound).
-STEP_COST: dict[str, tuple[str, ...]] = {
-    "input_bound": ("input_wait",),
-    "host_bound": ("host_launch",),
-    "launch_bound": ("host_launch",),
-    "d2h_sync": ("sync", "-sync_outside", "d2h_exposed"),  # '-': less the waits for work outside the trace
-    "external_wait": ("sync_outside",),
-    "h2d_copy": ("h2d_exposed",),
-    "communication": ("communication_exposed",),
-    "idle_other": ("other",),
-}
-
 _FINDINGS_PID = 1
 _STEPS_TID, _BOTTLENECKS_TID = 1, 2
 _FRACTIONS = np.array([f".{i:03d}" for i in range(1000)], dtype=object)
@@ -488,30 +474,16 @@ def _bottleneck_events(analysis: Analysis, report: dict[str, Any], steps: list[S
     position = {s.start_ns: i for i, s in enumerate(items)}
     rows = [position[s.start_ns] for s in steps]
     slices: list[tuple[Step, int, dict[str, Any]]] = []
+    costs = step_costs(analysis)
     for bottleneck in report.get("bottlenecks", []):
-        cost = np.clip(np.round(_step_cost(model, bottleneck)[rows]), 0, model.step_ns[rows]).astype(np.int64)
+        if bottleneck["id"] not in costs:
+            continue
+        cost = np.clip(np.round(costs[bottleneck["id"]][rows]), 0, model.step_ns[rows]).astype(np.int64)
         slices += [(steps[k], int(cost[k]), bottleneck) for k in np.flatnonzero(cost > 0).tolist()]
     slices.sort(key=lambda x: (x[0].start_ns, -x[1], x[2].get("rank", 0)))
     keys = ("id", "rank", "severity", "kind", "title")
     args = [_json({**{k: b.get(k) for k in keys}, "step": s.id, "saving_ns": cost}) for s, cost, b in slices]
     return _slices(_BOTTLENECKS_TID, [x[0] for x in slices], [x[2]["id"] for x in slices], [x[1] for x in slices], args)
-
-
-def _step_cost(model: StepModel, bottleneck: dict[str, Any]) -> np.ndarray:
-    """What `bottleneck` costs each step of the step model (`STEP_COST`)."""
-    stalls = STEP_COST.get(bottleneck["id"], ())
-    cost = sum(
-        (
-            -model.stalls[s[1:]] if s.startswith("-") else model.stalls[s]
-            for s in stalls
-            if s.lstrip("-") in model.stalls
-        ),
-        np.zeros(model.count),
-    )
-    saving = (bottleneck.get("projection") or {}).get("saving_ns") or 0
-    if cost.sum() <= 0 and saving > 0:
-        cost = np.full(model.count, float(saving))
-    return np.asarray(cost, np.float64)
 
 
 def _slices(tid: int, steps: list[Step], names: list[str], durations: list[int], args: list[str]) -> str:

@@ -1,0 +1,217 @@
+"""One rule, one place (issue 27): every rule fires on a hand-built trace, and a rule added as one `Rule` entry and
+its check function reaches every output with nothing else edited."""
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.analysis.builders import host, kernel, launch, profile
+from tests.conftest import REPO, SAMPLE_TRACES
+from traceinsight import findings
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis.step_model import Stall, fix
+from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
+from traceinsight.model import DeviceInfo, Profile
+from traceinsight.pipeline import analyse_path
+from traceinsight.report.html import render_html
+from traceinsight.report.markdown import render_markdown
+from traceinsight.report.terminal import render_terminal
+from traceinsight.report.trace_export import write_annotated_trace
+
+
+def _marked(i: int, t: float, dur: float) -> dict:
+    return {**host("step", t, dur, f"ProfilerStep#{i}"), "step_id": i}
+
+
+def _input_bound() -> Profile:
+    # Two 1 ms steps: a 500 us DataLoader wait, then a 400 us kernel.
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [
+            _marked(i, t, 1_000),
+            host("cpu_op", t, 500, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+        ]
+        rows += [launch(t + 510, 5, i + 1), kernel(t + 520, 400, corr=i + 1)]
+    return profile(rows)
+
+
+def _launch_bound() -> Profile:
+    # Two steps of 50 kernels of 3 us, each launched by a 6 us call ending 1 us before it starts: the host sets the
+    # pace, the queue is drained.
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows.append(_marked(i, t, 1_000))
+        for j in range(50):
+            start = t + 10 + 10 * j
+            corr = i * 100 + j + 1
+            rows += [launch(start, 6, corr), kernel(start + 7, 3, corr=corr)]
+    return profile(rows)
+
+
+def _host_bound() -> Profile:
+    # Four 1 ms steps: 600 us of Python, then a 300 us kernel.
+    rows = []
+    for i in range(4):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), host("python", t, 600, "train.py(10): step")]
+        rows += [launch(t + 600, 50, i + 1), kernel(t + 650, 300, corr=i + 1)]
+    return profile(rows)
+
+
+def _h2d_copy() -> Profile:
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        copy = {"kind": "memcpy", "ts": t + 10, "dur": 100, "device": "GPU:0", "stream": 7, "correlation": 10 + i}
+        rows += [_marked(i, t, 1_000), launch(t + 5, 5, 10 + i, "cudaMemcpyAsync")]
+        rows += [{**copy, "name": "Memcpy HtoD (Pageable -> Device)", "copy_kind": "h2d", "src_memory": "pageable"}]
+        rows += [launch(t + 110, 5, i + 1), kernel(t + 120, 800, i + 1)]
+    return profile(rows)
+
+
+def _d2h_sync() -> Profile:
+    # Two steps: a 500 us kernel the host syncs on, then 300 us of Python before the next launch.
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), launch(t, 5, i + 1), kernel(t + 10, 500, corr=i + 1)]
+        rows += [{"kind": "sync", "ts": t + 10, "dur": 510, "name": "cudaStreamSynchronize"}]
+        rows += [
+            host("python", t + 520, 300, "train.py(20): log"),
+            launch(t + 820, 5, 50 + i),
+            kernel(t + 830, 100, 50 + i),
+        ]
+    return profile(rows)
+
+
+def _external_wait() -> Profile:
+    # A blocking copy waits 2 ms while the device runs nothing of the trace; its own copy is 10 us.
+    copy = {"kind": "memcpy", "ts": 2090, "dur": 10, "device": "GPU:0", "stream": 7, "correlation": 2}
+    rows = [launch(0, 5, 1), kernel(0, 100, corr=1), launch(100, 2000, 2, "hipMemcpyWithStream")]
+    rows += [{**copy, "name": "Memcpy DtoH (Device -> Pageable)", "copy_kind": "d2h"}]
+    rows += [launch(2100, 5, 3), kernel(2110, 100, corr=3)]
+    return profile(rows)
+
+
+def _low_occupancy() -> Profile:
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), launch(t, 5, i + 1), kernel(t + 10, 950, corr=i + 1, blocks_per_sm=0.25)]
+    return profile(rows)
+
+
+def _fp32_compute() -> Profile:
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [
+            _marked(i, t, 1_000),
+            launch(t, 5, i + 1),
+            kernel(t + 10, 950, corr=i + 1, name="volta_sgemm_128x64_nn"),
+        ]
+    p = profile(rows)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", compute_capability="7.0")}
+    return p
+
+
+def _communication() -> Profile:
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), launch(t, 5, i + 1), kernel(t + 10, 400, corr=i + 1, name="gemm_kernel")]
+        rows += [launch(t + 6, 5, 20 + i), kernel(t + 420, 500, corr=20 + i, name="ncclKernel_AllReduce_RING_LL_Sum")]
+    return profile(rows)
+
+
+def _idle_other() -> Profile:
+    # Kernels queued ahead (every launch ends before its kernel's gap begins) with 200 us gaps between them.
+    rows = [_marked(0, 0, 2_000)]
+    rows += [launch(j, 1, j + 1) for j in range(5)]
+    rows += [kernel(10 + 400 * j, 200, corr=j + 1) for j in range(5)]
+    return profile(rows)
+
+
+def _warmup() -> Profile:
+    rows = [host("cpu_op", 0, 30_000_000, "aten::empty_strided")]
+    for i in range(3):
+        start = 30_000_100 + i * 10_000
+        rows += [_marked(i, start, 10_000), host("cpu_op", start + 10, 5, "aten::empty_strided")]
+        rows += [launch(start + 20, 10, i + 1), kernel(start + 100, 4_000, corr=i + 1)]
+    return profile(rows)
+
+
+FIRES: dict[str, Callable[[], Profile]] = {
+    "input_bound": _input_bound,
+    "launch_bound": _launch_bound,
+    "host_bound": _host_bound,
+    "h2d_copy": _h2d_copy,
+    "d2h_sync": _d2h_sync,
+    "external_wait": _external_wait,
+    "low_occupancy": _low_occupancy,
+    "fp32_compute": _fp32_compute,
+    "communication": _communication,
+    "small_batch": _launch_bound,
+    "idle_other": _idle_other,
+    "warmup_in_window": _warmup,
+}
+
+
+def test_every_rule_has_a_trace_it_fires_on():
+    assert set(FIRES) == {r.id for r in RULES}
+
+
+@pytest.mark.parametrize("rule_id", sorted(FIRES))
+def test_the_rule_fires(rule_id):
+    found = {b.id: b for b in find_bottlenecks(analyze(FIRES[rule_id]()))}
+    assert rule_id in found, sorted(found)
+    b = found[rule_id]
+    assert b.time_ns > 0 and b.recommendations and b.evidence["basis"]
+
+
+def test_every_rule_is_in_the_readme():
+    readme = (REPO / "README.md").read_text()
+    assert all(f"`{r.id}`" in readme for r in RULES)
+
+
+def test_every_stall_has_a_figure():
+    model = analyze(_input_bound()).step_model
+    assert set(model.stalls) == set(Stall) and all(len(v) == model.count for v in model.stalls.values())
+
+
+TOY = "toy_stall"
+
+
+def _toy_check(a: Analysis) -> Finding | None:
+    """Half of each step's idle time, as a measured stall."""
+    m = a.step_model
+    return Finding(
+        {"toy_idle_per_step_ns": m.mean(m.step_ns - m.device_busy_ns)},
+        fix(m, idle_ns=0.5 * (m.step_ns - m.device_busy_ns)),
+    )
+
+
+def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
+    toy = Rule(TOY, "A toy stall", "half the idle time (a test)", _toy_check, {"any": ("Do the toy fix.",)}, kind=STALL)
+    monkeypatch.setattr(findings, "RULES", (*RULES, toy))
+    exported = tmp_path / "timeline.json.gz"
+    analysed = analyse_path(
+        SAMPLE_TRACES / "synthetic_gpu" / "input_bound",
+        on_analysed=lambda analysis, report, files: write_annotated_trace(analysis, report, exported),
+    )
+    report = analysed.report
+    (b,) = [b for b in report["bottlenecks"] if b["id"] == TOY]
+    assert b["recommendations"] == ["Do the toy fix."] and b["projection"]["saving_ns"] > 0
+    assert TOY in render_terminal(report)
+    assert TOY in render_markdown(report)
+    assert TOY in render_html(report, analysed.analysis)
+    with gzip.open(exported, "rt") as f:
+        slices = [e for e in json.load(f)["traceEvents"] if e.get("name") == TOY]
+    idle = analysed.analysis.step_model.step_ns - analysed.analysis.step_model.device_busy_ns
+    assert sorted(s["args"]["saving_ns"] for s in slices) == sorted(np.round(0.5 * idle).astype(int).tolist())
