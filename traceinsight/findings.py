@@ -33,6 +33,7 @@ from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_s
 from traceinsight.analysis.step_model import Fix, KernelClass, Projection, Stall, StepModel, fix, project
 from traceinsight.rules import (
     AMPERE_CC,
+    BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
@@ -398,7 +399,8 @@ def _batch_factor(a: Analysis) -> tuple[float, str] | None:
     if factor < MIN_BATCH_FACTOR:
         return None
     k = float(min(int(factor), MAX_BATCH_FACTOR))
-    return k, f"a {k:g}x batch (the per-step transient memory fits {factor:.1f} times in the free memory, 10 % spare)"
+    fits = f"the per-step transient memory fits {factor:.1f} times in the free memory"
+    return k, f"a {k:g}x batch ({fits}, {_pct(BATCH_SPARE_FRACTION)} spare)"
 
 
 def _small_batch(a: Analysis) -> Finding | None:

@@ -69,6 +69,19 @@ GRAPH_CAPTURE_PATTERN = re.compile(
 )
 GRAPH_CAPTURE_BYTES = b"StreamBeginCapture"
 
+# --------------------------------------------------------------------------- reading in parallel
+
+# From how large a file several processes read it. The two differ on purpose: each is measured for its format
+# (benchmarks/README.md), whose bytes cost differently to read (XSpace's lines in numpy passes, JSON text parsed).
+# XSpace, bytes of a file's lines (xspace.py): below it a worker's start and its rows' way back cost more than
+# it saves (a 6.4 MB file: 0.30 s in two processes, 0.14-0.18 s in one).
+PARALLEL_MIN_BYTES = 16 << 20
+# Kineto JSON, bytes of text (readers.read_trace): from about here on, its chunks are decoded by `jobs` processes.
+PARALLEL_FILE_MIN_BYTES = 32 << 20
+
+# What practitioners aim GPU-Util at (the seed's 80-90 %): drawn as a strip in each device's band of the timeline.
+GPU_UTIL_TARGET = (0.8, 0.9)
+
 # --------------------------------------------------------------------------- input verdict
 
 # The input verdict's thresholds are XProf's, so its users read ours the same way.

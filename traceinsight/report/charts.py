@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpans  # noqa: E402
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, plural  # noqa: E402
-from traceinsight.rules import BREAKDOWN  # noqa: E402
+from traceinsight.rules import BREAKDOWN, GPU_UTIL_TARGET  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -30,8 +30,6 @@ _BUSY = "#2e7d32"
 _TARGET = "#1565c0"
 MAX_STEP_BARS = 40
 MAX_TICK_LABELS = 20
-# What practitioners aim GPU-Util at: drawn as a strip in each device's band.
-GPU_UTIL_TARGET = (0.8, 0.9)
 # The timeline shows the span that holds this share of the devices' busy time (and every step), not empty capture.
 TIMELINE_BUSY_SHARE = 0.99
 _ZOOM_GRID = 4000

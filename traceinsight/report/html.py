@@ -36,10 +36,14 @@ from traceinsight.report.format import (
 )
 from traceinsight.report.painter import Charts, Painter, draw_charts
 from traceinsight.report.wording import (
+    BOTTLENECKS_HEADING,
+    MEMORY_WARNINGS,
     capture_sentence,
+    input_verdict,
     other_warnings,
     partial_notes,
     projection_sentence,
+    run_header,
     verdict_sentence,
 )
 
@@ -88,9 +92,9 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(_FILTERS)
-    env.globals.update(
-        {f.__name__: f for f in (evidence_rows, gap_step, kernel_tables, step_spread, partial_notes, other_warnings)}
-    )
+    functions = (evidence_rows, gap_step, kernel_tables, step_spread, partial_notes, other_warnings, run_header)
+    env.globals.update({f.__name__: f for f in (*functions, input_verdict)})
+    env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     return env
 
 

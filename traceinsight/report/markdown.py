@@ -8,6 +8,7 @@ from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fm
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
     capture_sentence,
+    input_verdict,
     partial_notes,
     projection_sentence,
     step_after_fix,
@@ -65,7 +66,6 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
     """The summary; `html_link`: where the HTML report is, relative to this file (named so CI can link it)."""
     totals = report["totals"]
     steps = report["steps"]
-    ip = report["input_pipeline"]
     lines = [
         f"## traceinsight: {markdown_cell(report['run'])}",
         "",
@@ -82,7 +82,7 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
         f"| devices | {totals['device_count']} |",
         *(_device_rows(totals) if totals["device_count"] else []),
         f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])}{_spread(steps)} |",
-        f"| input wait | {fmt_pct(ip['fraction'])} ({ip['verdict']}) |",
+        f"| input pipeline | {markdown_cell(input_verdict(report))} |",
         "",
     ]
     if report["bottlenecks"]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, plural
+from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
+    BOTTLENECKS_HEADING,
+    MEMORY_WARNINGS,
     NO_PROJECTION,
     capture_sentence,
+    input_verdict,
     other_warnings,
     partial_notes,
     projection_sentence,
+    run_header,
     step_after_fix,
     verdict_sentence,
 )
@@ -32,7 +36,7 @@ def memory_lines(report: dict[str, Any]) -> list[str]:
         relative = "" if m["absolute"] else " (relative to the profile start)"
         free = f", {fmt_pct(m['headroom_fraction'])} free" if m["headroom_fraction"] is not None else ""
         grow = f", the batch could grow about {m['batch_headroom_factor']:.1f}x" if m["batch_headroom_factor"] else ""
-        warn = "; AT THE LIMIT (peak reserved > 90 % of the device)" if "at_limit" in m["warnings"] else ""
+        warn = "".join(f"; {MEMORY_WARNINGS[w]}" for w in m["warnings"] if w in MEMORY_WARNINGS)
         out.append(f"memory {escape_control(d['id'])}: peak {peak}{of}{relative}{free}{grow}{warn}")
     return out
 
@@ -47,15 +51,10 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
 
-    inputs = report["inputs"]
-    steps = report["steps"]
     lines = [
         paint(f"traceinsight: {escape_control(report['run'])}", _BOLD),
         *([f"  {escape_control(runs)}"] if (runs := runs_line(report)) else []),
-        f"  framework {report['framework']}, {plural(len(inputs), 'input')}, "
-        f"{plural(report['totals']['device_count'], 'device')}, "
-        f"{plural(steps['count'], 'step')} ({steps['source']}: {escape_control(steps['marker'])}), "
-        f"mean step {fmt_ns(steps['mean_ns'])}",
+        "  " + escape_control(", ".join(run_header(report))),
         *([f"  {escape_control(capture)}"] if (capture := capture_sentence(report)) else []),
         "  " + verdict_sentence(report),
     ]
@@ -72,14 +71,9 @@ def render_terminal(report: dict[str, Any], color: bool = False) -> str:
             f"{fmt_count(d['kernels']['small_count']):>9}{fmt_ns(h2d['total_ns']):>11}{fmt_bytes(h2d['bytes']):>12}"
         )
     lines += [f"  {line}" for line in memory_lines(report)]
-    ip = report["input_pipeline"]
-    if ip["verdict"] == "unknown":
-        waiting = "no input-pipeline events in the trace"
-    else:
-        waiting = f"{fmt_pct(ip['fraction'])} of step time waiting for input"
-    lines += ["", f"  input pipeline: {ip['verdict']} ({waiting})", ""]
+    lines += ["", f"  input pipeline: {input_verdict(report)}", ""]
     if report["bottlenecks"]:
-        lines.append(paint("  Bottlenecks (measured stalls first; step after each fix alone)", _BOLD))
+        lines.append(paint(f"  {BOTTLENECKS_HEADING}", _BOLD))
     for b in report["bottlenecks"]:
         sev = paint(f"{b['severity']:<6}", _SEVERITY_COLOUR[b["severity"]])
         basis = " (estimate)" if b["projection"]["basis"] == "estimated" else ""

@@ -10,7 +10,38 @@ from typing import Any
 
 from traceinsight.errors import is_truncation_warning
 from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
-from traceinsight.rules import MIN_STEADY_STEPS
+from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
+
+# The bottleneck list's heading, everywhere it is shown.
+BOTTLENECKS_HEADING = "Bottlenecks: measured stalls first, each with the step it leaves"
+# What each device-memory warning (`analysis/memory.py`) means, in words.
+MEMORY_WARNINGS = {
+    "at_limit": "the memory is at the limit: OOM risk; a larger batch needs activation checkpointing or mixed "
+    f"precision (peak reserved > {AT_LIMIT_FRACTION * 100:g} % of the device)",
+    "slack": "reserved far exceeds allocated: fragmentation or caching-allocator slack (`expandable_segments`, "
+    "`empty_cache` misuse)",
+}
+
+
+def run_header(report: dict[str, Any]) -> list[str]:
+    """The run in a few parts ('framework pytorch', '1 input', '1 device', '6 steps (marker: ProfilerStep#N)',
+    'mean step 175 ms'), which each renderer joins its own way."""
+    steps = report["steps"]
+    return [
+        f"framework {report['framework']}",
+        plural(len(report["inputs"]), "input"),
+        plural(report["totals"]["device_count"], "device"),
+        f"{plural(steps['count'], 'step')} ({steps['source']}: {steps['marker']})",
+        f"mean step {fmt_ns(steps['mean_ns'])}",
+    ]
+
+
+def input_verdict(report: dict[str, Any]) -> str:
+    """'high: 28.0 % of step time waiting for input', or why it is unknown."""
+    ip = report["input_pipeline"]
+    if ip["verdict"] == "unknown":
+        return "unknown: the trace has no input-pipeline events (no tf.data iterator, no DataLoader wait)"
+    return f"{ip['verdict']}: {fmt_pct(ip['fraction'])} of step time waiting for input"
 
 
 def verdict_sentence(report: dict[str, Any]) -> str:
