@@ -25,6 +25,7 @@ from traceinsight.commands.diff import DiffCommand
 from traceinsight.commands.report import ReportCommand
 from traceinsight.errors import TraceError
 from traceinsight.gating import ExpressionError
+from traceinsight.parallel import exit_now
 from traceinsight.report.format import escape_control
 
 COMMANDS = (ReportCommand, DiffCommand)
@@ -83,11 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     if not argv_given and code in (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BAD_INPUT, EXIT_INTERNAL):
         # The command itself, cut short (interrupted, or a read stopped by bad input or the memory limit): its
-        # workers are killed and its files removed; leave now. A normal exit would join the stopped pool's
-        # manager thread, and Python 3.11's exit handler races it to the pool's wake-up pipe (a traceback).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # workers are killed and its files removed; leave now, without the exit handlers (`exit_now` says why).
+        exit_now(code)
     return code
 
 

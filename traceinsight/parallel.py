@@ -17,11 +17,17 @@ Every process this package starts comes from here (`worker_pool`, `Child`), star
 thread, since a thread may hold a lock at the fork that the child then waits for for ever.
 So nothing here leaves a thread behind: a `Child` talks through a pipe, a pool's threads
 end with it.
+
+How many processes is decided here too (`default_jobs`, `idle_cores`, `report_workers`), and so
+is how work is shared with workers that are forked (`forks_workers`): units claimed by whichever
+process is free (`Claims`), objects inherited with the fork (`inherit`) or given at a worker's
+start (`give`). A run cut short leaves without exit handlers (`exit_now`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import multiprocessing
 import os
@@ -39,7 +45,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast
 
 from traceinsight.errors import TraceError
 
@@ -49,6 +55,7 @@ if TYPE_CHECKING:  # Windows has neither fork nor a fork server
     Context = ForkContext | ForkServerContext | SpawnContext
 
 R = TypeVar("R")
+U = TypeVar("U")
 LOCAL = "local"
 WORKERLESS_S = 60.0  # how long a Dask run waits with no worker at all before it gives up
 _POLL_S = 1.0  # how often it looks
@@ -68,6 +75,40 @@ def default_jobs() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def idle_cores() -> int:
+    """The cores this process may run on that the 1-minute load average leaves idle, rounded up (as
+    ``make -l`` judges a machine): a worker on a core another process keeps busy slows both, and the
+    reader's numpy passes, memory-bound, lose more than they gain from it (benchmarks/README.md)."""
+    cores = default_jobs()
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # not known here (not a Unix)
+        return cores
+    return max(1, min(cores, math.ceil(cores - load)))
+
+
+def report_workers() -> int:
+    """How many TensorBoard report jobs run at once by default (each a process of its own): one a core, at least
+    2, so one slow run leaves another free, and at most 4."""
+    return max(2, min(4, os.cpu_count() or 1))
+
+
+def forks_workers() -> bool:
+    """Whether this process's workers would be forked (`start_context`) from it, and it is not itself a worker
+    (whose pool uses the cores already): a worker started otherwise imports, and reads its input's layout, anew."""
+    return multiprocessing.parent_process() is None and start_context().get_start_method() == "fork"
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with `code` at once, its output flushed but no exit handler run: for a command cut short
+    (interrupted, or a read stopped by bad input or the memory limit), whose pools `stop_pool` killed. A normal
+    exit would join a stopped pool's manager thread, and Python 3.11's exit handler (``concurrent.futures``')
+    races it to the pool's wake-up pipe (a traceback)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def map_files(
@@ -198,6 +239,61 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             process.join(5)
     with suppress(OSError, AttributeError):  # the workers are gone: no one else writes there
         results._writer.close()  # type: ignore[union-attr]
+
+
+class Claims(Generic[U]):
+    """Units of work, largest first (by `sizes`), each claimed once by whichever process is free: the one that
+    started the pool and its workers alike, so none waits to be handed work and none is left with a big one at the
+    end. (A process that hands the units out cannot while it does one itself: its workers then idle.) The count of
+    units claimed is a `multiprocessing.Value` of `context`, so the claims go to the workers as they start
+    (`worker_pool`'s `setup`: `give`), not with a call."""
+
+    def __init__(self, units: Sequence[U], sizes: Sequence[int], context: Context) -> None:
+        self.units = units
+        self.order = sorted(range(len(units)), key=lambda i: -sizes[i])
+        self._claimed = context.Value("q", 0)
+
+    def next(self) -> int | None:
+        """The index of the next unit to do, now this process's; None when every one is claimed."""
+        with self._claimed.get_lock():
+            at = self._claimed.value
+            self._claimed.value = at + 1
+        return self.order[at] if at < len(self.order) else None
+
+
+# What the workers of a pool inherit from the process that forked them (`inherit`), and what each was given as
+# it started (`give`), by key: set before the pool starts them (a pool's workers end with its work).
+_INHERITED: dict[str, Any] = {}
+_GIVEN: dict[str, tuple[Any, ...]] = {}
+
+
+@contextmanager
+def inherit(key: str, value: Any) -> Iterator[None]:
+    """`value` under `key` while in the block, for the workers forked meanwhile (`inherited`): they have it with
+    the fork, not pickled (a large object, or one that does not pickle)."""
+    _INHERITED[key] = value
+    try:
+        yield
+    finally:
+        del _INHERITED[key]
+
+
+def inherited(key: str, otherwise: Callable[[], R]) -> R:
+    """In a worker, the value under `key` it inherited (`inherit`); in one not forked from the process that set
+    it (spawned, from a fork server), ``otherwise()``, made once per process."""
+    if key not in _INHERITED:
+        _INHERITED[key] = otherwise()
+    return cast(R, _INHERITED[key])
+
+
+def give(key: str, *values: Any) -> None:
+    """A worker's start (`worker_pool`'s `setup`): `values` kept under `key` for its calls (`given`)."""
+    _GIVEN[key] = values
+
+
+def given(key: str) -> tuple[Any, ...]:
+    """In a worker, the values it was given under `key` as it started (`give`)."""
+    return _GIVEN[key]
 
 
 class Child:

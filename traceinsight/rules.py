@@ -6,9 +6,11 @@ rules where we follow them (``../shared/notes/peers.md``), our own measurements 
 modules that apply a rule import it from here; how a rule is applied (vectorised, once per distinct
 name) stays with them. Published GPU peaks are data, not rules: ``analysis/hardware.py``.
 
-Sections: event names every reader classifies the same way; the input verdict; steps; gaps and host
-ops; kernels (small, communication, the Tensor Core tables); the step model; device memory; what the
-run already does (``analysis/settings.py``'s detectors); the bottleneck rules (``findings.py``).
+Sections: event names every reader classifies the same way (and the CUDA / HIP graph-capture calls);
+reading in parallel; the GPU-Util target; the input verdict; steps; gaps, blocking calls and host ops;
+kernels (small, communication, the Tensor Core tables); the step model; capture kinds
+(``analysis/capture.py``); device memory; what the run already does (``analysis/settings.py``'s
+detectors); the bottleneck rules (``findings.py``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tests.conftest import SHARED_TRACES, shared_trace
 from traceinsight import parallel
 from traceinsight.errors import TraceError
 from traceinsight.model import COLUMNS, TraceRead, narrowed_ints
-from traceinsight.readers import xspace, xspace_wire
+from traceinsight.readers import xspace, xspace_table, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
 
@@ -683,9 +683,9 @@ def test_workers_only_on_cores_the_machine_leaves_idle(
     monkeypatch: pytest.MonkeyPatch, cores: int, load: float, idle: int
 ) -> None:
     """A big file is read by as many processes as the 1-minute load average leaves cores idle (rounded up)."""
-    monkeypatch.setattr(xspace, "default_jobs", lambda: cores)
-    monkeypatch.setattr(xspace.os, "getloadavg", lambda: (load, load, load))
-    assert xspace.idle_cores() == idle
+    monkeypatch.setattr(parallel, "default_jobs", lambda: cores)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, load, load))
+    assert parallel.idle_cores() == idle
 
 
 def test_strings_told_apart_by_their_words() -> None:
@@ -711,9 +711,9 @@ def test_batch_columns_joined_and_narrowed_as_the_table_would() -> None:
     arrays = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6, 7, 8])]
     keeps = [np.array([True, False, True]), np.array([True, True]), np.array([False, False, False])]
     kept = [int(keep.sum()) for keep in keeps]
-    assert xspace._rows_kept(arrays, keeps, kept, np.int64).tolist() == [1, 3, 4, 5]
+    assert xspace_table.rows_kept(arrays, keeps, kept, np.int64).tolist() == [1, 3, 4, 5]
     assert arrays == []
-    assert xspace._rows_kept([], [], [], np.int32).dtype == np.int32
+    assert xspace_table.rows_kept([], [], [], np.int32).dtype == np.int32
     steps = np.array([-1, 0, 2**31 - 1, 2**31, -(2**31) - 1, 7], np.int64)
     narrowed = narrowed_ints(steps, np.int32)
     assert narrowed.dtype == np.int32

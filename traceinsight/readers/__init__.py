@@ -21,12 +21,11 @@ from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_files import FileText, json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
+from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
-# From about this much JSON on, a Kineto file is decoded by several processes when jobs allow.
-PARALLEL_FILE_MIN_BYTES = 32 << 20
 # How much of a JSON file's text tells what it is: a trace names its events' array near its start.
 SNIFF_BYTES = 1 << 16
 # The key every JSON reader here needs (Kineto and Chrome-trace objects; a bare array of events is refused).

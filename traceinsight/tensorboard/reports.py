@@ -13,7 +13,6 @@ ends the jobs still running.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceinsight.parallel import Child, start_context, start_fork_server
+from traceinsight.parallel import Child, report_workers, start_context, start_fork_server
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
 
 # Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
@@ -99,7 +98,7 @@ class ReportStore:
     def __init__(self, logdir: Path, workers: int | None = None, job: Job | None = None) -> None:
         self._logdir = logdir
         self._job: Job = job or _job
-        self._slots = threading.BoundedSemaphore(workers or max(2, min(4, os.cpu_count() or 1)))
+        self._slots = threading.BoundedSemaphore(workers or report_workers())
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._children: set[Child] = set()
