@@ -7,9 +7,11 @@ for the wrong reason.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Generator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -58,6 +60,17 @@ def shared_trace(relative: str) -> Path:
     if not path.exists():
         _missing(f"../shared/traces/{relative}")
     return path
+
+
+def required_module(name: str, install: str = "pip install -e '.[test]'") -> ModuleType:
+    """Import module `name` for a test that needs it, skipping the test when it is not installed, or failing it
+    under CI: CI installs what `install` does, so there a missing module is a broken setup, not a reason to skip."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        if in_ci():
+            pytest.fail(f"{name} not installed, and CI=true needs it: {install}", pytrace=False)
+        pytest.skip(f"{name} not installed ({install})")
 
 
 @pytest.fixture

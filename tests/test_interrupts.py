@@ -2,8 +2,8 @@
 reader or the chart painter), no process left behind, no output or temp file left.
 
 The input is a real Kineto trace (../shared/traces) replicated to about 300 MB (`benchmarks/replicate.py`, the
-`trace_300mb` fixture), as the issue asks: the signal lands while it is being read, by several processes when
-there are cores for them.
+`trace_300mb` fixture), as the issue asks: the signal lands while it is being read, by several processes (the
+test waits until /proc shows the trace open in the main process and read by every worker, not for a fixed time).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import REPO
 
+JOBS = 4  # the trace is read by JOBS - 1 worker processes, and by the main process when they are all busy
+
 
 def _session(sid: int) -> list[int]:
     """Every live process of session `sid` (children and orphaned grandchildren alike), from /proc."""
@@ -33,6 +35,47 @@ def _session(sid: int) -> list[int]:
         if int(fields[3]) == sid and fields[0] != "Z":  # fields: state, ppid, pgrp, session
             found.append(int(entry.name))
     return found
+
+
+def _holds_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open, from /proc."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # gone, or not ours to look at
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) == str(path):
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
+def _bytes_read(pid: int) -> int:
+    """The bytes process `pid` has read so far (``rchar``, from /proc; 0 once it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/io").read_text().splitlines()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith("rchar:")), 0)
+
+
+def _wait_read(proc: subprocess.Popen[str], path: Path, workers: int, seconds: float = 60.0) -> bool:
+    """Wait until `path` is being read by several processes: open in the main process, and open in `workers`
+    others of its session that have each read a megabyte since they started (a worker just forked has the
+    main process's files open, but reads nothing until it runs a task: so none is still starting when the signal
+    lands). False when the report ends first, or after `seconds`."""
+    path = path.resolve()
+    readers: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        readers.update(p for p in _session(proc.pid) if p != proc.pid and _holds_open(p, path))
+        started = [p for p in readers if _bytes_read(p) >= 1 << 20]
+        if len(started) >= workers and _holds_open(proc.pid, path):
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def _wait_gone(sid: int, seconds: float = 10.0) -> list[int]:
@@ -53,7 +96,7 @@ def _wait_gone(sid: int, seconds: float = 10.0) -> list[int]:
 def test_signal_mid_report(tmp_path, trace_300mb, signum, code, word, to):
     out = tmp_path / "out"
     out.mkdir()
-    command = [sys.executable, "-m", "traceinsight", "report", str(trace_300mb), "--jobs", "4"]
+    command = [sys.executable, "-m", "traceinsight", "report", str(trace_300mb), "--jobs", str(JOBS)]
     command += ["-o", str(out / "r.html"), "--json", str(out / "r.json"), "--markdown", str(out / "r.md")]
     command += ["--trace-out", str(out / "t.json.gz")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -63,8 +106,7 @@ def test_signal_mid_report(tmp_path, trace_300mb, signum, code, word, to):
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )
     try:
-        time.sleep(1.0)
-        assert proc.poll() is None, "the report ended before the signal: make the input larger"
+        assert _wait_read(proc, trace_300mb, JOBS - 1), "the report ended, or its workers never read the trace"
         if to == "group":
             os.killpg(proc.pid, signum)
         else:

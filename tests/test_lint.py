@@ -1,11 +1,10 @@
-"""The project's own checks, so CI fails on them like on any test: ruff (lint + format) and mypy."""
+"""The project's own checks, so CI fails on them like on any test: ruff (lint + format) and mypy. Both are in the
+`test` extra: without them these tests skip, and under CI (``CI=true``) fail instead."""
 
 import subprocess
 import sys
 
-import pytest
-
-from tests.conftest import REPO
+from tests.conftest import REPO, required_module
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
@@ -13,7 +12,7 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_lint_and_format():
-    pytest.importorskip("ruff")
+    required_module("ruff")
     lint = _run(sys.executable, "-m", "ruff", "check", ".")
     assert lint.returncode == 0, lint.stdout[-3000:]
     fmt = _run(sys.executable, "-m", "ruff", "format", "--check", ".")
@@ -21,6 +20,6 @@ def test_ruff_lint_and_format():
 
 
 def test_mypy():
-    pytest.importorskip("mypy")
+    required_module("mypy")
     result = _run(sys.executable, "-m", "mypy", "traceinsight")
     assert result.returncode == 0, result.stdout[-3000:]

@@ -26,13 +26,27 @@ from traceinsight.parallel import map_files, stop_pool, worker_pool
 ALLOWED_FAILURES = 1  # a task may lose one worker, not two
 
 
+def _drained(fd: int, seconds: float = 10.0) -> bool:
+    """Wait until nothing is left to read in pipe `fd` (its reader has taken every byte written)."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + seconds
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, bytes(4)))[0]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_a_worker_killed_while_sending_leaves_no_thread_waiting() -> None:
     """Half a result in the pipe (a length saying 1,000 bytes, then 10 of them), as a worker killed mid-send
     leaves it: once the workers are stopped, the manager thread reading it ends."""
     with worker_pool(1) as pool:
         assert pool.submit(int, "7").result() == 7
+        reader = pool._result_queue._reader.fileno()  # type: ignore[attr-defined]
         os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1000) + bytes(10))  # type: ignore[attr-defined]
-        time.sleep(0.2)  # the manager thread is reading it now
+        assert _drained(reader), "the manager thread did not read the half result"  # it waits for the rest now
         manager = pool._executor_manager_thread  # type: ignore[attr-defined]
         stop_pool(pool)
     manager.join(5)

@@ -518,16 +518,25 @@ def test_kineto_impossible_occupancy_is_dropped(tmp_path):
 
 
 def test_kineto_integer_beyond_a_double_in_an_id_is_tolerated(tmp_path):
+    """A kernel copied with a thread id no int64 holds: read (a kernel's row has no thread), so it is the
+    kernel's exact duplicate, skipped and counted; every other row is as in the clean trace."""
+    clean = _kineto(tmp_path, corpus.kineto_doc(), "clean.pt.trace.json")
     doc = corpus.kineto_doc()
     doc["traceEvents"].append({**_first_kernel(doc), "tid": 10**400})
-    _kineto(tmp_path, doc)
+    read = _kineto(tmp_path, doc)
+    _same_rows(read.events, clean.events)
+    assert read.warnings == clean.warnings + Counter({"kineto: exact duplicate events skipped": 1})
 
 
 def test_chrome_integer_beyond_a_double_in_a_stat_is_tolerated(tmp_path):
+    """A stat the reader does not use, holding an integer no double holds: the same table and warnings."""
+    clean = read_trace(_write(tmp_path, "clean.trace.json", corpus.chrome_export()))
     doc = corpus.chrome_export()
     kernel = next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1)
     kernel["args"]["theoretical_occupancy_pct"] = 10**400
-    read_trace(_write(tmp_path, "big.trace.json", doc))
+    read = read_trace(_write(tmp_path, "big.trace.json", doc))
+    _same_rows(read.events, clean.events)
+    assert read.warnings == clean.warnings
 
 
 def test_syntax_error_after_a_damaged_event_is_a_trace_error(tmp_path, capsys):

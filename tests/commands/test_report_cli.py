@@ -159,10 +159,10 @@ def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
     from traceinsight.report.terminal import render_terminal
 
     _, report, _ = input_bound_outputs
-    assert "input pipeline: high (" in render_terminal(report)
+    assert "input pipeline: high: " in render_terminal(report)
     unknown = {**report, "input_pipeline": {**report["input_pipeline"], "verdict": "unknown", "fraction": None}}
     text = render_terminal(unknown)
-    assert "input pipeline: unknown (no input-pipeline events in the trace)" in text and "- of step" not in text
+    assert "input pipeline: unknown: the trace has no input-pipeline events" in text and "- of step" not in text
 
 
 def test_the_painter_is_forked_before_pandas_is_imported_and_never_imports_it(tmp_path):

@@ -580,7 +580,7 @@ def test_broken_inputs(tmp_path: Path, data: bytes, gz: bool, reason: str) -> No
 
 
 def test_gzip_cut_before_its_first_event(tmp_path: Path) -> None:
-    """Files cut later are read as far as they go (tests/test_truncated.py); before the first event, nothing can be."""
+    """Files cut later are read as far as they go (test_truncated.py); before the first event, nothing can be."""
     packed = gzip.compress(json.dumps({"traceEvents": [_x("cpu_op", "a")] * 100}).encode())
     path = tmp_path / "cut.json.gz"
     path.write_bytes(packed[:10])  # the gzip header only

@@ -317,7 +317,7 @@ def test_gzip_is_streamed_too(tmp_path: Path) -> None:
     assert seen == sorted(seen) and seen[-1] == size and len(seen) > 3
 
 
-# Files cut short are read as far as they go: tests/test_truncated.py.
+# Files cut short are read as far as they go: test_truncated.py.
 BROKEN = {
     "syntax error mid-file": DOCS["spaced"].replace(b'"dur": 20', b'"dur": 20,,', 1),
     "trailing garbage": DOCS["spaced"] + b" x",

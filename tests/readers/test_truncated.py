@@ -19,7 +19,7 @@ from markupsafe import escape
 
 from tests import corpus
 from tests.conftest import shared_trace
-from tests.test_scale import DOCS
+from tests.readers.test_scale import DOCS
 from traceinsight.cli import main
 from traceinsight.errors import is_truncation_warning, truncation_warning
 from traceinsight.model import TraceRead
