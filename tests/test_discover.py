@@ -369,7 +369,7 @@ def test_run_names_in_the_page_are_escaped(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["vllm_decode_full", "vllm_prefilldecode_piecewise"])
-def test_real_replay_is_analysed_rather_than_its_capture_pass(name, tmp_path, capsys):
+def test_real_replay_is_analyzed_rather_than_its_capture_pass(name, tmp_path, capsys):
     folder = shared_trace(f"inference/{name}")
     choice = choose_run(folder)
     assert sorted(r.name for r in choice.runs) == [name, f"{name}/capture_traces"]

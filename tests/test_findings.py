@@ -16,7 +16,7 @@ from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
 from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
 from traceinsight.model import DeviceInfo, Profile
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 from traceinsight.report.html import render_html
 from traceinsight.report.markdown import render_markdown
 from traceinsight.report.terminal import render_terminal
@@ -201,17 +201,17 @@ def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
     toy = Rule(TOY, "A toy stall", "half the idle time (a test)", _toy_check, {"any": ("Do the toy fix.",)}, kind=STALL)
     monkeypatch.setattr(findings, "RULES", (*RULES, toy))
     exported = tmp_path / "timeline.json.gz"
-    analysed = analyse_path(
+    analyzed = analyze_path(
         SAMPLE_TRACES / "synthetic_gpu" / "input_bound",
-        on_analysed=lambda analysis, report, files: write_annotated_trace(analysis, report, exported),
+        on_analyzed=lambda analysis, report, files: write_annotated_trace(analysis, report, exported),
     )
-    report = analysed.report
+    report = analyzed.report
     (b,) = [b for b in report["bottlenecks"] if b["id"] == TOY]
     assert b["recommendations"] == ["Do the toy fix."] and b["projection"]["saving_ns"] > 0
     assert TOY in render_terminal(report)
     assert TOY in render_markdown(report)
-    assert TOY in render_html(report, analysed.analysis)
+    assert TOY in render_html(report, analyzed.analysis)
     with gzip.open(exported, "rt") as f:
         slices = [e for e in json.load(f)["traceEvents"] if e.get("name") == TOY]
-    idle = analysed.analysis.step_model.step_ns - analysed.analysis.step_model.device_busy_ns
+    idle = analyzed.analysis.step_model.step_ns - analyzed.analysis.step_model.device_busy_ns
     assert sorted(s["args"]["saving_ns"] for s in slices) == sorted(np.round(0.5 * idle).astype(int).tolist())

@@ -62,10 +62,10 @@ def rank_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
 
 def _report(path: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     code = main(["report", str(path), "-o", str(out / "r.html"), "--json", str(out / "r.json"), "-q", *extra])
-    return code, _analysed(json.loads((out / "r.json").read_text())) if code in (0, 1) else {}
+    return code, _analyzed(json.loads((out / "r.json").read_text())) if code in (0, 1) else {}
 
 
-def _analysed(report: dict[str, Any]) -> dict[str, Any]:
+def _analyzed(report: dict[str, Any]) -> dict[str, Any]:
     """The report less what only says how it was asked for (`meta`: when, the command line, its paths)."""
     meta = {k: v for k, v in report["meta"].items() if k not in ("generated_at", "command", "options", "input")}
     return {**report, "meta": meta}
@@ -176,8 +176,8 @@ def test_without_dask_the_scheduler_option_says_what_to_install(
     ],
     ids=["xspace-steps-lines", "cpu-only-and-gpu-ranks"],
 )
-def test_inputs_analysed_apart_give_the_json_of_the_merged_table(files: dict[str, str], tmp_path: Path) -> None:
-    """With several files and jobs, each input is analysed where it is read and the results merged
+def test_inputs_analyzed_apart_give_the_json_of_the_merged_table(files: dict[str, str], tmp_path: Path) -> None:
+    """With several files and jobs, each input is analyzed where it is read and the results merged
     (`merge_analyses`); one job analyses the merged table. The reports are the same."""
     run = tmp_path / "run"
     for name, source in files.items():
@@ -206,7 +206,7 @@ def test_load_run_reads_the_files_in_processes_into_the_same_table(rank_dir) -> 
 
 def test_trace_out_reads_the_files_in_processes(rank_dir, one_by_one, tmp_path: Path, monkeypatch) -> None:
     """``--trace-out`` needs the run's event table here, so the files are read in processes by `load_run`
-    (not read and analysed apart): the same JSON, and the timeline holds every rank's device."""
+    (not read and analyzed apart): the same JSON, and the timeline holds every rank's device."""
     load = importlib.import_module("traceinsight.load")  # the package's `load` is the API's function
     mapped = []
     real = load.map_run
@@ -282,7 +282,7 @@ def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one
         cwd=REPO,
     )
     code, pid, threads, children = done.stdout.split()
-    assert code == "0" and _analysed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
+    assert code == "0" and _analyzed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
     forks = [line.split() for line in log.read_text().splitlines()]
     assert [p for p, _ in forks] == [pid] * 3  # the painter, then the two workers
     assert {count for _, count in forks} == {"1"}

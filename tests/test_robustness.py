@@ -696,17 +696,17 @@ def test_output_under_a_file_is_refused_before_the_analysis(tmp_path, capsys, mo
     """Every output is checked before any trace is read: a long analysis never fails at its end."""
     (tmp_path / "plain").write_text("a file, not a folder")
     bad = tmp_path / "plain" / "sub" / "r.out"
-    analysed: list[object] = []
-    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: analysed.append(a))
+    analyzed: list[object] = []
+    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: analyzed.append(a))
     args = ["report", str(KINETO_RUN), "-o", str(tmp_path / "r.html"), "-q", option, str(bad)]
     assert main(args) == 2
     _assert_one_line_error(capsys.readouterr().err, str(bad), "Not a directory")
-    assert analysed == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+    assert analyzed == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
 
 
 def test_diff_output_checked_before_the_analysis(tmp_path, capsys, monkeypatch):
     (tmp_path / "plain").write_text("")
-    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: pytest.fail("analysed"))
+    monkeypatch.setattr("traceinsight.api.analyze", lambda *a, **k: pytest.fail("analyzed"))
     bad = tmp_path / "plain" / "d.json"
     assert main(["diff", str(KINETO_RUN), str(KINETO_RUN), "-o", str(tmp_path / "d.html"), "--json", str(bad)]) == 2
     _assert_one_line_error(capsys.readouterr().err, str(bad))

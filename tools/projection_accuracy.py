@@ -84,14 +84,14 @@ def _run_info_mean_ns(side: Path) -> float:
     return float(json.loads((side / "run_info.json").read_text())["mean_step_ms"]) * 1e6
 
 
-def _analyse(path: Path) -> Analysis:
+def _analyze(path: Path) -> Analysis:
     return analyze(load_run(discover(path), path))
 
 
 def row(pair: Pair) -> str:
     """One table row: top bottleneck, projected and measured step after, error."""
-    analysis = _analyse(pair.before)
-    after_mean = _run_info_mean_ns(pair.after) if pair.synced else _analyse(pair.after).steps.mean_ns or 0
+    analysis = _analyze(pair.before)
+    after_mean = _run_info_mean_ns(pair.after) if pair.synced else _analyze(pair.after).steps.mean_ns or 0
     found = find_bottlenecks(analysis)
     top = found[0].id if found else "-"
     mine = next((b for b in found if b.id == pair.fix), None)

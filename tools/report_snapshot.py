@@ -6,7 +6,7 @@ A refactor that must not change behaviour is checked by two snapshots, before an
     python -m tools.report_snapshot /tmp/after       # on the new one
     diff -r /tmp/before /tmp/after                    # nothing
 
-Each run is reported as `traceinsight report BASE --run NAME --json` would report it (`pipeline.analyse_path`),
+Each run is reported as `traceinsight report BASE --run NAME --json` would report it (`pipeline.analyze_path`),
 with one process per file (`--jobs 1`), so the snapshot does not depend on the machine's cores.
 """
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from traceinsight.discover import find_runs
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 from traceinsight.report.json import dumps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def snapshot(out: Path, bases: tuple[Path, ...] = BASES) -> int:
             print(f"report_snapshot: {base} not found, skipped", file=sys.stderr)
             continue
         for run in find_runs(base):
-            report = analyse_path(base, run.name).report
+            report = analyze_path(base, run.name).report
             report.pop("meta", None)
             name = re.sub(r"[^A-Za-z0-9_.-]+", "__", run.name)
             (out / f"{name}.json").write_text(dumps(report) + "\n")

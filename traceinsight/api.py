@@ -36,10 +36,10 @@ from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.limits import MemoryLimit
 from traceinsight.model import Profile
 from traceinsight.pipeline import (
-    Analysed,
-    OnAnalysed,
-    analyse_path,
-    analyse_profile,
+    Analyzed,
+    OnAnalyzed,
+    analyze_path,
+    analyze_profile,
     load_path,
 )
 from traceinsight.report.format import plural
@@ -116,17 +116,17 @@ def analyze(
     *,
     scheduler: str | None = None,
     progress: TextIO | None = None,
-    on_analysed: OnAnalysed | None = None,
+    on_analyzed: OnAnalyzed | None = None,
     max_memory: str | int | None = None,
 ) -> Report:
-    """Read and analyse the run under a path (as ``traceinsight report`` does), or analyse a `Profile` from
+    """Read and analyze the run under a path (as ``traceinsight report`` does), or analyze a `Profile` from
     `load`; the `Report` of it.
 
     `small_kernel_us`: kernels shorter than this count as small (``--small-kernel-us``). `run`: which run
-    under the path (``--run``). `jobs`: read and analyse that many files at a time, one process each
+    under the path (``--run``). `jobs`: read and analyze that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_analysed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
+    `on_analyzed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
     ``--trace-out`` export); the inputs are then read in this process. `max_memory`: as for `load`.
 
     Raises `TraceError` for bad input, as `load` does.
@@ -138,11 +138,11 @@ def analyze(
     if isinstance(path_or_profile, Profile):
         if run is not None:
             raise ValueError("`run` picks one of the runs under a path; a Profile is one run already")
-        return Report(analyse_profile(path_or_profile, small_kernel_ns))
+        return Report(analyze_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
     limit = MemoryLimit.of(max_memory)
-    analysed = analyse_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analysed, limit)
-    return Report(analysed, path)
+    analyzed = analyze_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit)
+    return Report(analyzed, path)
 
 
 def _check_jobs(jobs: int) -> None:
@@ -157,8 +157,8 @@ class Report:
     In a notebook a `Report` shows itself (`_repr_html_`): the headline, the bottleneck cards and the timeline.
     """
 
-    def __init__(self, analysed: Analysed, path: Path | None = None) -> None:
-        self._analysed = analysed
+    def __init__(self, analyzed: Analyzed, path: Path | None = None) -> None:
+        self._analyzed = analyzed
         self._path = path
 
     # ----------------------------------------------------------------------------------------- what it is of
@@ -166,27 +166,27 @@ class Report:
     @property
     def run(self) -> str:
         """The run's name (``<logdir>/<run>``, a folder or a file name)."""
-        return str(self._analysed.report["run"])
+        return str(self._analyzed.report["run"])
 
     @property
     def files(self) -> tuple[Path, ...]:
         """The trace files read (empty for a report of a `Profile` passed in): `save` never writes over them."""
-        return self._analysed.files
+        return self._analyzed.files
 
     @property
     def analysis(self) -> Analysis:
         """Every analysis' own result (`traceinsight.analysis.Analysis`), without the event table."""
-        return self._analysed.analysis
+        return self._analyzed.analysis
 
     @property
     def verdict(self) -> str:
         """The headline sentence: GPU-Util over the steps and the main bottleneck with its cost a step."""
-        return verdict_sentence(self._analysed.report)
+        return verdict_sentence(self._analyzed.report)
 
     @property
     def headline(self) -> str | None:
         """What fixing the top bottlenecks together would do to the step; None when none fires."""
-        return projection_sentence(self._analysed.report)
+        return projection_sentence(self._analyzed.report)
 
     # ----------------------------------------------------------------------------------------- DataFrames
 
@@ -199,7 +199,7 @@ class Report:
         `recommendations` (a list of fixes) and `evidence` (a dict of figures)."""
         rows = [
             {**{k: v for k, v in b.items() if k != "projection"}, **b["projection"]}
-            for b in self._analysed.report["bottlenecks"]
+            for b in self._analyzed.report["bottlenecks"]
         ]
         return _frame(rows, _BOTTLENECK_COLUMNS)
 
@@ -210,7 +210,7 @@ class Report:
         ``devices[].gaps.total_ns``, `kernels_small_count`, `copies_h2d_bytes`, `memset_count`, ...). The
         histograms and lists are left out: `gaps` and `kernels` have them."""
         rows = []
-        for d in self._analysed.report["devices"]:
+        for d in self._analyzed.report["devices"]:
             row = {"device": d["id"], **{k: v for k, v in d.items() if k != "id"}}
             rows.append(dict(_flattened(row)))
         return _frame(rows, _DEVICE_COLUMNS)
@@ -254,7 +254,7 @@ class Report:
         (1 = most time), `name`, `count`, `total_ns`, `mean_ns`, `tensor_core`."""
         rows = [
             {"device": d["id"], "rank": rank, **top}
-            for d in self._analysed.report["devices"]
+            for d in self._analyzed.report["devices"]
             for rank, top in enumerate(d["kernels"]["top"], start=1)
         ]
         return _frame(rows, _KERNEL_COLUMNS)
@@ -266,7 +266,7 @@ class Report:
         `dur_ns`."""
         rows = [
             {"id": s["id"], "start_ns": s["start_ns"], "dur_ns": s["dur_ns"], **s["breakdown"]}
-            for s in self._analysed.report["steps"]["items"]
+            for s in self._analyzed.report["steps"]["items"]
         ]
         return _frame(rows, ("id", "start_ns", "dur_ns", *BREAKDOWN))
 
@@ -275,7 +275,7 @@ class Report:
         """The framework ops on the host of the step input: the top ones by self time, then the input
         pipeline's own functions (ops that run mostly inside input waits) not among them: `name`, `function`
         (the name people know), `calls`, `total_ns`, `self_ns`, `holds_gil`, `input_function`."""
-        ops = self._analysed.report["host_ops"]
+        ops = self._analyzed.report["host_ops"]
         inputs = {op["name"] for op in ops["input_functions"]}
         top = {op["name"] for op in ops["top"]}
         rows = [{**op, "input_function": op["name"] in inputs} for op in ops["top"]]
@@ -286,8 +286,8 @@ class Report:
     def capture(self) -> dict[str, Any]:
         """What kind of capture the trace is (the JSON's ``capture``): `kind` (training, inference, graph_capture,
         warmup, microbenchmark, unknown), the `evidence` that decided it, the serving framework (`server`), the
-        one-time costs, and how many steps after them were analysed (`steady_steps`)."""
-        return dict(self._analysed.report["capture"])
+        one-time costs, and how many steps after them were analyzed (`steady_steps`)."""
+        return dict(self._analyzed.report["capture"])
 
     @property
     def graph_replays(self) -> pd.DataFrame:
@@ -304,7 +304,7 @@ class Report:
     def waits(self) -> pd.DataFrame:
         """The longest blocking waits (the JSON's ``waits.items``): `name`, `start_ns`, `dur_ns`, `own_device_ns`,
         `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
-        rows = [{**w, "waited_for": "; ".join(w["waited_for"])} for w in self._analysed.report["waits"]["items"]]
+        rows = [{**w, "waited_for": "; ".join(w["waited_for"])} for w in self._analyzed.report["waits"]["items"]]
         return _frame(rows, _WAIT_COLUMNS)
 
     # ----------------------------------------------------------------------------------------- documents
@@ -317,22 +317,22 @@ class Report:
 
     def to_json(self) -> str:
         """The ``--json`` document as text, as the CLI writes it (sorted keys, two-space indent)."""
-        return dumps(self._analysed.report)
+        return dumps(self._analyzed.report)
 
     def to_html(self, painter: Painter | None = None) -> str:
         """The full page, one self-contained file (no network requests), as ``traceinsight report -o`` writes
         it; its charts drawn by `painter` (the CLI's, in a process of its own), else here."""
         if painter is None:
             _import_charts()
-        return render_html(self._analysed.report, self.analysis, painter)
+        return render_html(self._analyzed.report, self.analysis, painter)
 
     def to_markdown(self, html_link: str | None = None) -> str:
         """The short Markdown summary for CI (``--markdown``); `html_link`: where the HTML page is, to link it."""
-        return render_markdown(self._analysed.report, html_link=html_link)
+        return render_markdown(self._analyzed.report, html_link=html_link)
 
     def to_text(self, color: bool = False) -> str:
         """The summary the CLI prints (ANSI colours when `color`)."""
-        return render_terminal(self._analysed.report, color=color)
+        return render_terminal(self._analyzed.report, color=color)
 
     def save(
         self, html: PathLike | None = None, json: PathLike | None = None, markdown: PathLike | None = None
@@ -351,9 +351,9 @@ class Report:
         write_outputs(outputs, self.files)
 
     def record_invocation(self, command: Sequence[str], options: Mapping[str, Any]) -> None:
-        """Fill `meta`'s invocation fields (time, command line, options, the path analysed), as the CLI does
+        """Fill `meta`'s invocation fields (time, command line, options, the path analyzed), as the CLI does
         before it writes its files."""
-        add_invocation(self._analysed.report, command, options, self._path)
+        add_invocation(self._analyzed.report, command, options, self._path)
 
     # ----------------------------------------------------------------------------------------- display
 
@@ -362,13 +362,13 @@ class Report:
         with its own scoped style: no script, no network request, well under 1 MB; text from the trace is
         escaped."""
         _import_charts()
-        return render_notebook(self._analysed.report, self.analysis)
+        return render_notebook(self._analyzed.report, self.analysis)
 
     def __str__(self) -> str:
         return self.to_text()
 
     def __repr__(self) -> str:
-        report = self._analysed.report
+        report = self._analyzed.report
         top = report["bottlenecks"][0]["id"] if report["bottlenecks"] else "none"
         return (
             f"<traceinsight.Report {self.run!r}: {plural(report['totals']['device_count'], 'device')}, "

@@ -366,7 +366,7 @@ def _warmup_in_window(a: Analysis) -> Finding | None:
             "one_time_ns": c.one_time_ns,
             "one_time_share": c.one_time_share,
             "one_time": [asdict(cost) for cost in c.one_time],
-            "steady_steps_analysed": c.steady_steps,
+            "steady_steps_analyzed": c.steady_steps,
         },
         fix(m),
         severity="high",

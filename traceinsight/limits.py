@@ -2,7 +2,7 @@
 line saying what to do, instead of being found out by the OOM killer once the machine swaps.
 
 What is limited is what grows with a trace: its events, at `EVENT_BYTES` each while they are loaded and
-analysed (the event table holds about 80 bytes an event; decoding and the analyses' columns add the rest: on
+analyzed (the event table holds about 80 bytes an event; decoding and the analyses' columns add the rest: on
 benchmarks/bench_scale.py's 306 MB trace the peak above the imports is 150-180 bytes an event). Readers project
 the whole file's events from the part read so far (`MemoryLimit.check_events`), so a trace that cannot fit
 stops after its first chunk, and a gzip bomb as soon as its inflated part shows how much it holds. A file read

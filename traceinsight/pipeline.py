@@ -1,9 +1,9 @@
 """Path -> report dict -> files and exit code: the one path behind the Python API (`traceinsight.api`) and
 every command that reads traces.
 
-`analyse_path` runs the one-way pipeline (discover -> load_run -> analyze ->
+`analyze_path` runs the one-way pipeline (discover -> load_run -> analyze ->
 find_bottlenecks -> build_report), reading and analysing the inputs in processes
-or on a Dask cluster when asked; `analyse_profile` runs its second half on a
+or on a Dask cluster when asked; `analyze_profile` runs its second half on a
 profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
 baseline JSON rather than the trace it came from. (Writing the outputs is
@@ -47,12 +47,12 @@ _MAX_REPORT_BYTES = 256 << 20
 
 
 # Called with the analysis (event table still in it), its report and the run's files (never to be overwritten).
-OnAnalysed = Callable[[Analysis, dict[str, Any], tuple[Path, ...]], None]
+OnAnalyzed = Callable[[Analysis, dict[str, Any], tuple[Path, ...]], None]
 
 
 @dataclass(frozen=True)
-class Analysed:
-    """One analysed run: its files (never to be overwritten; None for a profile loaded beforehand), the analysis
+class Analyzed:
+    """One analyzed run: its files (never to be overwritten; None for a profile loaded beforehand), the analysis
     (for charts) and the report."""
 
     run: Run | None
@@ -76,54 +76,54 @@ def find_run(path: Path, run_name: str | None = None) -> RunChoice:
 def load_path(
     path: Path, run_name: str | None = None, jobs: int = 1, limit: MemoryLimit | None = None
 ) -> tuple[Run, Profile]:
-    """The run under `path` and its inputs read into one profile, as `analyse_path` reads them in this process."""
+    """The run under `path` and its inputs read into one profile, as `analyze_path` reads them in this process."""
     run = find_run(path, run_name).run
     return run, load_run(run, path, jobs, limit=limit)
 
 
-def analyse_path(
+def analyze_path(
     path: Path,
     run_name: str | None = None,
     small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS,
     jobs: int = 1,
     scheduler: str | None = None,
     progress: TextIO | None = None,
-    on_analysed: OnAnalysed | None = None,
+    on_analyzed: OnAnalyzed | None = None,
     limit: MemoryLimit | None = None,
-) -> Analysed:
-    """Find the run under `path`, read and analyse it, and build its report (`load_run` takes `jobs`,
-    `scheduler`, `progress` and `limit`). `on_analysed(analysis, report, files)` is called while the analysis
-    still holds the run's event table (an export needs it), so with it the inputs are read here, never analysed
+) -> Analyzed:
+    """Find the run under `path`, read and analyze it, and build its report (`load_run` takes `jobs`,
+    `scheduler`, `progress` and `limit`). `on_analyzed(analysis, report, files)` is called while the analysis
+    still holds the run's event table (an export needs it), so with it the inputs are read here, never analyzed
     apart."""
     choice = find_run(path, run_name)
     run = choice.run
-    if on_analysed is None and reads_in_parallel(run, jobs, scheduler):
-        # Each input is read and analysed where it is read (a process, a Dask worker): only its results
+    if on_analyzed is None and reads_in_parallel(run, jobs, scheduler):
+        # Each input is read and analyzed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
         each = shared_limit(limit, scheduler, min(jobs, len(run.files)))  # jobs tables at a time
-        read_and_analyse = partial(
-            _read_and_analyse, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each
+        read_and_analyze = partial(
+            _read_and_analyze, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each
         )
-        parts = map_run(read_and_analyse, run, jobs, scheduler, progress)
+        parts = map_run(read_and_analyze, run, jobs, scheduler, progress)
         profile = merge_reads([read for read, _ in parts], name=run.name)
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit)
         analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
-    return _reported(analysis, choice, path, on_analysed)
+    return _reported(analysis, choice, path, on_analyzed)
 
 
-def analyse_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysed:
-    """The report of a profile already loaded (`load_path`): the second half of `analyse_path`."""
+def analyze_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analyzed:
+    """The report of a profile already loaded (`load_path`): the second half of `analyze_path`."""
     return _reported(analyze(profile, small_kernel_ns=small_kernel_ns), None, None)
 
 
 def _reported(
-    analysis: Analysis, choice: RunChoice | None, path: Path | None, on_analysed: OnAnalysed | None = None
-) -> Analysed:
+    analysis: Analysis, choice: RunChoice | None, path: Path | None, on_analyzed: OnAnalyzed | None = None
+) -> Analyzed:
     """The report of an analysis (when it came from `path`: with the versions a `run_info.json` beside the run
     lists, every run found there and why this one), and the analysis without its event table (after
-    `on_analysed` saw it with the table)."""
+    `on_analyzed` saw it with the table)."""
     report = build_report(analysis, find_bottlenecks(analysis))
     run = None if choice is None else choice.run
     if choice is not None and path is not None:
@@ -133,16 +133,16 @@ def _reported(
         report["warnings"]["unreadable_folders"] = len(run.unreadable)
     if run is not None and run.not_traces:  # JSON files under the path that are no traces, skipped
         report["warnings"]["not_a_trace"] = run.not_traces
-    if on_analysed is not None:
-        on_analysed(analysis, report, () if run is None else run.files)
+    if on_analyzed is not None:
+        on_analyzed(analysis, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
-    return Analysed(run, analysis.without_events(), report)
+    return Analyzed(run, analysis.without_events(), report)
 
 
-def _read_and_analyse(
+def _read_and_analyze(
     path: Path, base: Path, small_kernel_ns: int, limit: MemoryLimit | None
 ) -> tuple[TraceRead, Analysis]:
-    """One input read and analysed alone (`merge_analyses` puts the run together), without its event table."""
+    """One input read and analyzed alone (`merge_analyses` puts the run together), without its event table."""
     read = read_input(path, base, limit=limit)
     analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
     return replace(read, events=read.events.iloc[:0]), analysis

@@ -401,7 +401,7 @@ ONE_TIME_MIN_NS = 1_000_000
 FIRST_CALL_MIN_NS = 100_000_000
 FIRST_CALL_RATIO = 20.0
 # One-time costs covering this share of the window make it a warm-up capture (kind `warmup`); at least this many
-# steps after them are a steady state, analysed alone.
+# steps after them are a steady state, analyzed alone.
 WARMUP_MIN_SHARE = 0.25
 STEADY_MIN_STEPS = 2
 # Training: backward ops (PyTorch autograd, TF's gradient tape, JAX's transposed jvp) or an optimizer update (the

@@ -12,7 +12,7 @@ from tests.analysis.builders import US, host, kernel, launch, profile
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.findings import find_bottlenecks, headline_projection
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 
 WARMUP = SAMPLE_TRACES / "warmup"
 
@@ -24,7 +24,7 @@ def _run_info(folder):
 @pytest.mark.parametrize("run", ["torch_compile_first_call", "torch_compile_first_call_steps", "tf_jit_first_call"])
 def test_compilation_in_the_window_is_warmup(run):
     folder = WARMUP / run
-    a = analyse_path(folder).analysis
+    a = analyze_path(folder).analysis
     assert a.capture.kind == "warmup"
     # The one-time costs the trace names lie inside the first call, and are most of it.
     first_call_ns = _run_info(folder)["compile_s"] * 1e9
@@ -37,17 +37,17 @@ def test_compilation_in_the_window_is_warmup(run):
 
 
 @pytest.mark.parametrize(("run", "steps_after"), [("torch_compile_first_call_steps", 4), ("tf_jit_first_call", 4)])
-def test_steps_after_the_warmup_are_analysed_alone(run, steps_after):
+def test_steps_after_the_warmup_are_analyzed_alone(run, steps_after):
     """With step markers after the compilation, those steps are the report's: their mean is the measured one."""
     folder = WARMUP / run
-    a = analyse_path(folder).analysis
+    a = analyze_path(folder).analysis
     assert a.capture.steady_steps == steps_after == a.steps.count
     later_ms = _run_info(folder)["profiled_step_wall_ms"][1:]
     assert a.steps.mean_ns == pytest.approx(sum(later_ms) / len(later_ms) * 1e6, rel=0.25)
 
 
 def test_without_steps_after_it_a_warmup_projects_nothing():
-    a = analyse_path(WARMUP / "torch_compile_first_call").analysis
+    a = analyze_path(WARMUP / "torch_compile_first_call").analysis
     assert a.capture.steady_steps == 0 and not a.capture.projects
     assert [b.id for b in find_bottlenecks(a)] == ["warmup_in_window"]
     assert headline_projection(a) is None
@@ -55,25 +55,25 @@ def test_without_steps_after_it_a_warmup_projects_nothing():
 
 @pytest.mark.parametrize("run", ["torch_compile_scheduled", "tf_jit_after_steps"])
 def test_profiled_after_warmup_is_not_warmup(run):
-    a = analyse_path(WARMUP / run).analysis
+    a = analyze_path(WARMUP / run).analysis
     assert a.capture.kind != "warmup"
     assert a.capture.one_time_share < 0.05
     assert "warmup_in_window" not in {b.id for b in find_bottlenecks(a)}
 
 
 def test_scheduled_torch_compile_loop_is_training():
-    assert analyse_path(WARMUP / "torch_compile_scheduled").analysis.capture.kind == "training"
+    assert analyze_path(WARMUP / "torch_compile_scheduled").analysis.capture.kind == "training"
 
 
 def test_microbenchmark_reports_figures_but_no_step_claim():
-    a = analyse_path(SAMPLE_TRACES / "microbenchmark" / "torch_layer_norm").analysis
+    a = analyze_path(SAMPLE_TRACES / "microbenchmark" / "torch_layer_norm").analysis
     assert a.capture.kind == "microbenchmark"
     assert "aten::layer_norm x200" in a.capture.evidence[0]
     assert find_bottlenecks(a) == [] and headline_projection(a) is None
     assert a.host_ops.top  # its figures are still reported
 
 
-def test_context_creation_in_the_first_allocation_is_warmup_and_the_steps_after_it_are_analysed():
+def test_context_creation_in_the_first_allocation_is_warmup_and_the_steps_after_it_are_analyzed():
     # The first aten::empty_strided takes 30 s (CUDA context creation inside it); later ones 5 us. Then three
     # marked 10 ms steps of one 4 ms kernel each follow.
     rows = [host("cpu_op", 0, 30_000_000, "aten::empty_strided")]
@@ -93,20 +93,20 @@ def test_context_creation_in_the_first_allocation_is_warmup_and_the_steps_after_
 
 @pytest.mark.parametrize("folder", ["vllm_decode_full", "vllm_prefilldecode_piecewise", "sglang_decode"])
 def test_a_graph_capture_pass_gets_no_stall_finding(folder):
-    a = analyse_path(shared_trace(f"inference/{folder}/capture_traces")).analysis
+    a = analyze_path(shared_trace(f"inference/{folder}/capture_traces")).analysis
     assert a.capture.kind == "graph_capture"
     assert find_bottlenecks(a) == [] and headline_projection(a) is None
 
 
 @pytest.mark.parametrize(("folder", "server"), [("vllm_decode_full", "vLLM"), ("vllm_prefilldecode_piecewise", "vLLM")])
 def test_a_replay_is_the_servers_inference(folder, server):
-    a = analyse_path(shared_trace(f"inference/{folder}")).analysis
+    a = analyze_path(shared_trace(f"inference/{folder}")).analysis
     assert (a.capture.kind, a.capture.server) == ("inference", server)
 
 
 @pytest.mark.parametrize("run", ["kineto/resnet50_num_workers_0", "tf_cpu/a_input_bound", "hta/nccl_parser_config"])
 def test_training_runs_are_training(run):
-    assert analyse_path(shared_trace(run)).analysis.capture.kind == "training"
+    assert analyze_path(shared_trace(run)).analysis.capture.kind == "training"
 
 
 def _server_host_bound(frame: str):

@@ -9,7 +9,7 @@ from tests.analysis.builders import US, kernel, launch, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.findings import find_bottlenecks
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 
 
 def _two_replays():
@@ -71,7 +71,7 @@ def _raw_graph_launches(path) -> tuple[int, int]:
 def test_vllm_replays_count_once(folder):
     path = shared_trace(f"inference/{folder}/graph_execution.json.gz")
     launches, replayed = _raw_graph_launches(path)
-    a = analyse_path(path).analysis
+    a = analyze_path(path).analysis
     kernels = sum(k.count for k in a.kernels)
     launched = sum(k.launched_count for k in a.kernels)
     assert a.graphs.count == launches and sum(k.replayed_count for k in a.kernels) == replayed

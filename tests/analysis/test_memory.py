@@ -34,7 +34,7 @@ from traceinsight.readers import read_trace
 GIB = 2**30
 
 
-def _analysed(rel: str) -> tuple[Profile, list[Any], list[DeviceMemory]]:
+def _analyzed(rel: str) -> tuple[Profile, list[Any], list[DeviceMemory]]:
     profile = merge_reads([read_trace(shared_trace(rel))])
     steps = find_steps(profile.events).items
     return profile, steps, profile_memory(profile, steps)
@@ -95,7 +95,7 @@ def _check_steps_and_ops(memory: DeviceMemory, rows: pd.DataFrame, steps: list[A
 
 @pytest.mark.parametrize(("rel", "absolute"), KINETO_MEMORY)
 def test_kineto_peaks_capacity_and_steps(rel: str, absolute: bool) -> None:
-    profile, steps, memories = _analysed(rel)
+    profile, steps, memories = _analyzed(rel)
     expected = kineto_expected(rel)
     assert [m.device for m in memories] == sorted(expected)
     for memory in memories:
@@ -121,7 +121,7 @@ def test_kineto_peaks_capacity_and_steps(rel: str, absolute: bool) -> None:
 
 @pytest.mark.parametrize("rel", XSPACE_MEMORY)
 def test_xspace_peaks_limit_capacity_and_steps(rel: str) -> None:
-    profile, steps, memories = _analysed(rel)
+    profile, steps, memories = _analyzed(rel)
     expected = xspace_expected(rel)
     assert {m.device for m in memories} == set(expected)
     for memory in memories:
@@ -142,10 +142,10 @@ def test_xspace_peaks_limit_capacity_and_steps(rel: str) -> None:
 
 def test_real_figures() -> None:
     """A few numbers as people would read them."""
-    gpu4 = next(m for m in _analysed(XSPACE_MEMORY[1])[2] if m.device == "GPU:4")
+    gpu4 = next(m for m in _analyzed(XSPACE_MEMORY[1])[2] if m.device == "GPU:4")
     assert gpu4.peak_allocated_bytes == 6_208_853_760 and gpu4.capacity_bytes == 16_945_512_448
     assert gpu4.top_ops_at_peak[0].op.endswith("word_embeddings/GatherV2/Cast")
-    _, _, (qwen,) = _analysed(KINETO_MEMORY[2][0])
+    _, _, (qwen,) = _analyzed(KINETO_MEMORY[2][0])
     assert qwen.peak_step == 6 and qwen.top_ops_at_peak[0].op == "aten::linear"
     assert qwen.batch_headroom_factor is not None and qwen.batch_headroom_factor > 10  # 0.5 B model, 80 GB
 

@@ -20,7 +20,7 @@ from traceinsight.report.json import build_report
 TOLERANCE = 0.25
 
 
-def _analyse(path: Path):
+def _analyze(path: Path):
     return analyze(load_run(discover(path), path))
 
 
@@ -78,7 +78,7 @@ def _profiler_step_mean_ns(path: Path) -> float:
 
 
 def _check_pair(before: Path, measured_after_ns: float, fix_id: str, basis: str = "measured"):
-    analysis = _analyse(before)
+    analysis = _analyze(before)
     top = find_bottlenecks(analysis)[0]
     assert top.id == fix_id
     assert top.projection.basis == basis
@@ -99,7 +99,7 @@ def _run_info_mean_ns(folder: Path) -> float:
 
 def _hidden_input_step(before: Path) -> tuple[int, int]:
     """The step before, and once the input is fully hidden (the fix caches the data)."""
-    (b,) = [b for b in find_bottlenecks(_analyse(before)) if b.id == "input_bound"]
+    (b,) = [b for b in find_bottlenecks(_analyze(before)) if b.id == "input_bound"]
     return b.projection.step_ns_before, b.evidence["step_ns_after_hidden"]
 
 
@@ -177,7 +177,7 @@ def shared_reports() -> dict[str, dict]:
         pytest.skip("../shared/traces not available")
     reports = {}
     for run in runs:
-        analysis = _analyse(run)
+        analysis = _analyze(run)
         reports[str(run.relative_to(SHARED_TRACES))] = build_report(analysis, find_bottlenecks(analysis))
     return reports
 

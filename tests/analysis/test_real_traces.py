@@ -93,7 +93,7 @@ def _plain_xspace(path: Path):
     return out
 
 
-def _analyse(path: Path):
+def _analyze(path: Path):
     return analyze(load_run(discover(path), path))
 
 
@@ -101,7 +101,7 @@ def _analyse(path: Path):
 def test_idle_fraction_and_small_kernels_match_plain_arithmetic(relative):
     path = shared_trace(relative)
     want = _plain_xspace(path) if relative.endswith(".pb") else _plain_kineto(path)
-    analysis = _analyse(path)
+    analysis = _analyze(path)
     got = {
         u.id: (u.idle_fraction, k.count, k.small_count) for u, k in zip(analysis.devices, analysis.kernels, strict=True)
     }
@@ -117,15 +117,15 @@ def test_gpu_util_is_the_kernel_union_over_the_span(relative):
     """What nvidia-smi's GPU-Util shows: time some kernel runs (copies and memsets do not count) / device span."""
     path = shared_trace(relative)
     want = _plain_xspace(path) if relative.endswith(".pb") else _plain_kineto(path)
-    got = {u.id: u.gpu_util for u in _analyse(path).devices}
+    got = {u.id: u.gpu_util for u in _analyze(path).devices}
     assert sorted(got) == sorted(want)
     for dev, (*_, util) in want.items():
         assert got[dev] == pytest.approx(util, abs=0.002), dev
 
 
 def test_resnet_dataloader_verdicts():
-    slow = _analyse(shared_trace(RESNET_NW0))
-    fixed = _analyse(shared_trace(RESNET_NW4))
+    slow = _analyze(shared_trace(RESNET_NW0))
+    fixed = _analyze(shared_trace(RESNET_NW4))
     found = find_bottlenecks(slow)
     assert found[0].id == "input_bound"
     assert any("num_workers" in r for r in found[0].recommendations)
@@ -142,7 +142,7 @@ def _xprof_input_fraction(scenario: str) -> float:
 
 
 def test_tf_cpu_input_bound_matches_xprof():
-    analysis = _analyse(shared_trace("tf_cpu/a_input_bound"))
+    analysis = _analyze(shared_trace("tf_cpu/a_input_bound"))
     assert analysis.steps.source == "marker" and analysis.steps.count == 10
     assert analysis.input_pipeline.fraction == pytest.approx(_xprof_input_fraction("a_input_bound"), abs=0.03)
     assert analysis.input_pipeline.verdict == "high"
@@ -152,26 +152,26 @@ def test_tf_cpu_input_bound_matches_xprof():
 
 
 def test_tf_cpu_tuned_pipeline_is_not_input_bound():
-    analysis = _analyse(shared_trace("tf_cpu/b_input_tuned"))
+    analysis = _analyze(shared_trace("tf_cpu/b_input_tuned"))
     assert analysis.input_pipeline.fraction < 0.05
     assert analysis.input_pipeline.verdict in ("potential", "none")  # XProf: "POTENTIALLY input-bound"
 
 
 def test_compute_bound_trace_has_no_high_severity_bottleneck():
-    analysis = _analyse(shared_trace(COMPUTE_BOUND))  # HTA: 2.6 % idle
+    analysis = _analyze(shared_trace(COMPUTE_BOUND))  # HTA: 2.6 % idle
     assert analysis.devices[0].idle_fraction < 0.03
     assert all(b.severity != "high" for b in find_bottlenecks(analysis))
 
 
 @pytest.mark.parametrize("relative", ["hta/nccl_parser_config/nccl_data.json.gz", "tracelens/b200/eager_trace.json.gz"])
 def test_host_launch_bound_traces(relative):
-    found = find_bottlenecks(_analyse(shared_trace(relative)))
+    found = find_bottlenecks(_analyze(shared_trace(relative)))
     assert found[0].id in ("launch_bound", "host_bound")
     assert found[0].severity == "high"
 
 
 def test_cpu_only_trace_says_no_gpu_activity():
-    analysis = _analyse(shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    analysis = _analyze(shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert analysis.devices == []
     assert find_bottlenecks(analysis) == []
     assert analysis.input_pipeline.verdict == "unknown"  # no DataLoader or tf.data events: nothing to judge
@@ -180,7 +180,7 @@ def test_cpu_only_trace_says_no_gpu_activity():
 def test_no_launch_bound_on_a_deep_launch_queue():
     """ResNet-50 num_workers=0: kernels wait ~10 ms in the launch queue (the host is ahead of the GPU), so the
     host-launch gaps are not 'the host cannot launch fast enough' (issue 19)."""
-    analysis = _analyse(shared_trace(RESNET_NW0))
+    analysis = _analyze(shared_trace(RESNET_NW0))
     delays = [k.launch_delay_p50_ns for k in analysis.kernels]
     assert min(delays) > 1_000_000
     found = {b.id for b in find_bottlenecks(analysis)}
@@ -210,7 +210,7 @@ def test_xspace_top_kernels_name_the_tf_op_that_ran_them():
     path = shared_trace(MULTI_WORKER)
     truth = _plain_kernel_ops(path)
     checked = 0
-    for stats in _analyse(path).kernels:
+    for stats in _analyze(path).kernels:
         for top in stats.top:
             assert top.op == truth[stats.device, top.name].most_common(1)[0][0]
             checked += 1

@@ -6,7 +6,7 @@ from tests.analysis.builders import US, host, kernel, launch, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.findings import find_bottlenecks
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 
 
 def _copy(ts: float, dur: float, corr: int) -> dict:
@@ -53,7 +53,7 @@ def test_a_copy_that_takes_its_own_time_is_no_wait():
 
 def test_sglang_decode_waits_463_ms_for_work_outside_the_trace():
     """SGLang on an MI300X: the host blocks 463 ms in one hipMemcpyWithStream while the GPU is idle."""
-    a = analyse_path(shared_trace("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")).analysis
+    a = analyze_path(shared_trace("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")).analysis
     (gaps,) = a.gaps
     longest = gaps.longest[0]
     assert longest.cause == "sync" and longest.dur_ns > 460_000_000

@@ -426,7 +426,7 @@ def test_a_file_cut_short_while_it_is_read_is_read_as_far_as_it_goes(
 
 
 def test_the_event_table_is_freed_before_the_page_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`analyse_path` hands renderers the results only: nothing keeps the trace's event table alive."""
+    """`analyze_path` hands renderers the results only: nothing keeps the trace's event table alive."""
     import gc
     import weakref
 
@@ -441,7 +441,7 @@ def test_the_event_table_is_freed_before_the_page_is_drawn(monkeypatch: pytest.M
         return profile
 
     monkeypatch.setattr(pipeline, "load_run", recording)
-    analysed = pipeline.analyse_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
+    analyzed = pipeline.analyze_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
     gc.collect()
-    assert analysed.report["totals"]["kernel_count"] > 0 and analysed.analysis.profile.events.empty
+    assert analyzed.report["totals"]["kernel_count"] > 0 and analyzed.analysis.profile.events.empty
     assert tables and tables[0]() is None

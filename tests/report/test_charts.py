@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import SAMPLE_TRACES
 from traceinsight.analysis import analyze
 from traceinsight.model import Profile, make_event_table
-from traceinsight.pipeline import analyse_path
+from traceinsight.pipeline import analyze_path
 from traceinsight.report import charts
 from traceinsight.report.chart_data import chart_run
 from traceinsight.report.html import render_html
@@ -60,7 +60,7 @@ def test_timeline_is_one_band_per_device_then_a_heatmap():
 def test_painter_process_draws_the_page_this_process_draws():
     """The page whose charts the painting process draws (half of them by its helper) is the page drawn here,
     byte for byte."""
-    run = analyse_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
+    run = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
     here = render_html(run.report, run.analysis)
     with Painter() as painter:
         there = render_html(run.report, run.analysis, painter)
@@ -76,7 +76,7 @@ def _box(svg: str) -> list[float]:
 def test_charts_are_cropped_as_matplotlib_crops_them():
     """One draw, cropped from its own extents, gives the box matplotlib's ``bbox_inches="tight"`` (a layout draw,
     then the draw) gives: the same width and height, and everything drawn inside the view."""
-    run = analyse_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
+    run = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
     tight: list[str] = []
     cropped = charts._svg
 

@@ -156,7 +156,7 @@ def test_longest_gaps_say_their_step_and_trace_time(page: Page) -> None:
     if not page.report["devices"]:
         pytest.skip("CPU-only: no gaps")
     table = re.search(r'<table id="longest-gaps">.*?</table>', page.html, flags=re.S)
-    assert table and "ms after the start of the analysed window" in page.html
+    assert table and "ms after the start of the analyzed window" in page.html
     rows = table_rows(table.group(0))
     gaps = [x for d in page.report["devices"] for x in d["gaps"]["longest"][:5]]
     items = page.report["steps"]["items"]

@@ -70,7 +70,7 @@ def _rows() -> list[dict[str, Any]]:
     ]
 
 
-def _analysed(rows: list[dict[str, Any]]) -> tuple[Analysis, dict[str, Any]]:
+def _analyzed(rows: list[dict[str, Any]]) -> tuple[Analysis, dict[str, Any]]:
     profile = b.profile(rows)
     profile.events["ts_ns"] += EPOCH_NS
     analysis = analyze(profile)
@@ -79,7 +79,7 @@ def _analysed(rows: list[dict[str, Any]]) -> tuple[Analysis, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def hand_built() -> tuple[Analysis, dict[str, Any]]:
-    return _analysed(_rows())
+    return _analyzed(_rows())
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -243,7 +243,7 @@ def test_emptied_event_table_is_refused(hand_built: tuple[Analysis, dict[str, An
 
 
 def test_cpu_only_run_shows_the_framework_ops(tmp_path: Path) -> None:
-    analysis, report = _analysed([b.host("cpu_op", 0, 100, "ProfilerStep#1"), b.host("cpu_op", 10, 50, "aten::mm")])
+    analysis, report = _analyzed([b.host("cpu_op", 0, 100, "ProfilerStep#1"), b.host("cpu_op", 10, 50, "aten::mm")])
     write_annotated_trace(analysis, report, tmp_path / "t.json")
     tracks = Tracks(_load(tmp_path / "t.json"))
     (thread,) = [name for (process, name) in tracks.slices if process == "/host:CPU"]

@@ -1,5 +1,5 @@
 """Reports made in worker processes: a progress state first, one slow run never holding up another, a
-changed run analysed again, failures and dead workers reported (stand-in jobs: `jobs.py`)."""
+changed run analyzed again, failures and dead workers reported (stand-in jobs: `jobs.py`)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_a_slow_run_does_not_hold_up_another(logdir, store_of):
     assert wait(store, slow).html == f"<p>{logdir.name}/slow</p>"
 
 
-def test_a_run_still_being_written_is_analysed_again(logdir, store_of):
+def test_a_run_still_being_written_is_analyzed_again(logdir, store_of):
     store = store_of(jobs.quick)
     run = run_named(logdir, "quick")
     assert '"size": 19' in (wait(store, run).json or "")

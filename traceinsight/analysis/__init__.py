@@ -3,7 +3,7 @@
 `analyze` runs them in order (devices first; everything else reads its busy
 unions) and bundles the results; findings and renderers only read an `Analysis`.
 `merge_analyses` gives the same `Analysis` for a run of several inputs from each
-input's own, so inputs can be analysed where they are read.
+input's own, so inputs can be analyzed where they are read.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
 
 def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame | None]:
     """Each input's capture kind, and the profile without the one-time costs of the inputs whose warm-up is
-    followed by `STEADY_MIN_STEPS` steps (those steps are analysed alone). Each input on its own, as
-    `merge_analyses` gets it from inputs analysed apart. Also the device work table, where the one found for the
+    followed by `STEADY_MIN_STEPS` steps (those steps are analyzed alone). Each input on its own, as
+    `merge_analyses` gets it from inputs analyzed apart. Also the device work table, where the one found for the
     capture is the profile's (one input, nothing left out)."""
     events = profile.events
     ids = events["input_id"].to_numpy()

@@ -8,7 +8,7 @@ holds decides (`rules.py`'s capture section holds every name and threshold):
                     ``cudaGraphInstantiate``, ``torch.cuda.graph``'s ``capture_begin``) and no steady state of
                     replays follows: no stall finding; profile the replay;
 ``warmup``          one-time costs (compilation, autotuning, context creation, an op's slow first call) cover
-                    `WARMUP_MIN_SHARE` of the window; where steps follow them, those steps are analysed alone
+                    `WARMUP_MIN_SHARE` of the window; where steps follow them, those steps are analyzed alone
                     (`steady_from_ns`, applied by `analysis.analyze`);
 ``training``        backward ops or an optimizer update;
 ``inference``       a serving framework's own frames (vLLM, SGLang, TGI, TensorRT-LLM: `server`), or framework
@@ -72,8 +72,8 @@ class Capture:
     one_time_ns: int = 0  # the union of all one-time costs
     one_time_share: float = 0.0  # of the window
     one_time: list[OneTimeCost] = field(default_factory=list)
-    steady_from_ns: int | None = None  # where the analysed steady state begins, after the one-time costs
-    steady_steps: int = 0  # steps analysed after the one-time costs (0: none follow)
+    steady_from_ns: int | None = None  # where the analyzed steady state begins, after the one-time costs
+    steady_steps: int = 0  # steps analyzed after the one-time costs (0: none follow)
 
     @property
     def projects(self) -> bool:

@@ -32,7 +32,7 @@ def _saved_threshold_ns(report: dict[str, Any]) -> int | None:
 def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, str]], tuple[Path, ...]]:
     """Both sides' reports, where each came from, and the input files no output may overwrite.
 
-    Saved reports are read first: a trace on the other side is analysed with the small-kernel
+    Saved reports are read first: a trace on the other side is analyzed with the small-kernel
     threshold they were made with (unless --small-kernel-us says otherwise), so counts compare.
     """
     from traceinsight.api import analyze
@@ -50,9 +50,9 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     protected: list[Path] = []
     for path, report in zip(paths, saved, strict=True):
         if report is None:
-            analysed = analyze(path, small_kernel_us=small_kernel_ns / 1000, max_memory=args.max_memory)
-            report, source = analysed.to_dict(), "trace"
-            protected += analysed.files
+            analyzed = analyze(path, small_kernel_us=small_kernel_ns / 1000, max_memory=args.max_memory)
+            report, source = analyzed.to_dict(), "trace"
+            protected += analyzed.files
         else:
             source = "report"
             protected.append(path)

@@ -1,4 +1,4 @@
-"""`traceinsight report PATH`: read a run, analyse it, write HTML / JSON / Markdown, gate CI.
+"""`traceinsight report PATH`: read a run, analyze it, write HTML / JSON / Markdown, gate CI.
 
 A thin layer over the Python API (`traceinsight.api.analyze` and its `Report`): the command adds the
 progress bar, the chart painter, `--fail-on` and the exit code.
@@ -25,14 +25,14 @@ from traceinsight.report.painter import Painter
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
-    from traceinsight.pipeline import OnAnalysed
+    from traceinsight.pipeline import OnAnalyzed
 
 DEFAULT_HTML = "traceinsight-report.html"
 
 
 class ReportCommand:
     name = "report"
-    help = "Analyse the traces under PATH and write a report."
+    help = "Analyze the traces under PATH and write a report."
 
     @staticmethod
     def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -111,7 +111,7 @@ class ReportCommand:
                 args.jobs,
                 scheduler=args.scheduler,
                 progress=progress_stream(args.quiet),
-                on_analysed=export,
+                on_analyzed=export,
                 max_memory=args.max_memory,
             )
             report.record_invocation(_command_line(args), _options(args))
@@ -140,7 +140,7 @@ def _steps(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalysed:
+def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalyzed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""

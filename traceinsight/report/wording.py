@@ -113,7 +113,7 @@ def capture_sentence(report: dict[str, Any]) -> str | None:
     elif c["kind"] == "microbenchmark":
         sentence += " Figures are per op; no claim about a training or serving step is made."
     elif c["kind"] == "warmup" and c["steady_steps"]:
-        sentence += f" Analysed: the {plural(c['steady_steps'], 'step')} after the one-time costs."
+        sentence += f" Analyzed: the {plural(c['steady_steps'], 'step')} after the one-time costs."
     elif c["kind"] == "warmup":
         sentence += " No steady step follows them: profile after warm-up (see warmup_in_window)."
     return sentence

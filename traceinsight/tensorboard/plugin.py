@@ -8,7 +8,7 @@ Routes under ``/data/plugin/traceinsight/`` (a contract the tests hold):
 * ``report.json?run=NAME``: the JSON ``traceinsight report --json`` writes.
 
 Both report routes answer 202 with a small JSON progress state while the report is computed (in a worker
-process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analysed.
+process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analyzed.
 ``run`` only selects one of the discovered runs: anything else is a 4xx, and it is never joined into a path.
 """
 

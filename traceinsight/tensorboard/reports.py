@@ -115,7 +115,7 @@ class ReportStore:
         with self._lock:
             entry = self._entries.get(run.name)
             if entry is not None and entry.key != key and entry.future.done():
-                entry = None  # stale and finished: analyse the files as they are now
+                entry = None  # stale and finished: analyze the files as they are now
             if entry is None:
                 entry = self._start(run, key)
             self._entries.move_to_end(run.name)

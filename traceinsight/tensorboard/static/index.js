@@ -149,7 +149,7 @@ class Tab {
 
   fail(run, message) {
     this.wait.lastChild.hidden = true;
-    this.waitText.textContent = `Could not analyse ${run}: ${message}`;
+    this.waitText.textContent = `Could not analyze ${run}: ${message}`;
     this.setStatus("failed", true);
   }
 }
