@@ -15,13 +15,13 @@ import pandas as pd
 
 from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
+from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.graphs import GraphReplays, graph_replays
 from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
-from traceinsight.analysis.memory import DeviceMemory, profile_memory
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.errors import TraceError, truncation_warning
-from traceinsight.memory import release_free_memory
+from traceinsight.heap import release_free_memory
 from traceinsight.model import (
     COPY_KINDS,
     KINDS,

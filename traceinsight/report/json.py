@@ -18,11 +18,11 @@ from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.capture import Capture
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
+from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.graphs import GraphReplays
 from traceinsight.analysis.kernels import KernelStats
-from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.analysis.waits import Waits
 from traceinsight.findings import Bottleneck, headline_projection

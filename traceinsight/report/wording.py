@@ -14,7 +14,7 @@ from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
 BOTTLENECKS_HEADING = "Bottlenecks: measured stalls first, each with the step it leaves"
-# What each device-memory warning (`analysis/memory.py`) means, in words.
+# What each device-memory warning (`analysis/device_memory.py`) means, in words.
 MEMORY_WARNINGS = {
     "at_limit": "the memory is at the limit: OOM risk; a larger batch needs activation checkpointing or mixed "
     f"precision (peak reserved > {AT_LIMIT_FRACTION * 100:g} % of the device)",

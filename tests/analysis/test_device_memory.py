@@ -1,4 +1,4 @@
-"""Device memory figures (`analysis.memory`) against plain loops over the real traces, and a hand-built table
+"""Device memory figures (`analysis.device_memory`) against plain loops over the real traces, and a hand-built table
 whose static level, transient, headroom and warnings are known."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import shared_trace
-from tests.readers.test_memory import (
+from tests.readers.test_memory_events import (
     KINETO_MEMORY,
     XSPACE_MEMORY,
     _kineto,
@@ -21,7 +21,7 @@ from tests.readers.test_memory import (
     kineto_expected,
     xspace_expected,
 )
-from traceinsight.analysis.memory import (
+from traceinsight.analysis.device_memory import (
     BATCH_SPARE_FRACTION,
     DeviceMemory,
     device_memory,
