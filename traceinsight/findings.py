@@ -527,9 +527,23 @@ _SGLANG_GRAPHS = (
     "Raise `--cuda-graph-max-bs` to the running batch size, so decode steps replay a captured graph instead of "
     "launching kernels one by one."
 )
+_TGI_BATCH = (
+    "Batch more requests per step: raise `--max-batch-total-tokens` (and `--max-batch-size`, "
+    "`--max-concurrent-requests`) so each step's fixed cost is spread over more tokens."
+)
+_TGI_GRAPHS = "List the batch sizes you serve in `--cuda-graphs` (e.g. `--cuda-graphs 1,2,4,8,16,32`), so decode steps replay a graph."
+_TRTLLM_BATCH = (
+    "Batch more requests per step: raise `max_batch_size` and `max_num_tokens` in the LLM API / `trtllm-serve` config."
+)
+_TRTLLM_GRAPHS = (
+    "Capture CUDA graphs for the batch sizes you serve: `cuda_graph_config` with `batch_sizes` up to "
+    "`max_batch_size` (`enable_padding: true` so other sizes round up to one)."
+)
 SERVING_ADVICE: Advice = {
     "server:vLLM": (_VLLM_BATCH, _VLLM_CHUNKED, _VLLM_GRAPHS),
     "server:SGLang": (_SGLANG_BATCH, _SGLANG_GRAPHS),
+    "server:TGI": (_TGI_BATCH, _TGI_GRAPHS),
+    "server:TensorRT-LLM": (_TRTLLM_BATCH, _TRTLLM_GRAPHS),
 }
 RULES: tuple[Rule, ...] = (
     Rule(

@@ -124,6 +124,8 @@ def _server_host_bound(frame: str):
     [
         ("vllm/v1/worker/gpu_model_runner.py(2100): execute_model", ["--max-num-seqs", "cudagraph_capture_sizes"]),
         ("sglang/srt/managers/scheduler.py(900): run_batch", ["--max-running-requests", "--cuda-graph-max-bs"]),
+        ("text_generation_server/models/flash_causal_lm.py(1500): generate_token", ["--max-batch-total-tokens"]),
+        ("tensorrt_llm/_torch/pyexecutor/py_executor.py(900): _executor_loop", ["max_batch_size", "cuda_graph_config"]),
     ],
 )
 def test_a_server_gets_serving_knobs(frame, knobs):
