@@ -531,7 +531,10 @@ _TGI_BATCH = (
     "Batch more requests per step: raise `--max-batch-total-tokens` (and `--max-batch-size`, "
     "`--max-concurrent-requests`) so each step's fixed cost is spread over more tokens."
 )
-_TGI_GRAPHS = "List the batch sizes you serve in `--cuda-graphs` (e.g. `--cuda-graphs 1,2,4,8,16,32`), so decode steps replay a graph."
+_TGI_GRAPHS = (
+    "List the batch sizes you serve in `--cuda-graphs` (e.g. `--cuda-graphs 1,2,4,8,16,32`), so decode steps replay "
+    "a graph."
+)
 _TRTLLM_BATCH = (
     "Batch more requests per step: raise `max_batch_size` and `max_num_tokens` in the LLM API / `trtllm-serve` config."
 )
