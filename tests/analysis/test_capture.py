@@ -147,3 +147,10 @@ def test_dataloader_advice_only_where_the_trace_shows_a_dataloader():
     (b,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "h2d_copy"]
     assert not any("DataLoader" in r for r in b.recommendations)
     assert any("pin_memory()" in r for r in b.recommendations)
+
+
+def test_an_xla_pass_named_backward_is_no_training():
+    """The TPU trace moves buffers between HBM and host (no model step); XLA's `collective-pipeliner-backward`
+    compiler pass is no backward op."""
+    a = analyze_path(shared_trace("xprof/test_xplanes")).analysis
+    assert a.capture.kind != "training"

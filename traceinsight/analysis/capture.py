@@ -144,7 +144,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
             "inference", [f"{distinct:,} distinct framework ops, no backward op or optimizer update"], **found
         )
     if ops.any():
-        why = f"{int(ops.sum()):,} framework op calls of {distinct} names (compiled functions?): too few to tell"
+        why = f"too few framework ops to tell: {int(ops.sum()):,} calls of {distinct} distinct ops"
     else:
         why = "no framework op, backward op, optimizer update or serving frame to tell"
     return Capture("unknown", [why], **found)
