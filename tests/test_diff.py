@@ -7,9 +7,16 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SAMPLE_TRACES
 from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, build_diff, normalise_kernel_name, ranked
 from traceinsight.gating import ExpressionError, parse_threshold
-from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
+from traceinsight.pipeline import analyze_path
+from traceinsight.report.diff_render import (
+    comparability_note,
+    render_diff_html,
+    render_diff_markdown,
+    render_diff_terminal,
+)
 
 
 # ---------------------------------------------------------------- hand-made reports
@@ -369,3 +376,15 @@ def test_renderers_escape_names_and_put_regressions_first():
     text = render_diff_terminal(diff)
     assert "totals.idle_fraction" in text and "\033[" not in text
     assert "(s)" not in text and re.search(r"\b1 input, ", text)  # counts agree in number
+
+
+@pytest.mark.parametrize(
+    ("base", "noted"), [("torch_compile_first_call", True), ("torch_compile_first_call_steps", False)]
+)
+def test_a_side_without_a_steady_state_is_noted(base, noted):
+    """A warm-up with no steps after it against a steady run: the step figures don't compare. A warm-up whose
+    steady steps were analysed compares as they are."""
+    warmup = SAMPLE_TRACES / "warmup"
+    reports = [analyze_path(warmup / name).report for name in (base, "torch_compile_scheduled")]
+    note = comparability_note(build_diff(*reports)) or ""
+    assert ("holds no steady state" in note) == noted

@@ -431,6 +431,8 @@ def summarise(report: dict[str, Any], origin: Origin = None) -> dict[str, Any]:
         "inputs": [{"path": i.get("path"), "format": i.get("format")} for i in report.get("inputs", [])],
         "window_ns": end - start if start is not None and end is not None else None,
         "step_count": (report.get("steps") or {}).get("count"),
+        "capture_kind": (report.get("capture") or {}).get("kind"),
+        "capture_projects": (report.get("capture") or {}).get("projects"),
         "small_kernel_threshold_ns": thresholds.pop() if len(thresholds) == 1 else None,
         **(origin or {}),
     }

@@ -192,12 +192,27 @@ def diff_sentence(diff: dict[str, Any]) -> str:
     return "; ".join(part for part in (", ".join(figures), counts, *came_went) if part) + "."
 
 
-def threshold_note(diff: dict[str, Any]) -> str | None:
-    """A warning when the two sides counted small kernels with different thresholds."""
+def comparability_note(diff: dict[str, Any]) -> str | None:
+    """A warning when the two sides do not compare as they stand: small kernels counted with different thresholds,
+    or a side whose window holds no steady state (a warm-up with no steps after it, a graph capture pass, a
+    micro-benchmark: `capture.projects` false) against one that does."""
+    notes = []
     base, new = diff["base"]["small_kernel_threshold_ns"], diff["new"]["small_kernel_threshold_ns"]
-    if base is None or new is None or base == new:
-        return None
-    return f"small-kernel thresholds differ (base {fmt_ns(base)}, new {fmt_ns(new)}): small-kernel counts don't compare"
+    if base is not None and new is not None and base != new:
+        notes.append(
+            f"small-kernel thresholds differ (base {fmt_ns(base)}, new {fmt_ns(new)}): small-kernel counts "
+            "don't compare"
+        )
+    sides = diff["base"], diff["new"]
+    if any(s.get("capture_projects") is False for s in sides) and sides[0].get("capture_kind") != sides[1].get(
+        "capture_kind"
+    ):
+        kinds = ", ".join(f"{name} {s.get('capture_kind')}" for name, s in zip(("base", "new"), sides, strict=True))
+        notes.append(
+            f"the captures are of different kinds ({kinds}) and one holds no steady state (a warm-up, a graph "
+            "capture pass or a micro-benchmark), so their step figures don't compare"
+        )
+    return "; ".join(notes) or None
 
 
 def render_diff_html(diff: dict[str, Any]) -> str:
@@ -209,7 +224,7 @@ def render_diff_html(diff: dict[str, Any]) -> str:
             report=diff,
             diff=diff,
             verdict=diff_sentence(diff),
-            note=threshold_note(diff),
+            note=comparability_note(diff),
             run_rows=change_rows(run_changes),
             device_rows=change_rows(device_changes),
             bottlenecks=[bottleneck_cells(item) for item in diff["bottlenecks"]["items"]],
@@ -227,7 +242,7 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
     """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most."""
     run_changes, _ = split_changes(diff)
     lines = [f"## {markdown_cell(_title(diff))}", "", f"**{markdown_cell(diff_sentence(diff))}**", ""]
-    if note := threshold_note(diff):
+    if note := comparability_note(diff):
         lines += [f"> {note}", ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
     if rows:
@@ -273,7 +288,7 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
             )
         )
     lines += [paint("  " + diff_sentence(diff)), ""]
-    if note := threshold_note(diff):
+    if note := comparability_note(diff):
         lines += [f"  note: {note}", ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
     if rows:
