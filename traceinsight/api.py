@@ -50,7 +50,7 @@ from traceinsight.report.meta import add_invocation
 from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
-from traceinsight.rules import BREAKDOWN
+from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
     from traceinsight.report.painter import Painter
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["Profile", "Report", "TraceError", "analyze", "load"]
 
 PathLike = str | os.PathLike[str]
-DEFAULT_SMALL_KERNEL_US = 10.0
 # The JSON's invocation fields in `meta`: how the CLI was asked (`Report.record_invocation`), never in `to_dict()`.
 INVOCATION_FIELDS = ("generated_at", "command", "options", "input")
 _PROJECTION_COLUMNS = tuple(f.name for f in fields(BottleneckProjection))

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 import orjson
 
 from traceinsight.analysis import Analysis, analyze, merge_analyses
-from traceinsight.analysis.kernels import DEFAULT_SMALL_KERNEL_NS
 from traceinsight.discover import Run, RunChoice, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
 from traceinsight.findings import find_bottlenecks
@@ -31,6 +30,7 @@ from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info, add_runs
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
 # Top-level fields a saved report must have (with these types) to be compared.
 _REPORT_FIELDS: dict[str, type] = {

@@ -153,6 +153,7 @@ GIL_PATTERN = re.compile(r"EagerPyFunc|PyFunc|NumpyFunction|numpy_function|py_fu
 # --------------------------------------------------------------------------- kernels
 
 DEFAULT_SMALL_KERNEL_NS = 10_000
+DEFAULT_SMALL_KERNEL_US = DEFAULT_SMALL_KERNEL_NS / 1000  # as --small-kernel-us and the API take it
 # torch.compile's Triton GEMM templates: their names do not tell the precision they compute in.
 TRITON_TEMPLATE_PATTERN = re.compile(r"^triton_tem_")
 COMMUNICATION_PATTERN = re.compile(

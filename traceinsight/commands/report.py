@@ -22,6 +22,7 @@ from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
 from traceinsight.report.output import finish, preflight_outputs, relative_link, removed_on_interrupt
 from traceinsight.report.painter import Painter
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -50,9 +51,9 @@ class ReportCommand:
         parser.add_argument(
             "--small-kernel-us",
             type=positive_float,
-            default=10.0,
+            default=DEFAULT_SMALL_KERNEL_US,
             metavar="US",
-            help="small-kernel threshold (default 10 us)",
+            help=f"small-kernel threshold (default {DEFAULT_SMALL_KERNEL_US:g} us)",
         )
         parser.add_argument(
             "--fail-on",

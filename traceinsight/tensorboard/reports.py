@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.parallel import Child, report_workers, start_context, start_fork_server
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
 
 # Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
 MAX_CACHED = 32
-# The small-kernel threshold the CLI uses by default: the tab's reports equal `traceinsight report`'s.
-SMALL_KERNEL_US = 10.0
 # What the fork server imports once, so each job starts in milliseconds.
 _PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.report.charts"]
 
@@ -40,7 +39,7 @@ def compute_report(logdir: Path, run: str) -> tuple[str, str]:
     RUN --json` writes them: the one place the tab meets the analysis, through the Python API."""
     import traceinsight
 
-    report = traceinsight.analyze(logdir, SMALL_KERNEL_US, run=run)
+    report = traceinsight.analyze(logdir, DEFAULT_SMALL_KERNEL_US, run=run)  # the CLI's: the tab's reports equal its
     # The page says how to make the same report from a shell.
     report.record_invocation(["traceinsight", "report", str(logdir), "--run", run], {"run": run})
     return report.to_json() + "\n", report.to_html()
