@@ -151,25 +151,33 @@ def _profile_tf(
 
     Steps are numbered from `first` (the steps already run), so the first profiled one is `first + warmup`.
     """
-    import tensorflow as tf
-
     for _ in range(warmup):
         step(iterator).numpy()
     step_nums = list(range(first + warmup, first + warmup + TF_STEPS))
+    xplane, wall_ms = profile_tf_steps(out, lambda: step(iterator), step_nums)
+    return xplane, wall_ms, step_nums
+
+
+def profile_tf_steps(out: Path, run_step: Callable[[], Any], step_nums: list[int]) -> tuple[Path, list[float]]:
+    """Profile one call of `run_step` per step number into `out` (each in `Trace("train", step_num=N, _r=1)`,
+    `.numpy()` inside, so the step's work is in it); return the one `<HOST>.xplane.pb` written and each call's
+    wall ms."""
+    import tensorflow as tf
+
     wall_ms = []
     tf.profiler.experimental.start(str(out))
     try:
         for num in step_nums:
             t0 = time.perf_counter()
             with tf.profiler.experimental.Trace("train", step_num=num, _r=1):
-                step(iterator).numpy()
+                run_step().numpy()
             wall_ms.append(_ms_since(t0))
     finally:
         tf.profiler.experimental.stop()
     written = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
     if len(written) != 1:
         raise RuntimeError(f"expected one .xplane.pb under {out}, found {written}")
-    return written[0].rename(written[0].with_name(f"{HOST}.xplane.pb")), wall_ms, step_nums
+    return written[0].rename(written[0].with_name(f"{HOST}.xplane.pb")), wall_ms
 
 
 def _capture_tf(pair: str, side: str, ds: Any, info: dict[str, Any], compiled: bool = True, width: int = 128) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tools.capture_pairs import _ms_since, _torch_mlp, side_dir, train_step, write_run_info
+from tools.capture_pairs import _ms_since, _torch_mlp, profile_tf_steps, side_dir, train_step, write_run_info
 from tools.make_tf_samples import FEATURES, HOST, REPO, SAMPLES
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
@@ -226,7 +226,6 @@ def _tf_jit_step() -> tuple[Callable[[], Any], dict[str, Any]]:
 def _profile_tf_jit(name: str, before: int, scenario: str) -> None:
     """Call the XLA step `before` times, then profile FIRST_CALL_STEPS calls (each in `Trace("train",
     step_num=N, _r=1)`, `.numpy()` inside) into `warmup/<name>/`."""
-    import tensorflow as tf
 
     out = side_dir("warmup", name, root=SAMPLES)
     step, info = _tf_jit_step()
@@ -236,19 +235,8 @@ def _profile_tf_jit(name: str, before: int, scenario: str) -> None:
         step().numpy()
         wall_ms.append(_ms_since(t0))
     profiled = list(range(before, before + FIRST_CALL_STEPS))
-    tf.profiler.experimental.start(str(out))
-    try:
-        for num in profiled:
-            t0 = time.perf_counter()
-            with tf.profiler.experimental.Trace("train", step_num=num, _r=1):
-                step().numpy()
-            wall_ms.append(_ms_since(t0))
-    finally:
-        tf.profiler.experimental.stop()
-    written = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
-    if len(written) != 1:
-        raise RuntimeError(f"expected one .xplane.pb under {out}, found {written}")
-    xplane = written[0].rename(written[0].with_name(f"{HOST}.xplane.pb"))
+    xplane, profiled_ms = profile_tf_steps(out, step, profiled)
+    wall_ms += profiled_ms
     info = {**info, "calls_before_profiler": before, **ground_truth(wall_ms, profiled)}
     write_run_info(out, xplane, wall_ms[before:], info, scenario)
 
