@@ -405,12 +405,13 @@ FIRST_CALL_RATIO = 20.0
 # steps after them are a steady state, analyzed alone.
 WARMUP_MIN_SHARE = 0.25
 STEADY_MIN_STEPS = 2
-# Training: backward ops (PyTorch autograd nodes ``AddmmBackward0`` and ``aten::*_backward`` ops, TF's gradient tape,
-# JAX's transposed jvp; not XLA's ``collective-pipeliner-backward`` pass) or an optimizer update (the optimizer's own
+# Training: backward ops (PyTorch autograd nodes ``AddmmBackward0`` and ``aten::*_backward`` ops, TF's gradient tape
+# and gradient op types ``ReluGrad``, ``Conv2DBackpropFilter`` run eagerly, JAX's transposed jvp; not XLA's
+# ``collective-pipeliner-backward`` pass) or an optimizer update (the optimizer's own
 # step and fused updates; `aten::_foreach_copy_` alone, which servers call, is no update).
 TRAINING_PATTERN = re.compile(
     r"[a-z0-9]Backward\d*\b|^aten::\w+_backward|^autograd::engine::evaluate_function|gradient_tape/|(?:^|/)gradients/"
-    r"|transpose\(jvp\("
+    r"|transpose\(jvp\(|[a-z]Grad(?:V\d+)?\b|Backprop(?:Input|Filter)(?:V\d+)?\b"
     r"|^Optimizer\.step|^aten::_fused_(?:adam|adamw|sgd|adagrad)|^aten::_foreach_(?:addcdiv|addcmul|lerp|sqrt)_"
     r"|ResourceApply|(?i:(?:^|/)(?:adam|adamw|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lamb|lion)(?:_\d+)?/)"
 )

@@ -109,6 +109,12 @@ def test_training_runs_are_training(run):
     assert analyze_path(shared_trace(run)).analysis.capture.kind == "training"
 
 
+def test_an_eager_tf_training_step_is_training():
+    """Run eagerly, TF's gradient ops (`ReluGrad`, `BiasAddGrad`) are the evidence: no gradient tape scope."""
+    a = analyze_path(SAMPLE_TRACES / "pairs" / "tf_eager_vs_function" / "before").analysis
+    assert a.capture.kind == "training" and "Grad" in a.capture.evidence[0]
+
+
 def _server_host_bound(frame: str):
     # Four 1 ms steps of a server: one 300 us kernel each, launched 600 us into the step after Python work in the
     # server's own frames; the launch ends after the device drained: host-bound.
