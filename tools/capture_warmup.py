@@ -16,6 +16,15 @@ Each capture is a folder in the profiler's own layout (torch: one `*.pt.trace.js
 with the ground truth measured with `time.perf_counter` around every call: `compile_s` (wall time of the
 first call, compilation included), `step_s` (median of the later calls), `steps_profiled`.
 
+The JAX scenarios (`jax_jit_first_call`: `jax.profiler.start_trace` before the first call of a `jax.jit` train
+step, so jaxpr tracing, lowering and XLA compilation lie inside the window; `jax_jit_after_steps`: three calls
+first) write `plugins/profile/<run>/sample.xplane.pb` like TF, each step in
+`jax.profiler.StepTraceAnnotation("train", step_num=N)`. They need `pip install jax` (CPU jaxlib), best in
+a venv of their own without TF or torch; JAX is imported only inside them, so the other scenarios run
+without it:
+
+    /tmp/jaxvenv/bin/python -m tools.capture_warmup jax_jit_first_call jax_jit_after_steps
+
 Every scenario runs in its own interpreter when several are asked for, torch ones with an empty Inductor
 cache (`TORCHINDUCTOR_CACHE_DIR` in a temporary folder), so the first call really compiles every time.
 
@@ -25,6 +34,7 @@ cache (`TORCHINDUCTOR_CACHE_DIR` in a temporary folder), so the first call reall
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -49,6 +59,12 @@ FIRST_CALL_STEPS = 5  # (a), (c): profiled from the first call on
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # (b): the compile happens in the `wait` step
 SCHEDULED_STEPS = WAIT + WARMUP + ACTIVE + 1  # one more, so the last active step is closed by prof.step()
 TF_STEPS_BEFORE = 3  # (d): calls before the profiler starts
+JAX_STEPS_BEFORE = 3  # (g): calls before the profiler starts
+JAX_LR = 0.01
+# The Python tracer (level 1, JAX's default) records every Python call of JAX's tracing: ~125,000 events, 2 MB
+# for the first call. Off, the window keeps JAX's own TraceMe annotations (`trace_to_jaxpr_dynamic`,
+# `lower_sharding_computation`, `backend_compile_and_load`) and XLA's compiler passes.
+JAX_PYTHON_TRACER_LEVEL = 0
 LAYER_NORM_SHAPE, LAYER_NORM_CALLS = (256, 1024), 200
 
 
@@ -252,6 +268,114 @@ def tf_jit_after_steps() -> None:
     _profile_tf_jit("tf_jit_after_steps", TF_STEPS_BEFORE, scenario)
 
 
+# --- JAX jit ------------------------------------------------------------------------------------------------
+
+
+def _jax_jit_step() -> tuple[Callable[[], Any], dict[str, Any]]:
+    """A seeded MLP FEATURES-WIDTH-WIDTH-10 with its params as a pytree (a list of {"w", "b"} dicts), and its
+    train step (`jax.value_and_grad` of the softmax cross-entropy, SGD JAX_LR) in `jax.jit` on one fixed
+    seeded batch; return (step -> loss, the params carried from call to call, run_info details). The step
+    is not called here: its first call traces, lowers and compiles."""
+    import jax
+    import jax.numpy as jnp
+    import jaxlib
+
+    jax.config.update("jax_enable_compilation_cache", False)  # no persistent cache: the first call compiles
+    sizes = [FEATURES, WIDTH, WIDTH, 10]
+    keys = jax.random.split(jax.random.PRNGKey(0), len(sizes) + 1)
+    params = [
+        {"w": jax.random.normal(k, (fan_in, fan_out)) * (2 / fan_in) ** 0.5, "b": jnp.zeros(fan_out)}
+        for k, fan_in, fan_out in zip(keys, sizes, sizes[1:], strict=False)
+    ]
+    x = jax.random.normal(keys[-2], (BATCH, FEATURES))
+    y = jax.random.randint(keys[-1], (BATCH,), 0, 10)
+    jax.block_until_ready((params, x, y))  # the init's own small computations finish before any profiling
+
+    def loss_fn(params: Any, x: Any, y: Any) -> Any:
+        h = x
+        for layer in params[:-1]:
+            h = jax.nn.relu(h @ layer["w"] + layer["b"])
+        logits = h @ params[-1]["w"] + params[-1]["b"]
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+    @jax.jit
+    def train_step(params: Any, x: Any, y: Any) -> tuple[Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - JAX_LR * g, params, grads), loss
+
+    state = {"params": params}
+
+    def step() -> Any:
+        state["params"], loss = train_step(state["params"], x, y)
+        return jax.block_until_ready(loss)
+
+    info = {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": jax.default_backend(),
+        "model": f"MLP {FEATURES}-{WIDTH}-{WIDTH}-10, params a pytree (list of dicts), SGD {JAX_LR}, "
+        "jax.value_and_grad train step in jax.jit (XLA, CPU)",
+        "pipeline": f"one in-memory batch of {BATCH}, reused every step (no input pipeline)",
+        "settings": {"batch_size": BATCH, "jit": True, "persistent_compilation_cache": False, "seed": 0},
+        "batch_size": BATCH,
+        "step_marker": "train (jax.profiler.StepTraceAnnotation)",
+    }
+    return step, info
+
+
+def _profile_jax_jit(name: str, before: int, scenario: str) -> None:
+    """Call the jitted step `before` times, then profile FIRST_CALL_STEPS calls (`jax.profiler.start_trace`
+    .. `stop_trace`, each call in `StepTraceAnnotation("train", step_num=N)` with `block_until_ready` inside)
+    into `warmup/<name>/`; rename the one xplane to `<HOST>.xplane.pb`."""
+    import jax
+
+    out = side_dir("warmup", name, root=SAMPLES)
+    step, info = _jax_jit_step()
+    wall_ms = []
+    for _ in range(before):
+        t0 = time.perf_counter()
+        step()
+        wall_ms.append(_ms_since(t0))
+    profiled = list(range(before, before + FIRST_CALL_STEPS))
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = JAX_PYTHON_TRACER_LEVEL
+    options.enable_hlo_proto = False  # the HLO proto metadata plane alone is ~370 KB
+    jax.profiler.start_trace(str(out), profiler_options=options)
+    try:
+        for num in profiled:
+            t0 = time.perf_counter()
+            with jax.profiler.StepTraceAnnotation("train", step_num=num):
+                step()
+            wall_ms.append(_ms_since(t0))
+    finally:
+        jax.profiler.stop_trace()
+    written = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
+    if len(written) != 1:
+        raise RuntimeError(f"expected one .xplane.pb under {out}, found {written}")
+    xplane = written[0].rename(written[0].with_name(f"{HOST}.xplane.pb"))
+    for extra in out.glob("plugins/profile/*/*"):  # only the xplane is kept (no trace.json.gz duplicates)
+        if extra != xplane:
+            extra.unlink()
+    profiler = {
+        "python_tracer_level": options.python_tracer_level,
+        "host_tracer_level": options.host_tracer_level,
+        "enable_hlo_proto": options.enable_hlo_proto,
+    }
+    info = {**info, "profiler_options": profiler, "calls_before_profiler": before, **ground_truth(wall_ms, profiled)}
+    write_run_info(out, xplane, wall_ms[before:], info, scenario)
+
+
+def jax_jit_first_call() -> None:
+    """(f) `jax.profiler.start_trace` before the first call: tracing, lowering and XLA compilation inside."""
+    _profile_jax_jit("jax_jit_first_call", 0, "jax.jit train step profiled from its first call")
+
+
+def jax_jit_after_steps() -> None:
+    """(g) Three calls first (traced and compiled), then five profiled: the steady state."""
+    scenario = f"the same jax.jit step called {JAX_STEPS_BEFORE} times, then profiled"
+    _profile_jax_jit("jax_jit_after_steps", JAX_STEPS_BEFORE, scenario)
+
+
 # --- micro-benchmark ----------------------------------------------------------------------------------------
 
 
@@ -304,12 +428,20 @@ SCENARIOS: dict[str, Callable[[], None]] = {
     "torch_compile_scheduled": torch_compile_scheduled,
     "tf_jit_first_call": tf_jit_first_call,
     "tf_jit_after_steps": tf_jit_after_steps,
+    "jax_jit_first_call": jax_jit_first_call,
+    "jax_jit_after_steps": jax_jit_after_steps,
     "torch_layer_norm": torch_layer_norm,
 }
 
 
+JAX_SCENARIOS = ("jax_jit_first_call", "jax_jit_after_steps")  # need `pip install jax`
+
+
 def main(argv: list[str]) -> None:
     names = argv or list(SCENARIOS)
+    if not argv and importlib.util.find_spec("jax") is None:
+        names = [name for name in names if name not in JAX_SCENARIOS]
+        print(f"jax not installed: skipping {list(JAX_SCENARIOS)} (run them from a venv with `pip install jax`)")
     unknown = [name for name in names if name not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")

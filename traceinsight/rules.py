@@ -381,12 +381,15 @@ ONE_TIME_COSTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("Triton compilation and autotuning", re.compile(r"^triton/compiler/|benchmark_all_configs|autotune", re.I)),
     (
-        # TF's tf.function tracing and XLA's compiler passes (sample_traces/warmup/tf_jit_first_call: graph building
-        # 71 ms, `CpuCompiler::RunBackend` 156 ms); GPU and TPU compilers share the `*Compiler::` names.
-        "tf.function tracing and XLA compilation",
+        # TF's tf.function tracing, JAX's jaxpr tracing and lowering, and XLA's compiler passes
+        # (sample_traces/warmup/tf_jit_first_call: graph building 71 ms, `CpuCompiler::RunBackend` 156 ms;
+        # jax_jit_first_call: `lower_sharding_computation` 15 ms, `backend_compile_and_load` 179 ms); GPU and TPU
+        # compilers share the `*Compiler::` names.
+        "tracing and XLA compilation (tf.function, jax.jit)",
         re.compile(
             r"^tf\.function-graph_building$|^HLO passes|Compiler::(?:RunBackend|RunHloPasses|Compile\w*)"
-            r"|XlaCompile|xla::\w*Compile|CompileToLocalExecutable|BuildExecutable"
+            r"|XlaCompile|xla::\w*Compile|CompileToLocalExecutable|BuildExecutable|PjRt\w*Client::Compile"
+            r"|^(?:trace_to_jaxpr_dynamic|lower_sharding_computation|backend_compile_and_load)$"
         ),
     ),
     ("cuDNN autotuning (cudnn.benchmark)", re.compile(r"cudnnFind|Find\w*Algorithm|cudnn\w*[Bb]enchmark")),

@@ -21,7 +21,9 @@ def _run_info(folder):
     return json.loads((folder / "run_info.json").read_text())
 
 
-@pytest.mark.parametrize("run", ["torch_compile_first_call", "torch_compile_first_call_steps", "tf_jit_first_call"])
+@pytest.mark.parametrize(
+    "run", ["torch_compile_first_call", "torch_compile_first_call_steps", "tf_jit_first_call", "jax_jit_first_call"]
+)
 def test_compilation_in_the_window_is_warmup(run):
     folder = WARMUP / run
     a = analyze_path(folder).analysis
@@ -34,9 +36,13 @@ def test_compilation_in_the_window_is_warmup(run):
     words = " ".join(found[0].recommendations)
     assert ("schedule(wait=1, warmup=1, active=3)" in words) == run.startswith("torch")
     assert ("profile_batch=(10, 15)" in words) == run.startswith("tf")
+    assert ("jax.profiler.start_trace" in words) == run.startswith("jax")
 
 
-@pytest.mark.parametrize(("run", "steps_after"), [("torch_compile_first_call_steps", 4), ("tf_jit_first_call", 4)])
+@pytest.mark.parametrize(
+    ("run", "steps_after"),
+    [("torch_compile_first_call_steps", 4), ("tf_jit_first_call", 4), ("jax_jit_first_call", 4)],
+)
 def test_steps_after_the_warmup_are_analyzed_alone(run, steps_after):
     """With step markers after the compilation, those steps are the report's: their mean is the measured one."""
     folder = WARMUP / run
@@ -53,7 +59,7 @@ def test_without_steps_after_it_a_warmup_projects_nothing():
     assert headline_projection(a) is None
 
 
-@pytest.mark.parametrize("run", ["torch_compile_scheduled", "tf_jit_after_steps"])
+@pytest.mark.parametrize("run", ["torch_compile_scheduled", "tf_jit_after_steps", "jax_jit_after_steps"])
 def test_profiled_after_warmup_is_not_warmup(run):
     a = analyze_path(WARMUP / run).analysis
     assert a.capture.kind != "warmup"
@@ -160,3 +166,8 @@ def test_an_xla_pass_named_backward_is_no_training():
     compiler pass is no backward op."""
     a = analyze_path(shared_trace("xprof/test_xplanes")).analysis
     assert a.capture.kind != "training"
+
+
+def test_a_jax_step_annotated_train_is_jax():
+    """JAX's `StepTraceAnnotation("train")` names its steps like TF's marker; its jit dispatch says JAX."""
+    assert analyze_path(WARMUP / "jax_jit_after_steps").report["framework"] == "jax"

@@ -134,9 +134,11 @@ def xprof_host_kind(name: str) -> str:
 def xprof_framework(host_threads: Iterable[str], host_names: Iterable[str], has_cpu_ops: bool) -> str:
     """JAX if the PjRt/JAX client left its marks on the host threads, TensorFlow if its executor did."""
     threads = list(host_threads)
-    if any(t.startswith("py_xla_execute") for t in threads):
+    names = set(host_names)
+    # JAX's jit dispatch (`PjitFunction(f)`) first: a JAX step annotated "train" would read as TF's step marker.
+    if any(t.startswith("py_xla_execute") for t in threads) or any(n.startswith("PjitFunction(") for n in names):
         return "jax"
     tf_markers = {"EagerExecute", "EagerLocalExecute", "train", "ExecutorState::Process"}
-    if has_cpu_ops or tf_markers.intersection(host_names) or any(t.startswith("tf_Compute") for t in threads):
+    if has_cpu_ops or tf_markers.intersection(names) or any(t.startswith("tf_Compute") for t in threads):
         return "tensorflow"
     return "jax" if any("pjrt" in t.lower() for t in threads) else "unknown"
