@@ -27,8 +27,8 @@ from traceinsight import analysis
 from traceinsight.analysis.devices import device_usage
 from traceinsight.analysis.host_ops import host_op_rows
 from traceinsight.analysis.steps import find_steps
+from traceinsight.events import Profile, merge_reads
 from traceinsight.findings import find_bottlenecks
-from traceinsight.model import Profile, merge_reads
 from traceinsight.readers import read_trace
 from traceinsight.report.html import render_html
 from traceinsight.report.json import build_report

@@ -29,7 +29,7 @@ PATCHES = {
     "as shipped": "",
     "drawn here": "import contextlib, traceinsight.commands.report as r; r.Painter = contextlib.nullcontext\n",
     "malloc_trim after loading": (
-        "import traceinsight.pipeline as p; from traceinsight.heap import release_free_memory; load = p.load_run\n"
+        "import traceinsight.workflow as p; from traceinsight.heap import release_free_memory; load = p.load_run\n"
         "def trimmed(*args, **kwargs):\n    profile = load(*args, **kwargs); release_free_memory(); return profile\n"
         "p.load_run = trimmed\n"
     ),

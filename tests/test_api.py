@@ -27,7 +27,7 @@ from traceinsight.analysis.steps import BREAKDOWN
 from traceinsight.api import INVOCATION_FIELDS
 from traceinsight.cli import main
 from traceinsight.errors import TraceError
-from traceinsight.model import COLUMNS, Profile
+from traceinsight.events import COLUMNS, Profile
 
 # The run folders under ../shared/traces the other tests read (tests/analysis/test_projections.py finds them);
 # a placeholder when the folder is absent, so the tests skip (or fail under CI) rather than vanish.

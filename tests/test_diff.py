@@ -10,13 +10,13 @@ import pytest
 from tests.conftest import SAMPLE_TRACES
 from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, build_diff, normalise_kernel_name, ranked
 from traceinsight.gating import ExpressionError, parse_threshold
-from traceinsight.pipeline import analyze_path
 from traceinsight.report.diff_render import (
     comparability_note,
     render_diff_html,
     render_diff_markdown,
     render_diff_terminal,
 )
+from traceinsight.workflow import analyze_path
 
 
 # ---------------------------------------------------------------- hand-made reports

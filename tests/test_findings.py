@@ -14,13 +14,13 @@ from tests.conftest import REPO, SAMPLE_TRACES
 from traceinsight import findings
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
+from traceinsight.events import DeviceInfo, Profile
 from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
-from traceinsight.model import DeviceInfo, Profile
-from traceinsight.pipeline import analyze_path
 from traceinsight.report.html import render_html
 from traceinsight.report.markdown import render_markdown
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.trace_export import write_annotated_trace
+from traceinsight.workflow import analyze_path
 
 
 def _marked(i: int, t: float, dur: float) -> dict:

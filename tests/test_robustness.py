@@ -30,10 +30,10 @@ import pytest
 
 from tests import corpus
 from tests.conftest import REPO, SAMPLE_TRACES
-from traceinsight import cli, pipeline
+from traceinsight import cli, workflow
 from traceinsight.cli import main
 from traceinsight.errors import TraceError
-from traceinsight.model import TraceRead
+from traceinsight.events import TraceRead
 from traceinsight.readers import read_trace, xplane_schema, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS
 from traceinsight.report import output
@@ -172,7 +172,7 @@ def test_internal_error_is_one_line_exit_3_and_debug_shows_it(tmp_path, capsys, 
     def broken_analysis(*args: Any, **kwargs: Any) -> None:
         raise ZeroDivisionError("a bug\nover two lines")
 
-    monkeypatch.setattr(pipeline, "analyze", broken_analysis)
+    monkeypatch.setattr(workflow, "analyze", broken_analysis)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     code, out, err = _report(tmp_path, KINETO_RUN, capsys)
     assert code == cli.EXIT_INTERNAL == 3
@@ -197,13 +197,13 @@ def test_control_characters_in_a_file_name_stay_on_one_line(tmp_path, capsys):
 def test_python_warnings_are_not_silenced(tmp_path, capsys, monkeypatch):
     """A warning is a bug to hear about (the tests turn this package's own into failures): the CLI lets it through
     and the run still succeeds."""
-    real = pipeline.analyze
+    real = workflow.analyze
 
     def noisy(*args: Any, **kwargs: Any) -> Any:
         warnings.warn("numpy said something", RuntimeWarning, stacklevel=1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "analyze", noisy)
+    monkeypatch.setattr(workflow, "analyze", noisy)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     with pytest.warns(RuntimeWarning, match="numpy said something"):
         code, _, _ = _report(tmp_path, KINETO_RUN, capsys)

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from traceinsight.discover import find_runs
-from traceinsight.pipeline import analyze_path
 from traceinsight.report.json import dumps
+from traceinsight.workflow import analyze_path
 
 REPO = Path(__file__).resolve().parents[1]
 BASES = (REPO.parent / "shared" / "traces", REPO / "sample_traces")

@@ -25,9 +25,9 @@ __all__ = ["load", "analyze", "Report", "Profile", "TraceError", "__version__"]
 if TYPE_CHECKING:  # imported on first use (`__getattr__`)
     from traceinsight.api import Report, analyze, load
     from traceinsight.errors import TraceError
-    from traceinsight.model import Profile
+    from traceinsight.events import Profile
 
-_LAZY = {"load": "api", "analyze": "api", "Report": "api", "Profile": "model", "TraceError": "errors"}
+_LAZY = {"load": "api", "analyze": "api", "Report": "api", "Profile": "events", "TraceError": "errors"}
 
 
 def __getattr__(name: str) -> Any:

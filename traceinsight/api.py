@@ -8,7 +8,7 @@
     r  # in a notebook: the headline, the bottleneck cards and the timeline
 
 `load` reads a run into a `Profile` (its event table as a pandas DataFrame, one row per
-timed event: the columns are documented in `traceinsight.model`). `analyze` reads and
+timed event: the columns are documented in `traceinsight.events`). `analyze` reads and
 analyses a run, or analyses a `Profile` already loaded, into a `Report`: DataFrames of
 its results, `to_dict()` (the CLI's ``--json`` document), `to_html()`, `to_markdown()`
 and `save()`. Both find and read traces exactly as ``traceinsight report`` does; bad
@@ -32,16 +32,9 @@ import pandas as pd
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.errors import TraceError
+from traceinsight.events import Profile
 from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import Profile
-from traceinsight.pipeline import (
-    Analyzed,
-    OnAnalyzed,
-    analyze_path,
-    analyze_profile,
-    load_path,
-)
 from traceinsight.report.format import plural
 from traceinsight.report.html import render_html, render_notebook
 from traceinsight.report.json import dumps
@@ -51,6 +44,13 @@ from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
 from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
+from traceinsight.workflow import (
+    Analyzed,
+    OnAnalyzed,
+    analyze_path,
+    analyze_profile,
+    load_path,
+)
 
 if TYPE_CHECKING:
     from traceinsight.report.painter import Painter
@@ -95,7 +95,7 @@ def load(path: PathLike, run: str | None = None, *, jobs: int = 1, max_memory: s
     with several runs the newest is read, or the one `run` names (as ``--run``). `jobs`: processes that
     decode one large Kineto file. `max_memory`: the most memory the events may take (``--max-memory``: bytes
     or a size such as ``"2GB"``; default 75 % of the memory available, `traceinsight.limits`). The profile's
-    `.events` is the event table (`traceinsight.model` documents its columns), `.inputs` the files read and
+    `.events` is the event table (`traceinsight.events` documents its columns), `.inputs` the files read and
     `.framework` the framework that wrote them. A trace cut short (a killed job's) is read as far as it goes,
     and a truncation warning in `.warnings` says so.
 

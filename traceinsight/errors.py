@@ -1,6 +1,6 @@
 """What is wrong with an input: the error that refuses it (`TraceError`) and the warning that a file was cut short.
 
-A module of its own, without pandas (`traceinsight.model`), so that the CLI and the renderers can use them before
+A module of its own, without pandas (`traceinsight.events`), so that the CLI and the renderers can use them before
 pandas is imported: the report command forks its painting process first (`commands/report.py`).
 """
 

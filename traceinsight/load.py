@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from traceinsight.discover import Run
+from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.parallel import map_files
 from traceinsight.readers import read_trace
 

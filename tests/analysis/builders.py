@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.model import Profile, make_event_table
+from traceinsight.events import Profile, make_event_table
 
 US = 1_000
 

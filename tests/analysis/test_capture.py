@@ -12,7 +12,7 @@ from tests.analysis.builders import US, host, kernel, launch, profile
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.findings import find_bottlenecks, headline_projection
-from traceinsight.pipeline import analyze_path
+from traceinsight.workflow import analyze_path
 
 WARMUP = SAMPLE_TRACES / "warmup"
 

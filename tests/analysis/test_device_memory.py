@@ -28,7 +28,7 @@ from traceinsight.analysis.device_memory import (
     profile_memory,
 )
 from traceinsight.analysis.steps import find_steps
-from traceinsight.model import Profile, make_memory_table, merge_reads
+from traceinsight.events import Profile, make_memory_table, merge_reads
 from traceinsight.readers import read_trace
 
 GIB = 2**30

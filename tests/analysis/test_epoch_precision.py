@@ -11,7 +11,7 @@ import numpy as np
 from traceinsight.analysis.devices import device_usage
 from traceinsight.analysis.gaps import idle_gaps
 from traceinsight.analysis.kernels import kernel_stats
-from traceinsight.model import make_event_table
+from traceinsight.events import make_event_table
 
 EPOCH = 1_700_000_000_000_000_123  # ns; float64(EPOCH) is off by 123 ns
 

@@ -9,7 +9,7 @@ from tests.analysis.builders import US, kernel, launch, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.findings import find_bottlenecks
-from traceinsight.pipeline import analyze_path
+from traceinsight.workflow import analyze_path
 
 
 def _two_replays():

@@ -10,8 +10,8 @@ from tests.analysis.builders import US, host, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.discover import discover
+from traceinsight.events import names_matching
 from traceinsight.load import load_run
-from traceinsight.model import names_matching
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.rules import OPTIMIZER_UPDATE_PATTERN
 

@@ -8,7 +8,7 @@ import pytest
 from tests.analysis.builders import host, kernel, table
 from traceinsight.analysis import analyze
 from traceinsight.analysis.ranks import rank_view
-from traceinsight.model import InputInfo, Profile
+from traceinsight.events import InputInfo, Profile
 
 
 def step(input_id: int, n: int, ts: float, dur: float) -> dict:

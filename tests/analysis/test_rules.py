@@ -6,8 +6,8 @@ from tests.analysis.builders import US, host, kernel, launch, profile, table
 from traceinsight.analysis import analyze
 from traceinsight.analysis.input_pipeline import input_pipeline, verdict_for
 from traceinsight.analysis.steps import find_steps
+from traceinsight.events import DeviceInfo
 from traceinsight.findings import find_bottlenecks
-from traceinsight.model import DeviceInfo
 
 
 def test_sync_and_annotations_on_the_device_are_not_work():

@@ -12,8 +12,8 @@ import pytest
 
 from tests.analysis.builders import US, host, kernel, launch, profile
 from traceinsight.analysis import analyze
+from traceinsight.events import DeviceInfo
 from traceinsight.findings import find_bottlenecks, headline_projection
-from traceinsight.model import DeviceInfo
 
 ROWS = [
     host("annotation", 0, 300, "ProfilerStep#1"),

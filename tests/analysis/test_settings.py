@@ -19,8 +19,8 @@ import pytest
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.discover import discover
+from traceinsight.events import Profile
 from traceinsight.load import load_run
-from traceinsight.model import Profile
 from traceinsight.readers.xplane_schema import XSpace
 
 PAIRS = SAMPLE_TRACES / "pairs"

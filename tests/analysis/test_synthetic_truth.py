@@ -6,8 +6,8 @@ import pytest
 
 from tools import synth
 from traceinsight.analysis import analyze
+from traceinsight.events import merge_reads
 from traceinsight.findings import find_bottlenecks
-from traceinsight.model import merge_reads
 from traceinsight.readers import read_trace
 
 EXPECTED_TOP = {

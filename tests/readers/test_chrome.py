@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
 from traceinsight.errors import TraceError
-from traceinsight.model import TraceRead
+from traceinsight.events import TraceRead
 from traceinsight.readers import json_stream, kineto, read_trace
 
 XSPACE = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from tests import corpus
 from tests.conftest import SHARED_TRACES, shared_trace
 from traceinsight.errors import TraceError, is_truncation_warning
-from traceinsight.model import COLUMNS, KINDS, TraceRead
+from traceinsight.events import COLUMNS, KINDS, TraceRead
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS, TS_MAX_NS, TS_MIN_NS

@@ -23,7 +23,7 @@ import pytest
 from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.errors import TraceError
-from traceinsight.model import TraceRead
+from traceinsight.events import TraceRead
 from traceinsight.readers import is_trace_file, read_trace
 from traceinsight.readers.json_document import load_trace_json
 

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import shared_trace
 from tests.readers.test_xspace import _Builder
-from traceinsight.model import INPUT_WAIT_PATTERN, MEMORY_COLUMNS, PROFILER_STEP_PATTERN, TraceRead, merge_reads
+from traceinsight.events import INPUT_WAIT_PATTERN, MEMORY_COLUMNS, PROFILER_STEP_PATTERN, TraceRead, merge_reads
 from traceinsight.readers import read_trace
 from traceinsight.readers.kineto import read_kineto_json
 from traceinsight.readers.xplane_schema import XSpace

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests import corpus
-from traceinsight.model import make_event_table
+from traceinsight.events import make_event_table
 from traceinsight.readers import _repair, xplane_schema, xspace
 
 _XEvent = xplane_schema.message_class("XEvent")

@@ -28,8 +28,8 @@ from tests import corpus
 from tests.conftest import KINETO_TRACES, shared_trace
 from traceinsight.discover import discover
 from traceinsight.errors import TraceError, is_truncation_warning, truncation_warning
+from traceinsight.events import TraceRead
 from traceinsight.load import Progress, load_run, progress_stream
-from traceinsight.model import TraceRead
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import json_files, read_trace
 from traceinsight.readers.json_document import load_trace_json
@@ -430,18 +430,18 @@ def test_the_event_table_is_freed_before_the_page_is_drawn(monkeypatch: pytest.M
     import gc
     import weakref
 
-    from traceinsight import pipeline
+    from traceinsight import workflow
 
     tables: list[weakref.ref[Any]] = []
-    real = pipeline.load_run
+    real = workflow.load_run
 
     def recording(*args: Any) -> Any:
         profile = real(*args)
         tables.append(weakref.ref(profile.events))
         return profile
 
-    monkeypatch.setattr(pipeline, "load_run", recording)
-    analyzed = pipeline.analyze_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
+    monkeypatch.setattr(workflow, "load_run", recording)
+    analyzed = workflow.analyze_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
     gc.collect()
     assert analyzed.report["totals"]["kernel_count"] > 0 and analyzed.analysis.profile.events.empty
     assert tables and tables[0]() is None

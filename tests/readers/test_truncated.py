@@ -22,7 +22,7 @@ from tests.conftest import shared_trace
 from tests.readers.test_scale import DOCS
 from traceinsight.cli import main
 from traceinsight.errors import is_truncation_warning, truncation_warning
-from traceinsight.model import TraceRead
+from traceinsight.events import TraceRead
 from traceinsight.readers import _read_document as read_whole_document
 from traceinsight.readers import read_trace
 from traceinsight.readers.json_document import load_trace_json

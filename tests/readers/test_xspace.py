@@ -19,7 +19,7 @@ from benchmarks.replicate_xspace import XSpaceReplicator
 from tests.conftest import SHARED_TRACES, shared_trace
 from traceinsight import parallel
 from traceinsight.errors import TraceError
-from traceinsight.model import COLUMNS, TraceRead, narrowed_ints
+from traceinsight.events import COLUMNS, TraceRead, narrowed_ints
 from traceinsight.readers import xspace, xspace_table, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace

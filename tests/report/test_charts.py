@@ -8,12 +8,12 @@ import pytest
 
 from tests.conftest import SAMPLE_TRACES
 from traceinsight.analysis import analyze
-from traceinsight.model import Profile, make_event_table
-from traceinsight.pipeline import analyze_path
+from traceinsight.events import Profile, make_event_table
 from traceinsight.report import charts
 from traceinsight.report.chart_data import chart_run
 from traceinsight.report.html import render_html
 from traceinsight.report.painter import CHART_NAMES, Painter
+from traceinsight.workflow import analyze_path
 
 
 def _steps(n: int) -> dict:

@@ -146,8 +146,8 @@ def test_dollar_signs_in_a_host_name_are_plain_text(tmp_path):
     for i, host in enumerate(("node$x^$", "node2")):
         doc = _kineto_rank(host, "gemm", "aten::mm")
         (run / f"r{i}.pt.trace.json").write_text(json.dumps(doc))
-    from traceinsight.pipeline import analyze_path
     from traceinsight.report.html import render_html
+    from traceinsight.workflow import analyze_path
 
     analyzed = analyze_path(run)
     assert "node$x^$/GPU:0" in render_html(analyzed.report, analyzed.analysis)

@@ -15,7 +15,7 @@ from tests.conftest import shared_trace
 from tests.report.test_readable_page import table_rows
 from traceinsight.analysis import analyze
 from traceinsight.cli import main
-from traceinsight.model import Profile, make_event_table
+from traceinsight.events import Profile, make_event_table
 from traceinsight.report import charts
 from traceinsight.report.chart_data import chart_run
 from traceinsight.report.format import fmt_bytes, fmt_pct, fmt_trace_ms

@@ -20,9 +20,8 @@ from tests.readers.test_chrome import XSPACE
 from tests.readers.test_chrome import export as xprof_export  # noqa: F401  (a fixture: the XProf export of XSPACE)
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.cli import main
+from traceinsight.events import InputInfo, TraceRead, merge_reads
 from traceinsight.findings import find_bottlenecks
-from traceinsight.model import InputInfo, TraceRead, merge_reads
-from traceinsight.pipeline import load_path
 from traceinsight.report.json import build_report
 from traceinsight.report.trace_export import (
     BOTTLENECKS_TRACK,
@@ -33,6 +32,7 @@ from traceinsight.report.trace_export import (
     trace_ts,
     write_annotated_trace,
 )
+from traceinsight.workflow import load_path
 
 # An epoch in ns that is no whole µs: a float would lose its last digits.
 EPOCH_NS = 1_623_142_623_529_248_123

@@ -26,7 +26,7 @@ from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
-from traceinsight.model import Profile, input_labels, rows_of_input, take_rows
+from traceinsight.events import Profile, input_labels, rows_of_input, take_rows
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, STEADY_MIN_STEPS
 
 

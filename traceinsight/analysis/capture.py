@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.graphs import NOT_REPLAYED
+from traceinsight.events import blocking_mask, kind_mask, names_matching
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
-from traceinsight.model import blocking_mask, kind_mask, names_matching
 from traceinsight.rules import (
     FIRST_CALL_MIN_NS,
     FIRST_CALL_RATIO,

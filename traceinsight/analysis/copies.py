@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
+from traceinsight.events import COPY_KINDS, kind_mask
 from traceinsight.intervals import Intervals, exposed, union
-from traceinsight.model import COPY_KINDS, kind_mask
 
 REPORTED_COPY_KINDS = ("h2d", "d2h", "d2d", "p2p")
 

@@ -1,6 +1,6 @@
 """Device memory per accelerator: peaks, headroom, what a step keeps and what it needs on top of that.
 
-Reads the memory side table (`Profile.memory`, model.py): the allocator's levels
+Reads the memory side table (`Profile.memory`, events.py): the allocator's levels
 after each allocation and free. On each device:
 
 * **Peaks.** ``peak_allocated_bytes`` = the highest live-bytes level (Kineto ``Total
@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.steps import Step
-from traceinsight.model import Profile
+from traceinsight.events import Profile
 from traceinsight.rules import AT_LIMIT_FRACTION, BATCH_SPARE_FRACTION, SLACK_FRACTION, SLACK_MIN_BYTES
 
 SERIES_POINTS = 500

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.graphs import replay_nodes
+from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, take_rows
 from traceinsight.intervals import Intervals, union
-from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, take_rows
 
 # What device_usage, idle_gaps, kernel_stats and copy_stats read of the device rows.
 _DEVICE_WORK_COLUMNS = (

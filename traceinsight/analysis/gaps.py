@@ -30,8 +30,8 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.graphs import LATER_NODE
 from traceinsight.analysis.histogram import Bin, duration_histogram
+from traceinsight.events import blocking_mask, kind_mask, rows_of_input
 from traceinsight.intervals import Intervals, union, union_of, union_of_rows
-from traceinsight.model import blocking_mask, kind_mask, rows_of_input
 
 CAUSES = ("input_wait", "sync", "host_launch", "other", "graph_internal")
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)

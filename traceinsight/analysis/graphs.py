@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceinsight.model import kind_mask, names_matching
+from traceinsight.events import kind_mask, names_matching
 from traceinsight.rules import GRAPH_LAUNCH
 
 # The `replay` column of the device work table.

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from traceinsight.events import kind_mask, rows_of_input, take_rows
 from traceinsight.intervals import union_of_rows
-from traceinsight.model import kind_mask, rows_of_input, take_rows
 from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
 
 TOP_HOST_OPS = 15

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceinsight.analysis.steps import Steps
-from traceinsight.model import rows_of_input
+from traceinsight.events import rows_of_input
 from traceinsight.rules import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, POTENTIAL_OTHER_FRACTION
 
 TOP_STAGES = 8

@@ -20,8 +20,8 @@ from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.graphs import LATER_NODE, NOT_REPLAYED
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.tensor_cores import classify_kernel_names
+from traceinsight.events import kind_mask, rows_of_input
 from traceinsight.intervals import exposed, union
-from traceinsight.model import kind_mask, rows_of_input
 from traceinsight.rules import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, TRITON_TEMPLATE_PATTERN
 
 TOP_KERNELS = 15

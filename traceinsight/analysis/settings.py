@@ -85,8 +85,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.tensor_cores import classify_kernel_names
+from traceinsight.events import FRAMEWORKS, kind_mask
 from traceinsight.intervals import union_of_rows
-from traceinsight.model import FRAMEWORKS, kind_mask
 from traceinsight.rules import (
     GRAPH_LAUNCH,
     JAX_XLA,

@@ -48,8 +48,8 @@ from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
+from traceinsight.events import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of
-from traceinsight.model import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
 from traceinsight.rules import (
     BATCH_WORK_MIN_NS,
     COMMUNICATION_PATTERN,

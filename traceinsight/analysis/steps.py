@@ -24,8 +24,8 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
-from traceinsight.model import DEVICE_WORK_KINDS, kind_mask, rows_of_input
 from traceinsight.rules import (
     BREAKDOWN,
     INFERRED_STEP_MIN_SHARE,

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage
+from traceinsight.events import blocking_mask, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of
-from traceinsight.model import blocking_mask, rows_of_input
 from traceinsight.rules import WAIT_MIN_NS, WAIT_OWN_WORK_RATIO, WAIT_SEEN_MIN_SHARE
 
 # Waits described one by one (the totals cover all of them).

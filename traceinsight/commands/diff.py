@@ -36,7 +36,7 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     threshold they were made with (unless --small-kernel-us says otherwise), so counts compare.
     """
     from traceinsight.api import analyze
-    from traceinsight.pipeline import read_saved_report, refuse_partial
+    from traceinsight.workflow import read_saved_report, refuse_partial
 
     paths = (args.base, args.new)
     saved = [read_saved_report(p) for p in paths]

@@ -26,7 +26,7 @@ from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
-    from traceinsight.pipeline import OnAnalyzed
+    from traceinsight.workflow import OnAnalyzed
 
 DEFAULT_HTML = "traceinsight-report.html"
 
@@ -101,7 +101,7 @@ class ReportCommand:
         with Painter() if args.jobs > 1 else nullcontext() as painter:
             from traceinsight.api import analyze
             from traceinsight.load import progress_stream
-            from traceinsight.pipeline import refuse_partial
+            from traceinsight.workflow import refuse_partial
 
             trace_warnings: list[str] = []
             export = _trace_export(args, trace_warnings) if args.trace_out else None
@@ -145,8 +145,8 @@ def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalyzed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""
-    from traceinsight.pipeline import refuse_partial
     from traceinsight.report.trace_export import write_annotated_trace  # only with --trace-out
+    from traceinsight.workflow import refuse_partial
 
     def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:
         if args.strict:

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.errors import TraceError, is_truncation_warning
+from traceinsight.events import TraceRead
 from traceinsight.limits import MemoryLimit
-from traceinsight.model import TraceRead
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_files import FileText, json_size_guess

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.errors import TraceError
-from traceinsight.model import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
+from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
 from traceinsight.readers._classify import (
     copy_kind,
     details_bytes,

@@ -6,7 +6,7 @@ one (``kernel``, ``gpu_memcpy``, ``cuda_runtime``, ``cpu_op``, ...; fractional Â
 ``baseTimeNanoseconds``). AMD/ROCm traces use the same cats with HIP names.
 
 Device memory: the ``[memory]`` instant events of CUDA devices (``Device Type``
-1; ``profile_memory=True``) become `TraceRead.memory` (model.py): ``Total
+1; ``profile_memory=True``) become `TraceRead.memory` (events.py): ``Total
 Allocated`` and ``Total Reserved`` where written, else (2021 schema: only
 ``Bytes``) the running sum of ``Bytes`` per device from 0 at its first event, with
 ``absolute`` False. The op of each is the outermost CPU op running on its thread.
@@ -31,8 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from traceinsight.limits import EVENT_BYTES, MemoryLimit
-from traceinsight.model import (
+from traceinsight.events import (
     COPY_KINDS,
     KINDS,
     MEMORY_KINDS,
@@ -43,6 +42,7 @@ from traceinsight.model import (
     make_event_table,
     make_memory_table,
 )
+from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
 from traceinsight.readers._repair import drop_duplicates, valid_occupancy
 from traceinsight.readers.columns import ColumnBuffers, StringPool, float_column, int_column

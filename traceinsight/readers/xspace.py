@@ -11,7 +11,7 @@ process reading the units in file order would have, so the table does not depend
 read what. What the whole file says (devices, clock) is `xspace_file`'s; the stats read,
 `xspace_stats`'; allocator events, `xspace_memory`'s.
 
-Mapping (model.py has the columns and kinds; which lines and stats are read, and the
+Mapping (events.py has the columns and kinds; which lines and stats are read, and the
 rules an event's name decides, are `xspace_classify`'s, the name rules themselves
 `_classify`'s, shared with the Kineto and XProf-JSON readers):
 
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.errors import TraceError
-from traceinsight.model import TraceRead
+from traceinsight.events import TraceRead
 from traceinsight.parallel import (
     Claims,
     Parcel,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model import COPY_KINDS, KINDS, MEMORY_KINDS
+from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS
 from traceinsight.readers._classify import copy_kind as _copy_kind
 from traceinsight.readers._classify import (
     details_copy_memory,

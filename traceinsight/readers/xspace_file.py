@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model import DeviceInfo
+from traceinsight.events import DeviceInfo
 from traceinsight.readers.xspace_classify import Plane, device_id
 from traceinsight.readers.xspace_stats import plane_stats
 from traceinsight.readers.xspace_wire import SpaceLayout, line_runs

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceinsight.events import KINDS, MEMORY_KINDS, narrowed_ints
 from traceinsight.heap import release_free_memory
-from traceinsight.model import KINDS, MEMORY_KINDS, narrowed_ints
 from traceinsight.readers._classify import details_bytes, details_occupancy
 from traceinsight.readers._repair import valid_occupancy
 from traceinsight.readers.xspace_classify import (

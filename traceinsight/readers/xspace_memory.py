@@ -1,5 +1,5 @@
 """Device memory as the allocators report it: XSpace's allocator events (``MemoryAllocation`` /
-``MemoryDeallocation`` on the host planes) and their stats, read into the memory table (model.py)."""
+``MemoryDeallocation`` on the host planes) and their stats, read into the memory table (events.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.model import make_memory_table
+from traceinsight.events import make_memory_table
 from traceinsight.readers.xspace_classify import MEMORY_FLOAT_STATS, MEMORY_INT_STATS, MEMORY_STR_STATS, Plane
 from traceinsight.readers.xspace_stats import FoundStats, Stats, per_distinct, read_stats
 from traceinsight.readers.xspace_wire import EventFields, Wire
@@ -106,7 +106,7 @@ def _allocator_device(allocator: str) -> str:
 
 
 def memory_table(parts: list[tuple[Memory, np.ndarray, np.ndarray]]) -> pd.DataFrame:
-    """The memory table (model.py) of the kept allocator events: `parts` has, per batch with allocator events,
+    """The memory table (events.py) of the kept allocator events: `parts` has, per batch with allocator events,
     its `Memory`, which of its rows are kept and their starts (ns, on the file's clock)."""
     if not any(keep[memory.events].any() for memory, keep, _ in parts):
         return make_memory_table()

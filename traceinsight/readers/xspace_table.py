@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.errors import TraceError, truncation_warning
-from traceinsight.heap import release_free_memory
-from traceinsight.model import (
+from traceinsight.events import (
     COPY_KINDS,
     KINDS,
     MEMORY_KINDS,
@@ -22,6 +21,7 @@ from traceinsight.model import (
     TraceRead,
     make_event_table,
 )
+from traceinsight.heap import release_free_memory
 from traceinsight.readers._classify import xprof_framework
 from traceinsight.readers._repair import TS_MAX_NS, drop_duplicates, near_window, possible_ts, usable_times
 from traceinsight.readers.xspace_classify import op_type

@@ -53,9 +53,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.steps import Step
 from traceinsight.errors import TraceError
-from traceinsight.findings import step_costs
-from traceinsight.intervals import Intervals, union
-from traceinsight.model import (
+from traceinsight.events import (
     COPY_KINDS,
     DEVICE_WORK_KINDS,
     KINDS,
@@ -64,6 +62,8 @@ from traceinsight.model import (
     input_labels,
     kind_mask,
 )
+from traceinsight.findings import step_costs
+from traceinsight.intervals import Intervals, union
 from traceinsight.report.output import check_output
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps

@@ -2,7 +2,7 @@
 every command that reads traces.
 
 `analyze_path` runs the one-way pipeline (discover -> load_run -> analyze ->
-find_bottlenecks -> build_report), reading and analysing the inputs in processes
+find_bottlenecks -> build_report), reading and analyzing the inputs in processes
 or on a Dask cluster when asked; `analyze_profile` runs its second half on a
 profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
@@ -23,10 +23,10 @@ import orjson
 from traceinsight.analysis import Analysis, analyze, merge_analyses
 from traceinsight.discover import Run, RunChoice, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
+from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.findings import find_bottlenecks
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
-from traceinsight.model import Profile, TraceRead, merge_reads
 from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
 from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info, add_runs
