@@ -229,9 +229,12 @@ def blocking_mask(events: pd.DataFrame) -> np.ndarray:
     """Host rows that block until the device catches up: the `sync` kind (``*Synchronize`` of CUDA and HIP) and
     the blocking copies and value reads of `rules.BLOCKING_HOST_OPS`, whatever kind their reader gave them. The
     one answer to "is this a sync" for gap causes, the step model and the timeline export."""
-    host = events["device"].isna().to_numpy()
-    named = events["name"].isin(BLOCKING_HOST_OPS).to_numpy() | names_matching(events, SYNC_API_PATTERN, host)
-    return host & (kind_mask(events, "sync") | named)
+    names = events["name"].cat.categories
+    # Decided once per distinct name (a few thousand), then spread over the rows by their codes.
+    matched = np.asarray(names.str.match(SYNC_API_PATTERN), dtype=bool) if len(names) else np.zeros(0, bool)
+    blocking = np.append(names.isin(BLOCKING_HOST_OPS) | matched, False)
+    named = blocking[events["name"].cat.codes.to_numpy()]  # code -1 (no name) finds the last slot: False
+    return events["device"].isna().to_numpy() & (kind_mask(events, "sync") | named)
 
 
 def _promote_markers(table: pd.DataFrame) -> None:

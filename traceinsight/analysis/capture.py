@@ -22,6 +22,7 @@ holds decides (`rules.py`'s capture section holds every name and threshold):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.graphs import NOT_REPLAYED
-from traceinsight.events import blocking_mask, kind_mask, names_matching
+from traceinsight.events import blocking_mask, kind_mask
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.rules import (
     FIRST_CALL_MIN_NS,
@@ -84,6 +85,28 @@ class Capture:
 UNKNOWN = Capture("unknown", ["no events"])
 
 
+class _Names:
+    """The names of a table's rows, each pattern searched once per distinct name; a row mask is built only for a
+    pattern some name matches (most of the capture rules match nothing in most traces)."""
+
+    def __init__(self, rows: pd.DataFrame, host: np.ndarray) -> None:
+        self.codes = rows["name"].cat.codes.to_numpy()
+        self.categories = rows["name"].cat.categories
+        self.host = host
+        counts = np.bincount(self.codes[host] + 1, minlength=len(self.categories) + 1)[1:]  # code -1: no name
+        self.host_names = np.flatnonzero(counts)
+        self.all_names = np.flatnonzero(np.bincount(self.codes + 1, minlength=len(self.categories) + 1)[1:])
+
+    def rows(self, pattern: re.Pattern[str], host_only: bool = True) -> np.ndarray:
+        """The rows (of the host, unless told) whose name contains `pattern`."""
+        candidates = self.host_names if host_only else self.all_names
+        hits = [c for c in candidates.tolist() if pattern.search(self.categories[c])]
+        if not hits:
+            return np.zeros(len(self.codes), bool)
+        found = np.isin(self.codes, hits)
+        return found & self.host if host_only else found
+
+
 def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     """The kind of capture `events` is (see the module docstring); `work`: `devices.device_work(events)`."""
     if events.empty:
@@ -93,9 +116,10 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     ends = starts + rows["dur_ns"].to_numpy()
     window = int(ends.max() - starts.min())
     host = rows["device"].isna().to_numpy()
-    server = _server(rows, host)
-    capture = names_matching(rows, GRAPH_CAPTURE_PATTERN, host)
-    costs, unions = _one_time_costs(rows, host)
+    names = _Names(rows, host)
+    server = _server(names)
+    capture = names.rows(GRAPH_CAPTURE_PATTERN)
+    costs, unions = _one_time_costs(rows, host, names)
     if capture.any():
         cap_start, cap_end = int(starts[capture].min()), int(ends[capture].max())
         calls = _counted_names(rows, capture)
@@ -123,14 +147,14 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
         listed = "; ".join(f"{c.what} {c.ns / 1e6:,.1f} ms ({c.example})" for c in found["one_time"][:3])
         evidence = [f"one-time costs cover {100 * share:.1f} % of the window: {listed}"]
         return Capture("warmup", evidence, steady_from_ns=int(one_time.ends.max()), **found)
-    training = names_matching(rows, TRAINING_PATTERN, np.ones(len(rows), bool))
+    training = names.rows(TRAINING_PATTERN, host_only=False)
     if training.any():
         return Capture("training", [f"backward ops or an optimizer update: {_counted_names(rows, training)}"], **found)
     if server is not None:
         return Capture("inference", [f"{server}'s own frames, no backward op or optimizer update"], **found)
     ops = host & kind_mask(rows, "cpu_op")
     # A loop's step markers or data waits, or a module's frames: a model step.
-    looped = kind_mask(rows, "step", "input_wait").any() or names_matching(rows, MODEL_FRAME_PATTERN, host).any()
+    looped = kind_mask(rows, "step", "input_wait").any() or names.rows(MODEL_FRAME_PATTERN).any()
     repeated = None if looped else _microbenchmark_ops(rows, ops)
     if repeated is not None:
         return Capture(
@@ -150,11 +174,9 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     return Capture("unknown", [why], **found)
 
 
-def _server(rows: pd.DataFrame, host: np.ndarray) -> str | None:
-    for name, pattern in SERVERS:
-        if names_matching(rows, pattern, host).any():
-            return name
-    return None
+def _server(names: _Names) -> str | None:
+    """The serving framework whose own frames the host shows (the first of `rules.SERVERS` that matches)."""
+    return next((server for server, pattern in SERVERS if names.rows(pattern).any()), None)
 
 
 def _counted_names(rows: pd.DataFrame, mask: np.ndarray, top: int = 3) -> str:
@@ -174,7 +196,7 @@ def _replayed_after(work: pd.DataFrame, end_ns: int) -> float:
     return float(dur[after].sum() / total)
 
 
-def _one_time_costs(rows: pd.DataFrame, host: np.ndarray) -> tuple[list[OneTimeCost], list[Intervals]]:
+def _one_time_costs(rows: pd.DataFrame, host: np.ndarray, names: _Names) -> tuple[list[OneTimeCost], list[Intervals]]:
     """Each kind of one-time cost the trace shows (`rules.ONE_TIME_COSTS`, slow first calls), with its union."""
     starts = rows["ts_ns"].to_numpy()
     dur = rows["dur_ns"].to_numpy()
@@ -191,7 +213,7 @@ def _one_time_costs(rows: pd.DataFrame, host: np.ndarray) -> tuple[list[OneTimeC
 
     long_enough = host & (dur >= ONE_TIME_MIN_NS)
     for what, pattern in ONE_TIME_COSTS:
-        add(what, names_matching(rows, pattern, long_enough))
+        add(what, names.rows(pattern) & long_enough)
     named = union_of(*unions) if unions else EMPTY
     add("lazy initialisation in an op's first call", _slow_first_calls(rows, host, named))
     return costs, unions
