@@ -3,7 +3,8 @@ reader or the chart painter), no process left behind, no output or temp file lef
 
 The input is a real Kineto trace (../shared/traces) replicated to about 300 MB (`benchmarks/replicate.py`, the
 `trace_300mb` fixture), as the issue asks: the signal lands while it is being read, by several processes (the
-test waits until /proc shows the trace open in the main process and read by every worker, not for a fixed time).
+test waits until /proc shows the trace open in the main process and read by every worker, not for a fixed time),
+or while a process is being started (a fork hook sends it at each start in turn, so no timing decides where).
 """
 
 from __future__ import annotations
@@ -121,6 +122,76 @@ def test_signal_mid_report(tmp_path, trace_300mb, signum, code, word, to):
     assert stdout == ""
     assert _wait_gone(proc.pid) == []
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+# `python -c` this, SIGNUM NTH TO, then traceinsight's arguments: traceinsight, with SIGNUM sent as its NTH process
+# starts, from ``os.register_at_fork`` hooks: TO "main", by the main process to itself just after the fork (where a
+# signal acted on raises in the fork's hooks, which only print it); TO "group", by the new process to the whole
+# group before it has run anything of its own (a worker still starting, with the handlers it inherited).
+_SIGNAL_AT_FORK = """
+import os, runpy, sys
+
+signum, nth, to = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+starts = 0
+
+
+def count():
+    global starts
+    starts += 1
+
+
+def in_parent():
+    if starts == nth and to == "main":
+        os.kill(os.getpid(), signum)
+
+
+def in_child():
+    if starts == nth and to == "group":
+        os.killpg(0, signum)
+
+
+os.register_at_fork(before=count, after_in_parent=in_parent, after_in_child=in_child)
+sys.argv = ["traceinsight", *sys.argv[4:]]
+runpy.run_module("traceinsight", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="signals a fork from its hooks")
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="looks for processes left behind in /proc")
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["SIGINT", "SIGTERM"],
+)
+@pytest.mark.parametrize("to", ["group", "main"], ids=["to the group (Ctrl-C)", "to the main process"])
+def test_signal_as_a_process_starts(tmp_path, trace_300mb, signum, code, word, to):
+    """The signal lands as each process of the report starts in turn: the chart painter, then the JOBS - 1
+    reading workers (forked at the pool's first call). Each run ends as one interrupted mid-read does; one that
+    starts fewer processes ends with its report written, and fails here."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TRACEINSIGHT_DEBUG", None)
+    for nth in range(1, JOBS + 1):
+        out = tmp_path / f"out{nth}"
+        out.mkdir()
+        command = [sys.executable, "-c", _SIGNAL_AT_FORK, str(int(signum)), str(nth), to]
+        command += ["report", str(trace_300mb), "--jobs", str(JOBS), "-o", str(out / "r.html")]
+        command += ["--json", str(out / "r.json"), "--markdown", str(out / "r.md"), "--trace-out", str(out / "t.gz")]
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        at = f"signal at process start {nth}"
+        assert proc.returncode == code, f"{at}: {stderr}"
+        assert stderr.splitlines() == [f"traceinsight: {word}"], f"{at}: {stderr}"
+        assert stdout == "", at
+        assert _wait_gone(proc.pid) == [], at
+        assert sorted(p.name for p in out.iterdir()) == [], at
 
 
 def test_interrupt_while_writing_removes_what_was_written(tmp_path, capsys, monkeypatch):

@@ -21,7 +21,8 @@ end with it.
 How many processes is decided here too (`default_jobs`, `idle_cores`, `report_workers`), and so
 is how work is shared with workers that are forked (`forks_workers`): units claimed by whichever
 process is free (`Claims`), objects inherited with the fork (`inherit`) or given at a worker's
-start (`give`). A run cut short leaves without exit handlers (`exit_now`).
+start (`give`). A run cut short leaves without exit handlers (`exit_now`). Ctrl-C and SIGTERM are held back while
+a process starts (`held_signals`): the one started begins with them blocked until it is a `quiet_worker`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast
 from traceinsight.errors import TraceError
 
 if TYPE_CHECKING:  # Windows has neither fork nor a fork server
-    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+    from multiprocessing.context import BaseContext, ForkContext, ForkServerContext, SpawnContext
 
     Context = ForkContext | ForkServerContext | SpawnContext
 
@@ -172,22 +173,77 @@ def start_fork_server(preload: Sequence[str]) -> None:
     """Start the fork server (`start_context` of a threaded process) now, in the background, so the first
     process started from it does not wait for its imports (`preload`); nothing where there is none (not Linux)."""
     if start_context(preload, threaded=True).get_start_method() == "forkserver":
-        from multiprocessing import forkserver
+        threading.Thread(target=_ensure_fork_server, name="traceinsight-fork-server", daemon=True).start()
 
-        threading.Thread(target=forkserver.ensure_running, name="traceinsight-fork-server", daemon=True).start()
+
+def _ensure_fork_server() -> None:
+    """The fork server started, with Ctrl-C and SIGTERM held back (`held_signals`): it keeps them blocked (it ends
+    with this process), so the processes it forks begin with them blocked, as those forked here do."""
+    from multiprocessing import forkserver
+
+    with held_signals(multiprocessing.get_context("forkserver")):
+        forkserver.ensure_running()
 
 
 _PR_SET_PDEATHSIG = 1
 
 
+_STOPS = (signal.SIGINT, signal.SIGTERM)  # what interrupts a run (Ctrl-C, SIGTERM)
+
+
 def quiet_worker() -> None:
     """Every worker process's start: Ctrl-C (sent to the whole terminal's process group) is left to the main
     process, which prints the one line and stops the workers; SIGTERM ends a worker at once, without a
-    traceback; and a worker dies with the process that forked it, so none outlives an interrupted run."""
+    traceback; and a worker dies with the process that forked it, so none outlives an interrupted run. It began
+    with both blocked (`held_signals`), so one sent meanwhile (to the group) is ignored or ends it only now."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with suppress(OSError, AttributeError):  # Linux only
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if hasattr(signal, "pthread_sigmask"):  # not on Windows
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+
+
+@contextmanager
+def held_signals(context: BaseContext | None = None) -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back while the block starts a process (of `context`), then acted on.
+
+    A signal acted on meanwhile would raise inside the start: in a fork's ``os.register_at_fork`` hooks, which
+    only print it ("Exception ignored"), so the run went on, or between the fork and the pool's note of its
+    new process, which then outlived the run. So they are blocked in this thread, which the process started
+    inherits (it unblocks them as a `quiet_worker`, once it ignores Ctrl-C and dies of SIGTERM: one sent to
+    the group meanwhile prints no traceback there), and in the main thread their Python handlers only note
+    them, as another thread (numpy's OpenBLAS pool) may take them meanwhile; each noted one's handler runs
+    as the block ends, raising there (`KeyboardInterrupt`, the CLI's `Terminated`)."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: neither fork nor signal masks
+        yield
+        return
+    if context is not None and context.get_start_method() != "fork":
+        # CPython's resource tracker, started by the first such start, unblocks them as it starts: start it first.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    noted: list[int] = []
+    handlers: dict[int, Callable[[int, Any], Any]] = {}
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(signum)
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        if threading.current_thread() is threading.main_thread():  # the only one that runs (and sets) handlers
+            for stop in _STOPS:
+                handler = signal.getsignal(stop)
+                if callable(handler):  # not SIG_DFL, SIG_IGN or one set outside Python: those stay as they are
+                    handlers[stop] = handler
+                    signal.signal(stop, note)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one held back is noted here
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if noted:
+            handlers[noted[0]](noted[0], None)
 
 
 def _start_worker(setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
@@ -207,7 +263,7 @@ def worker_pool(
     runs ``setup(*setup_args)``: objects to share with them (a `multiprocessing.Value` of `context`) go there,
     as they may not go with a call. Left by an exception (Ctrl-C, SIGTERM, an error, a generator closed early)
     it kills its workers instead of waiting for their work to end; either way its threads here end with it."""
-    pool = ProcessPoolExecutor(
+    pool = _Pool(
         max_workers=workers,
         mp_context=context or start_context(),
         initializer=_start_worker,
@@ -219,6 +275,17 @@ def worker_pool(
         stop_pool(pool)
         raise
     pool.shutdown()
+
+
+class _Pool(ProcessPoolExecutor):
+    """A `ProcessPoolExecutor` whose `submit`, which starts its processes (all at the first call where they are
+    forked, one as needed otherwise), holds signals back (`held_signals`): each process is in the pool's list, to
+    be killed, before an interrupt raises (as the call returns). Its manager thread, started there too, keeps them
+    blocked, so they land in the main thread, which a signal wakes from its wait for a result."""
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        with held_signals(self._mp_context):
+            return super().submit(fn, *args, **kwargs)
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -308,9 +375,17 @@ class Child:
         context = context or start_context()
         self._pipe, theirs = context.Pipe()
         self.process = context.Process(target=_serve, args=(theirs,), name=f"traceinsight-{what}")
-        self.process.start()
-        theirs.close()
         self._pending = 0
+        try:
+            with held_signals(context):
+                self.process.start()
+        except BaseException:  # interrupted as it started (raised once it had): no one else would kill it
+            if self.process.pid is not None:
+                self.stop()
+            self._pipe.close()
+            raise
+        finally:
+            theirs.close()
 
     def submit(self, func: Callable[..., Any], *args: Any) -> None:
         """Have the child call ``func(*args)`` after the calls before it; `result` gives its outcome."""
