@@ -18,7 +18,8 @@ thread, since a thread may hold a lock at the fork that the child then waits for
 So nothing here leaves a thread behind: a `Child` talks through a pipe, a pool's threads
 end with it.
 
-How many processes is decided here too (`default_jobs`, `idle_cores`, `report_workers`), and so
+How many processes is decided here too (`default_jobs`, `idle_cores`, `report_workers`; the TensorBoard tab's
+jobs queue for their slots in `JobSlots`), and so
 is how work is shared with workers that are forked (`forks_workers`): units claimed by whichever
 process is free (`Claims`), objects inherited with the fork (`inherit`) or given at a worker's
 start (`give`). A run cut short leaves without exit handlers (`exit_now`). Ctrl-C and SIGTERM are held back while
@@ -94,6 +95,31 @@ def report_workers() -> int:
     """How many TensorBoard report jobs run at once by default (each a process of its own): one a core, at least
     2, so one slow run leaves another free, and at most 4."""
     return max(2, min(4, os.cpu_count() or 1))
+
+
+class JobSlots:
+    """Background jobs, at most `slots` running at once, each waiting for a slot on a thread of its own: a server
+    (the TensorBoard tab) answers its requests at once while the jobs queue. Each job starts its own process
+    (`Child`) once its slot is free, so the threads only wait."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+
+    def submit(self, job: Callable[[], R], name: str) -> Future[R]:
+        """Run `job()` in the background once a slot is free; its result (or error) in the future returned, which
+        says "running" once the slot is taken."""
+        future: Future[R] = Future()
+
+        def run() -> None:
+            with self._slots:
+                future.set_running_or_notify_cancel()
+                try:
+                    future.set_result(job())
+                except BaseException as error:  # noqa: BLE001  # the future carries it to whoever asks
+                    future.set_exception(error)
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return future
 
 
 def forks_workers() -> bool:

@@ -19,10 +19,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from traceinsight.parallel import Child, report_workers, start_context, start_fork_server
+from traceinsight.parallel import Child, JobSlots, report_workers, start_context, start_fork_server
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
 
@@ -97,7 +98,7 @@ class ReportStore:
     def __init__(self, logdir: Path, workers: int | None = None, job: Job | None = None) -> None:
         self._logdir = logdir
         self._job: Job = job or _job
-        self._slots = threading.BoundedSemaphore(workers or report_workers())
+        self._jobs = JobSlots(workers or report_workers())
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._children: set[Child] = set()
@@ -122,20 +123,11 @@ class ReportStore:
         return self._outcome(entry, key)
 
     def _start(self, run: ProfileRun, key: tuple[Any, ...]) -> _Entry:
-        entry = _Entry(key, Future(), files=len(key), bytes=sum(max(size, 0) for _, size, _ in key))
         args = (str(self._logdir), run.run.name, str(run.run.root))
-        threading.Thread(target=self._run, args=(entry.future, args), name="traceinsight-report", daemon=True).start()
+        future = self._jobs.submit(partial(self._in_process, args), "traceinsight-report")
+        entry = _Entry(key, future, files=len(key), bytes=sum(max(size, 0) for _, size, _ in key))
         self._entries[run.name] = entry
         return entry
-
-    def _run(self, future: Future[tuple[str, str]], args: tuple[str, str, str]) -> None:
-        """One job, in a process of its own once a slot is free (a thread per job waits for it)."""
-        with self._slots:
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(self._in_process(args))
-            except BaseException as error:  # noqa: BLE001  # the route shows it
-                future.set_exception(error)
 
     def _in_process(self, args: tuple[str, str, str]) -> tuple[str, str]:
         child = Child("analysis", start_context(_PRELOAD, threaded=True))
