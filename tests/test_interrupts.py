@@ -86,14 +86,19 @@ def _wait_gone(sid: int, seconds: float = 10.0) -> list[int]:
     return left
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="looks for processes left behind in /proc")
-@pytest.mark.parametrize(
+# Each interrupt with the exit code and the one word it ends with, sent to the whole group or the main process.
+EACH_SIGNAL = pytest.mark.parametrize(
     ("signum", "code", "word"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
     ids=["SIGINT", "SIGTERM"],
 )
-@pytest.mark.parametrize("to", ["group", "main"], ids=["to the group (Ctrl-C)", "to the main process"])
+EACH_TARGET = pytest.mark.parametrize("to", ["group", "main"], ids=["to the group (Ctrl-C)", "to the main process"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="looks for processes left behind in /proc")
+@EACH_SIGNAL
+@EACH_TARGET
 def test_signal_mid_report(tmp_path, trace_300mb, signum, code, word, to):
     out = tmp_path / "out"
     out.mkdir()
@@ -159,12 +164,8 @@ runpy.run_module("traceinsight", run_name="__main__", alter_sys=True)
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="signals a fork from its hooks")
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="looks for processes left behind in /proc")
-@pytest.mark.parametrize(
-    ("signum", "code", "word"),
-    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
-    ids=["SIGINT", "SIGTERM"],
-)
-@pytest.mark.parametrize("to", ["group", "main"], ids=["to the group (Ctrl-C)", "to the main process"])
+@EACH_SIGNAL
+@EACH_TARGET
 def test_signal_as_a_process_starts(tmp_path, trace_300mb, signum, code, word, to):
     """The signal lands as each process of the report starts in turn: the chart painter, then the JOBS - 1
     reading workers (forked at the pool's first call). Each run ends as one interrupted mid-read does; one that
