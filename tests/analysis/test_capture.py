@@ -9,8 +9,9 @@ import json
 import pytest
 
 from tests.analysis.builders import US, host, kernel, launch, profile
-from tests.conftest import SAMPLE_TRACES, shared_trace
+from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
 from traceinsight.analysis import analyze
+from traceinsight.analysis.capture import CAPTURE_KINDS
 from traceinsight.findings import find_bottlenecks, headline_projection
 from traceinsight.workflow import analyze_path
 
@@ -171,3 +172,8 @@ def test_an_xla_pass_named_backward_is_no_training():
 def test_a_jax_step_annotated_train_is_jax():
     """JAX's `StepTraceAnnotation("train")` names its steps like TF's marker; its jit dispatch says JAX."""
     assert analyze_path(WARMUP / "jax_jit_after_steps").report["framework"] == "jax"
+
+
+def test_every_capture_kind_is_documented():
+    readme = (REPO / "README.md").read_text()
+    assert all(f"| `{kind}` |" in readme for kind in CAPTURE_KINDS)
