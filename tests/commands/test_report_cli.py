@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
 from traceinsight.report.format import fmt_count, fmt_pct
+from traceinsight.report.wording import verdict_sentence
+from traceinsight.workflow import analyze_path
 
 INPUT_BOUND = SAMPLE_TRACES / "synthetic_gpu" / "input_bound"
 
@@ -194,3 +196,10 @@ sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r
     assert result.stdout.split("\n")[:2] == ["pandas at start: False", "pandas at the fork: False"]
     assert painted.read_text() == "pandas in the painter: False, 4 charts"
     assert (tmp_path / "r.html").read_text().count("<svg") == 4  # the charts it drew are on the page
+
+
+def test_a_tpu_run_says_tpu_util():
+    """The share of time some XLA op runs is TPU-Util on TPUs alone, GPU-Util elsewhere."""
+    tpu = analyze_path(shared_trace("xprof/test_xplanes")).report
+    gpu = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "input_bound").report
+    assert verdict_sentence(tpu).startswith("TPU-Util ") and verdict_sentence(gpu).startswith("GPU-Util ")

@@ -44,6 +44,13 @@ def input_verdict(report: dict[str, Any]) -> str:
     return f"{ip['verdict']}: {fmt_pct(ip['fraction'])} of step time waiting for input"
 
 
+def util_label(report: dict[str, Any]) -> str:
+    """What the share of time some kernel (XLA op) runs is called for these devices: TPU-Util on TPUs alone, else
+    GPU-Util, as `nvidia-smi` names it."""
+    devices = report["devices"]
+    return "TPU-Util" if devices and all("TPU" in d["id"] for d in devices) else "GPU-Util"
+
+
 def verdict_sentence(report: dict[str, Any]) -> str:
     """The top bottleneck and what it costs a step, or that nothing stands out; figures over the steps, for
     the devices that ran kernels, and a warning when too few steps were captured to trust them."""
@@ -53,7 +60,7 @@ def verdict_sentence(report: dict[str, Any]) -> str:
         lead = "No accelerator activity in this trace"
     else:
         util, idle = fmt_pct(totals.get("step_gpu_util")), fmt_pct(totals.get("step_idle_fraction"))
-        lead = f"GPU-Util {util} of step time (devices idle {idle} of it)"
+        lead = f"{util_label(report)} {util} of step time (devices idle {idle} of it)"
     if not top:
         sentence = f"{lead}; no bottleneck worth fixing found."
     else:
@@ -81,7 +88,9 @@ def projection_sentence(report: dict[str, Any]) -> str | None:
     which = f"the top {len(applied)} ({', '.join(applied)})" if len(applied) > 1 else applied[0]
     util = ""
     if p["gpu_util_before"] is not None and p["gpu_util_after"] is not None:
-        util = f", GPU-Util in the steps {fmt_pct(p['gpu_util_before'])} \u2192 {fmt_pct(p['gpu_util_after'])}"
+        util = (
+            f", {util_label(report)} in the steps {fmt_pct(p['gpu_util_before'])} \u2192 {fmt_pct(p['gpu_util_after'])}"
+        )
     estimate = " (estimated)" if p["basis"] == "estimated" else ""
     change = fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
     return f"Fixing {which}{estimate}: step {change}{util}."
