@@ -213,16 +213,35 @@ def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:
     return mask
 
 
+class DistinctNames:
+    """The distinct names of some rows of a table (`where`; every row when None), each pattern searched once per
+    distinct name (a big trace has thousands of op names; the rows asked about, a few). A row mask is built only
+    for a pattern some name matches, so asking many patterns of one table costs one pass over its rows."""
+
+    def __init__(self, rows: pd.DataFrame, where: np.ndarray | None = None) -> None:
+        self.codes = rows["name"].cat.codes.to_numpy()
+        self.count = len(rows["name"].cat.categories)
+        self.where = where
+        asked = self.codes if where is None else self.codes[where]
+        self.used = np.flatnonzero(np.bincount(asked + 1, minlength=self.count + 1)[1:])  # code -1: no name
+        self.names = rows["name"].cat.categories[self.used].tolist()
+
+    def rows(self, pattern: str | re.Pattern[str]) -> np.ndarray:
+        """Per row, whether it is one of the rows asked about and its name contains `pattern` (re.search)."""
+        search = re.compile(pattern).search if isinstance(pattern, str) else pattern.search
+        hits = [code for code, name in zip(self.used.tolist(), self.names, strict=True) if search(name)]
+        if not hits:
+            return np.zeros(len(self.codes), bool)
+        found = np.zeros(self.count + 1, bool)  # code -1 finds the last slot: False
+        found[hits] = True
+        mask = found[self.codes]
+        return mask if self.where is None else mask & self.where
+
+
 def names_matching(rows: pd.DataFrame, pattern: str | re.Pattern[str], where: np.ndarray) -> np.ndarray:
-    """Per row, whether it is one of the rows `where` and its name contains `pattern`: searched once per
-    distinct name of those rows (a big trace has thousands of op names; the rows asked about, a few)."""
-    codes = rows["name"].cat.codes.to_numpy()
-    categories = rows["name"].cat.categories
-    used = np.flatnonzero(np.bincount(codes[where] + 1, minlength=len(categories) + 1)[1:])  # code -1: no name
-    search = re.compile(pattern).search if isinstance(pattern, str) else pattern.search
-    found = np.zeros(len(categories) + 1, bool)  # code -1 finds the last slot: False
-    found[used] = [search(name) is not None for name in categories[used]]
-    return found[codes] & where
+    """Per row, whether it is one of the rows `where` and its name contains `pattern` (one question of
+    `DistinctNames`)."""
+    return DistinctNames(rows, where).rows(pattern)
 
 
 def blocking_mask(events: pd.DataFrame) -> np.ndarray:

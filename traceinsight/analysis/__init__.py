@@ -101,18 +101,18 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
 def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame | None]:
     """Each input's capture kind, and the profile without the one-time costs of the inputs whose warm-up is
     followed by `STEADY_MIN_STEPS` steps (those steps are analyzed alone). Each input on its own, as
-    `merge_analyses` gets it from inputs analyzed apart. Also the device work table, where the one found for the
-    capture is the profile's (one input, nothing left out)."""
+    `merge_analyses` gets it from inputs analyzed apart. Also the device work table when it is still the
+    profile's (nothing left out), so it is found once."""
     events = profile.events
+    work = device_work(events)
     ids = events["input_id"].to_numpy()
     starts = events["ts_ns"].to_numpy()
+    work_ids = work["input_id"].to_numpy()
     keep = np.ones(len(events), bool)
     captures = []
-    work = None
     for input_id in range(max(len(profile.inputs), 1)):
         mine = rows_of_input(events, input_id)
-        work = device_work(mine)
-        capture = classify_capture(mine, work)
+        capture = classify_capture(mine, work if len(mine) == len(events) else work[work_ids == input_id])
         if capture.steady_from_ns is not None:
             steady = mine[(mine["ts_ns"] >= capture.steady_from_ns).to_numpy()]
             steps_after = find_steps(steady).count if len(steady) else 0
@@ -121,7 +121,7 @@ def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame
                 capture = replace(capture, steady_steps=steps_after)
         captures.append(capture)
     if keep.all():
-        return profile, captures, work if len(captures) == 1 else None
+        return profile, captures, work
     return replace(profile, events=take_rows(events, keep)), captures, None
 
 

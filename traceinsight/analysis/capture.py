@@ -22,7 +22,6 @@ holds decides (`rules.py`'s capture section holds every name and threshold):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.graphs import NOT_REPLAYED
-from traceinsight.events import blocking_mask, kind_mask
+from traceinsight.events import DistinctNames, blocking_mask, kind_mask
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
 from traceinsight.rules import (
     FIRST_CALL_MIN_NS,
@@ -52,7 +51,6 @@ from traceinsight.rules import (
 CAPTURE_KINDS = ("training", "inference", "graph_capture", "warmup", "microbenchmark", "unknown")
 # Kinds whose window holds no training or serving step to project a fix on.
 NO_STEADY_STATE = ("graph_capture", "microbenchmark")
-_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "thread"]
 # Host kinds whose slow first call can be lazy initialisation: framework ops, runtime calls, data waits (syncs wait,
 # steps are markers, and a Python frame or annotation may span a thread's life, ``threading.py: _bootstrap``).
 _FIRST_CALL_KINDS = ("cpu_op", "runtime", "input_wait")
@@ -85,38 +83,16 @@ class Capture:
 UNKNOWN = Capture("unknown", ["no events"])
 
 
-class _Names:
-    """The names of a table's rows, each pattern searched once per distinct name; a row mask is built only for a
-    pattern some name matches (most of the capture rules match nothing in most traces)."""
-
-    def __init__(self, rows: pd.DataFrame, host: np.ndarray) -> None:
-        self.codes = rows["name"].cat.codes.to_numpy()
-        self.categories = rows["name"].cat.categories
-        self.host = host
-        counts = np.bincount(self.codes[host] + 1, minlength=len(self.categories) + 1)[1:]  # code -1: no name
-        self.host_names = np.flatnonzero(counts)
-        self.all_names = np.flatnonzero(np.bincount(self.codes + 1, minlength=len(self.categories) + 1)[1:])
-
-    def rows(self, pattern: re.Pattern[str], host_only: bool = True) -> np.ndarray:
-        """The rows (of the host, unless told) whose name contains `pattern`."""
-        candidates = self.host_names if host_only else self.all_names
-        hits = [c for c in candidates.tolist() if pattern.search(self.categories[c])]
-        if not hits:
-            return np.zeros(len(self.codes), bool)
-        found = np.isin(self.codes, hits)
-        return found & self.host if host_only else found
-
-
 def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     """The kind of capture `events` is (see the module docstring); `work`: `devices.device_work(events)`."""
     if events.empty:
         return UNKNOWN
-    rows = events[_COLUMNS] if len(events.columns) > len(_COLUMNS) else events
+    rows = events
     starts = rows["ts_ns"].to_numpy()
     ends = starts + rows["dur_ns"].to_numpy()
     window = int(ends.max() - starts.min())
     host = rows["device"].isna().to_numpy()
-    names = _Names(rows, host)
+    names = DistinctNames(rows, host)
     server = _server(names)
     capture = names.rows(GRAPH_CAPTURE_PATTERN)
     costs, unions = _one_time_costs(rows, host, names)
@@ -147,7 +123,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
         listed = "; ".join(f"{c.what} {c.ns / 1e6:,.1f} ms ({c.example})" for c in found["one_time"][:3])
         evidence = [f"one-time costs cover {100 * share:.1f} % of the window: {listed}"]
         return Capture("warmup", evidence, steady_from_ns=int(one_time.ends.max()), **found)
-    training = names.rows(TRAINING_PATTERN, host_only=False)
+    training = DistinctNames(rows).rows(TRAINING_PATTERN)
     if training.any():
         return Capture("training", [f"backward ops or an optimizer update: {_counted_names(rows, training)}"], **found)
     if server is not None:
@@ -174,7 +150,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     return Capture("unknown", [why], **found)
 
 
-def _server(names: _Names) -> str | None:
+def _server(names: DistinctNames) -> str | None:
     """The serving framework whose own frames the host shows (the first of `rules.SERVERS` that matches)."""
     return next((server for server, pattern in SERVERS if names.rows(pattern).any()), None)
 
@@ -196,7 +172,9 @@ def _replayed_after(work: pd.DataFrame, end_ns: int) -> float:
     return float(dur[after].sum() / total)
 
 
-def _one_time_costs(rows: pd.DataFrame, host: np.ndarray, names: _Names) -> tuple[list[OneTimeCost], list[Intervals]]:
+def _one_time_costs(
+    rows: pd.DataFrame, host: np.ndarray, names: DistinctNames
+) -> tuple[list[OneTimeCost], list[Intervals]]:
     """Each kind of one-time cost the trace shows (`rules.ONE_TIME_COSTS`, slow first calls), with its union."""
     starts = rows["ts_ns"].to_numpy()
     dur = rows["dur_ns"].to_numpy()

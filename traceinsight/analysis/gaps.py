@@ -13,7 +13,7 @@ first rule that holds wins:
                 ``__next__``);
 ``sync``        the host was blocked in a synchronisation during the gap (``cuda*Synchronize``,
                 ``hip*Synchronize``, ``aten::item``, a blocking ``cudaMemcpy`` / ``hipMemcpyWithStream``:
-                `model.blocking_mask`), or the device itself recorded a sync wait;
+                `events.blocking_mask`), or the device itself recorded a sync wait;
 ``host_launch`` the launch ended after the gap began: the host could not keep up. (HTA's
                 host-wait rule compares the launch *start*; a launch call that started just
                 before the device drained but was still running is the same problem.)

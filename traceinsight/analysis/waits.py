@@ -89,8 +89,10 @@ def _input_waits(
         return ()
     calls = mine[long_calls]
     device_rows = work[(work["input_id"] == input_id).to_numpy()]
-    own = device_rows[device_rows["correlation"].to_numpy() >= 0].groupby("correlation")["dur_ns"].sum()
     correlation = calls["correlation"].to_numpy()
+    device_corr = device_rows["correlation"].to_numpy()
+    theirs = np.isin(device_corr, correlation[correlation >= 0])  # the calls' own copies, grouped alone
+    own = pd.Series(device_rows["dur_ns"].to_numpy()[theirs]).groupby(device_corr[theirs]).sum()
     own_ns = own.reindex(correlation).fillna(0).to_numpy(np.int64)
     dur = calls["dur_ns"].to_numpy()
     is_wait = dur >= WAIT_OWN_WORK_RATIO * own_ns
@@ -102,6 +104,9 @@ def _input_waits(
     seen = np.clip(busy.covered_between(starts, ends) - own_ns[is_wait], 0, None)
     names = calls["name"].astype(str).to_numpy()[is_wait]
     outside = seen < WAIT_SEEN_MIN_SHARE * (ends - starts - own_ns[is_wait])
+    # What a wait waited for is named only for the longest, which the report lists: each is a pass over the rows.
+    named = np.zeros(len(starts), bool)
+    named[np.argsort(starts - ends, kind="stable")[:LISTED_WAITS]] = True
     return tuple(
         Wait(
             name=str(name),
@@ -111,11 +116,11 @@ def _input_waits(
             own_device_ns=int(own_w),
             seen_device_ns=int(seen_w),
             outside_trace=bool(gone),
-            waited_for=[] if gone else _waited_for(device_rows, int(start), int(end), int(corr)),
+            waited_for=_waited_for(device_rows, int(start), int(end), int(corr)) if listed and not gone else [],
         )
-        for name, start, end, own_w, seen_w, gone, corr in zip(
-            names, starts, ends, own_ns[is_wait], seen, outside, correlation[is_wait], strict=True
-        )  # one per wait of a millisecond or more: few
+        for name, start, end, own_w, seen_w, gone, corr, listed in zip(
+            names, starts, ends, own_ns[is_wait], seen, outside, correlation[is_wait], named, strict=True
+        )  # one per wait of a millisecond or more
     )
 
 

@@ -22,7 +22,7 @@ def load_trace_json(path: Path | str, data: bytes | None = None, limit: MemoryLi
     """Decode a Chrome-trace JSON file (or its bytes, `data`) into a `TraceDoc`.
 
     A file cut short (a job killed while writing it) gives the complete events before the cut and a
-    truncation warning (`model.truncation_warning`); one cut before its first event is a `TraceError`.
+    truncation warning (`errors.truncation_warning`); one cut before its first event is a `TraceError`.
     `limit`: see `read_json_text`.
     """
     text = read_json_text(path, data, limit)
