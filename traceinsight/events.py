@@ -69,6 +69,33 @@ absolute        bool                False when `allocated` is a running sum from
 input_id        int16               index into `Profile.inputs`
 ==============  ==========  ======  ==========================================================
 
+Framework ops' costs are a second side table, `Profile.ops` (`make_op_table`): one row per
+framework op for which the trace records what its cost can be computed from (shapes, or the
+profiler's own FLOP and byte counts), so ops without them cost nothing to keep. Columns:
+
+================  ==========  ======  ==========================================================
+column            dtype       unit    meaning
+================  ==========  ======  ==========================================================
+ts_ns             int64       ns      start, on the event table's clock
+dur_ns            int64       ns      duration (host time for a Kineto op, device time for an
+                                      XSpace op on a device line)
+thread            int64               host thread of a host op; -1 for a device op
+device            category            the device a device op ran on (prefixed like the event
+                                      table's in a run of several inputs); NaN for host ops
+name              category            op name as the profiler wrote it (``aten::addmm``)
+external_id       int64               Kineto ``External id`` (links the op to its kernels); -1
+input_dims        object              Kineto ``Input Dims``: a list per input (a list of ints,
+                                      empty for a scalar or non-tensor); None unknown
+input_types       object              Kineto ``Input type``: a str per input; None unknown
+concrete_inputs   object              Kineto ``Concrete Inputs``: a str per input; None unknown
+flops             float64     FLOP    the profiler's own count (Kineto ``flops``, XSpace
+                                      ``flops``); NaN unknown
+bytes_accessed    float64     bytes   the profiler's count of bytes read and written; NaN
+model_flops       float64     FLOP    XSpace ``model_flops`` (the model's FLOPs, without
+                                      rematerialisation); NaN unknown
+input_id          int16               index into `Profile.inputs`
+================  ==========  ======  ==========================================================
+
 Kinds: ``kernel``, ``memcpy``, ``memset`` are device work (the only kinds that make a
 device busy); ``sync`` is a synchronisation (host API or device wait: never work);
 ``runtime`` a CUDA/HIP runtime or driver call on the host; ``cpu_op`` a framework op on
@@ -351,6 +378,67 @@ def empty_memory_table() -> pd.DataFrame:
     return make_memory_table({}, 0)
 
 
+# --------------------------------------------------------------------------- op costs
+
+_OP_INT_COLUMNS: dict[str, Any] = {"ts_ns": np.int64, "dur_ns": np.int64, "thread": np.int64, "external_id": np.int64}
+_OP_CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {"device": None, "name": None}
+_OP_OBJECT_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
+_OP_FLOAT_COLUMNS = ("flops", "bytes_accessed", "model_flops")
+OP_COLUMNS = (
+    "ts_ns",
+    "dur_ns",
+    "thread",
+    "device",
+    "name",
+    "external_id",
+    "input_dims",
+    "input_types",
+    "concrete_inputs",
+    "flops",
+    "bytes_accessed",
+    "model_flops",
+    "input_id",
+)
+
+
+def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
+    """Build an op-cost side table (module docstring) from whichever columns a reader has; missing columns get
+    their "unknown" value."""
+    columns = columns or {}
+    if n is None:
+        n = len(next(iter(columns.values()))) if columns else 0
+    data: dict[str, Any] = {}
+    for col, dtype in _OP_INT_COLUMNS.items():
+        values = columns.get(col)
+        data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
+    for col in _OP_CATEGORY_COLUMNS:
+        values = columns.get(col)
+        if values is None:
+            values = pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=_NO_STRINGS)
+        elif not isinstance(values, pd.Categorical):
+            values = pd.Categorical(values)
+        if not len(values.categories):
+            values = pd.Categorical.from_codes(values.codes, categories=_NO_STRINGS)
+        data[col] = values
+    for col in _OP_OBJECT_COLUMNS:
+        values = columns.get(col)
+        column = np.empty(n, dtype=object)
+        if values is not None:
+            column[:] = list(values)
+        data[col] = column
+    for col in _OP_FLOAT_COLUMNS:
+        values = columns.get(col)
+        data[col] = np.full(n, np.nan) if values is None else np.asarray(values, np.float64)
+    input_id = columns.get("input_id")
+    data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
+    return pd.DataFrame({col: data[col] for col in OP_COLUMNS}, copy=False)
+
+
+def empty_op_table() -> pd.DataFrame:
+    """An op table without rows: the trace records no op costs (no shapes, no FLOP counts)."""
+    return make_op_table({}, 0)
+
+
 @dataclass
 class DeviceInfo:
     """What the trace says about one accelerator (fields the trace lacks are None)."""
@@ -387,6 +475,7 @@ class TraceRead:
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: Counter[str] = field(default_factory=Counter)
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
+    ops: pd.DataFrame = field(default_factory=empty_op_table)  # framework ops' cost basis (`make_op_table`)
 
 
 @dataclass
@@ -401,6 +490,7 @@ class Profile:
     warnings: Counter[str] = field(default_factory=Counter)
     name: str = ""
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
+    ops: pd.DataFrame = field(default_factory=empty_op_table)  # framework ops' cost basis (`make_op_table`)
 
 
 def take_rows(table: pd.DataFrame, rows: np.ndarray, columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -449,6 +539,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     labels = input_labels([r.input for r in reads])
     tables = []
     memories = []
+    op_tables = []
     devices: dict[str, DeviceInfo] = {}
     warnings: Counter[str] = Counter()
     metadata: dict[str, Any] = {}
@@ -456,16 +547,17 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         table = read.events
         table["input_id"] = np.int16(i)
         if several:
-            table["device"] = table["device"].cat.rename_categories(
-                [f"{labels[i]}/{d}" for d in table["device"].cat.categories]
-            )
+            _prefix_devices(table, labels[i])
         memory = read.memory
         memory["input_id"] = np.int16(i)
         if several:
-            memory["device"] = memory["device"].cat.rename_categories(
-                [f"{labels[i]}/{d}" for d in memory["device"].cat.categories]
-            )
+            _prefix_devices(memory, labels[i])
         memories.append(memory)
+        ops = read.ops
+        ops["input_id"] = np.int16(i)
+        if several:
+            _prefix_devices(ops, labels[i])
+        op_tables.append(ops)
         for dev_id, info in read.devices.items():
             key = f"{labels[i]}/{dev_id}" if several else dev_id
             devices[key] = DeviceInfo(**{**info.__dict__, "id": key})
@@ -474,6 +566,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         tables.append(table)
     events = tables[0] if len(tables) == 1 else _concat_tables(tables)
     memory = memories[0] if len(memories) == 1 else _concat_tables(memories, MEMORY_COLUMNS, _MEMORY_CATEGORY_COLUMNS)
+    ops = op_tables[0] if len(op_tables) == 1 else _concat_tables(op_tables, OP_COLUMNS, _OP_CATEGORY_COLUMNS)
     frameworks = {r.framework for r in reads} - {"unknown"}
     framework = frameworks.pop() if len(frameworks) == 1 else "unknown"
     return Profile(
@@ -485,7 +578,13 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         warnings=warnings,
         name=name,
         memory=memory,
+        ops=ops,
     )
+
+
+def _prefix_devices(table: pd.DataFrame, label: str) -> None:
+    """Prefix a table's device ids with its input's label (``rank1/GPU:0``), in place."""
+    table["device"] = table["device"].cat.rename_categories([f"{label}/{d}" for d in table["device"].cat.categories])
 
 
 def _alike(columns: list[pd.Categorical]) -> list[pd.Categorical]:
