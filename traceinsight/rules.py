@@ -551,3 +551,82 @@ MAX_BATCH_FACTOR = 8
 # A cache removes the work instead: `step_ns_after_hidden` in the evidence is the step once input is fully hidden.
 INPUT_FIX_PARALLELISM = {"DataLoader": 4.0, "DataPipe": 4.0}
 DEFAULT_INPUT_FIX_PARALLELISM = 2.0
+
+# --------------------------------------------------------------------------- kernel classes (kernel_classes.py)
+
+# What a device kernel computes, told by its name, for the FLOP / MFU / roofline breakdown. Each (class, pattern)
+# is searched case-insensitively and the first match wins, so the order settles names that hold words of several
+# classes: Inductor's kind prefix first (a `triton_poi_fused_addmm_0` is pointwise work), then collectives and
+# copies run as kernels, attention before matmul and elementwise (FlashAttention names carry `cutlass`, a
+# paged-attention pass is called `..._reduce_kernel`), convolutions before matmul (implicit-GEMM convs say `gemm`),
+# elementwise last (a `..._gemm_relu` is a GEMM with its epilogue). Memcpy / memset rows are `copy` by their kind; a
+# kernel no pattern matches is `other` (cat, index and gather kernels, KV-cache writes, MoE routing, sorting: data
+# movement and bookkeeping).
+# Inductor kernels by their kind prefix: pointwise, reduction, persistent reduction, foreach (TORCH_COMPILE's
+# prefixes but `tem`, the GEMM / conv / attention templates, which the rules below tell apart by name).
+_INDUCTOR_ELEMENTWISE = r"^triton_(?:poi|red|per|for)_"
+# NCCL / RCCL and the rest of COMMUNICATION_PATTERN, XLA's collective HLO ops (hyphenated), vLLM / SGLang custom
+# all-reduce.
+_KERNEL_COMMUNICATION = (
+    COMMUNICATION_PATTERN.pattern
+    + r"|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|cross_device_reduce"
+)
+# Copies that run as kernels: HIP's blit kernels (ROCclr copyBuffer / fillBuffer) and XLA's copy ops (a TPU's
+# host-offload `copy-start` / `copy-done`), matched on the op's own name, before the `=` of its HLO text.
+_KERNEL_COPY = r"__amd_rocclr_(?:copy|fill)|^(?:copyBuffer|fillBuffer)|^%?copy(?:-start|-done)?(?:\.\d+)?(?:\s*=|$)"
+# FlashAttention 2 / 3 (`flash_fwd`, `flash::`, `FlashAttnFwdSm90`), xformers / CUTLASS / TensorRT-LLM / CK fused
+# MHA (`fmha`), PyTorch's memory-efficient `AttentionKernel`, cuDNN SDPA, vLLM paged and unified (Triton) attention
+# with its `reduce_segments` pass, FlashInfer's prefill / decode, aiter MLA, the Triton tutorial's `_attn_fwd` and
+# SGLang / vLLM Triton decode kernels (`_fwd_kernel_stage1`). Not `flash` alone: `reshape_and_cache_flash_kernel`
+# writes a KV cache, `create_flashinfer_kv_indices_triton` builds indices.
+_KERNEL_ATTENTION = (
+    r"flash_(?:fwd|bwd|attn|fprop|bprop)|flash::|FlashAttn|fmha|attention|\bmha_|sdpa|^reduce_segments$"
+    r"|flashinfer::\w*(?:Prefill|Decode)|(?:Batch|Single)(?:Prefill|Decode)With|\bmla_|_attn_fwd|_attn_bwd|^attn_fwd"
+    r"|^_fwd_(?:grouped_)?kernel(?:_stage\d|_alibi)?$"
+)
+# Named after a GEMM but none: the MoE un-permute that gathers and sums the expert outputs of triton_kernels'
+# `matmul_ogs` (`_finalize_matmul_scatter`): data movement, so `other`.
+_KERNEL_NOT_MATMUL = r"_finalize_matmul"
+# cuDNN (`scudnn`, `s884cudnn`, dgrad / wgrad engines, implicit / explicit `convolve_sgemm`, Winograd and the helper
+# kernels of its algorithms: offsets, packed-tensor scaling, tile generation), CUTLASS / xmma conv (`fprop`,
+# `ImplicitGemmConvolution`), MIOpen (`igemm_fwd_gtc`, `naive_conv`, `MIOpenConvUni`, `sp3AsmConv`), im2col, XLA's
+# `convolution`; `conv` but not in `convert` / `TensorConversionOp`.
+_KERNEL_CONV = (
+    r"conv(?!ert|ers)|[sdhi]\d*cudnn|fprop|dgrad|wgrad|winograd|implicit_?gemm|igemm|im\d?d?2col|depthwise"
+    r"|cask_cudnn|scalePackedTensor"
+)
+# cuBLAS / cuBLASLt (`gemm`, `gemv`, `sm90_xmma_gemm`, `nvjet`, split-K reductions, the GEMV reduction), CUTLASS
+# GEMMs (not fbgemm's embedding kernels), hipBLASLt / Tensile (`Cijk_`, `_MI16x16x1`), CK (`DeviceGemm`,
+# `gemm_xdl`), matmul-named kernels (triton_kernels' `matmul_ogs`, TensorRT-LLM's `bmm_`), Inductor GEMM templates,
+# XLA's `dot` op.
+_KERNEL_MATMUL = (
+    r"(?<!fb)gemm|gemv|matmul|bmm|cublas|hipblas|rocblas|Tensile|nvjet|xmma|wgmma|tcgen05|cutlass\w*_(?:tensorop|simt|wmma)"
+    r"|^Cijk_|_MI\d+x\d+x\d+|^triton_tem_|splitKreduce|ReduceSplitK|\bdot_kernel|^%?dot(?:\.\d+)?\s*="
+)
+# Memory-bound per-element work: PyTorch's TensorIterator and Eigen kernels, foreach (multi-tensor) updates,
+# normalisations (batch / layer / RMS / group norm, cuDNN `bn_`, Transformer Engine `ln_`), softmax, reductions,
+# activations (and vLLM / SGLang `act_and_mul`), rotary embeddings, dropout and random fills, casts and
+# (de)quantisation, pooling, XLA loop / input (reduction) fusions and elementwise HLO ops.
+_KERNEL_ELEMENTWISE = (
+    r"elementwise|EigenMetaKernel|TensorCwise|multi_tensor_apply|foreach"
+    r"|(?:batch|layer|rms|group|instance)_?norm|cudnn::bn_|\bbn_(?:fw|bw)|\bln_(?:fwd|bwd)|GammaBeta"
+    r"|softmax|reduce_kernel|DeviceReduce|DeviceSegmentedReduce|reduce_1Block"
+    r"|act_and_mul|silu|gelu|swiglu|relu|sigmoid|tanh|rotary|\brope|dropout|philox|random"
+    r"|quantiz|_quant|cast_|_to_copy|typeConvert|pooling|(?:max|avg|adaptive\w*)_?pool"
+    r"|kind=k(?:Loop|Input)\b|^(?:loop|input)_\w*fusion"
+    r"|^%?(?:add|subtract|multiply|divide|maximum|minimum|exponential|log|negate|rsqrt|sqrt|select|compare|convert"
+    r"|broadcast|reduce|transpose|iota)(?:\.\d+)?\s*="
+)
+KERNEL_CLASS_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kernel_class, re.compile(pattern, re.IGNORECASE))
+    for kernel_class, pattern in (
+        ("elementwise", _INDUCTOR_ELEMENTWISE),
+        ("communication", _KERNEL_COMMUNICATION),
+        ("copy", _KERNEL_COPY),
+        ("attention", _KERNEL_ATTENTION),
+        ("other", _KERNEL_NOT_MATMUL),
+        ("conv", _KERNEL_CONV),
+        ("matmul", _KERNEL_MATMUL),
+        ("elementwise", _KERNEL_ELEMENTWISE),
+    )
+)

@@ -62,6 +62,9 @@ TOP_LEVEL_KEYS = (
 )
 
 
+NO_RAW = msgspec.Raw()  # an arg the event does not have
+
+
 class Args(msgspec.Struct, gc=False):
     """The event args the readers use: Kineto's names, then XProf's (stats as strings).
 
@@ -74,6 +77,12 @@ class Args(msgspec.Struct, gc=False):
     """
 
     external_id: Number = msgspec.field(name="External id", default=-1)
+    # A Kineto op's shapes (``record_shapes=True``), left undecoded: a big trace repeats a few thousand
+    # distinct values millions of times, so kineto.py decodes each distinct text once.
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=NO_RAW)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=NO_RAW)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
+    flops: Number = math.nan  # the op's FLOPs (``with_flops=True``)
     device: Number = -1
     stream: Number = -1
     correlation: Number = -1

@@ -11,6 +11,12 @@ Allocated`` and ``Total Reserved`` where written, else (2021 schema: only
 ``Bytes``) the running sum of ``Bytes`` per device from 0 at its first event, with
 ``absolute`` False. The op of each is the outermost CPU op running on its thread.
 
+Op costs: the CPU ops that record ``Input Dims`` (``record_shapes=True``) or
+``flops`` (``with_flops=True``) become `TraceRead.ops` (events.py), with ``Input
+type`` and ``Concrete Inputs``. The args are decoded once per distinct text of a
+chunk (a model repeats a few thousand shapes over and over), into values the rows
+share; a text that is no list stays as decoded, for analysis/flops.py to refuse.
+
 Files are streamed (`read_kineto_json`, json_stream.TraceStream): each chunk of
 decoded events becomes columns (`_convert`, in a worker process when several
 decode at once) and is dropped; `_Rows` joins the chunks and does what needs all
@@ -25,9 +31,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -41,6 +49,7 @@ from traceinsight.events import (
     kind_mask,
     make_event_table,
     make_memory_table,
+    make_op_table,
 )
 from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
@@ -73,6 +82,7 @@ _SPAN_CAT = "trace"  # the profiler's own window: metadata, not a row
 _OTHER = ("other", False)
 _KIND_OTHER, _KIND_RUNTIME, _KIND_SYNC = KINDS.index("other"), KINDS.index("runtime"), KINDS.index("sync")
 _KIND_MEMCPY, _KIND_MEMSET = KINDS.index("memcpy"), KINDS.index("memset")
+_KIND_CPU_OP = KINDS.index("cpu_op")
 # Top-level keys only Kineto writes.
 _KINETO_KEYS = (
     "schemaVersion",
@@ -153,6 +163,7 @@ class _Chunk:
     first_ts: int | None
     kineto_cats: bool
     warnings: Counter[str]
+    ops: dict[str, np.ndarray]  # `_op_columns`: row numbers within the chunk, shapes, FLOPs
 
 
 def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
@@ -211,7 +222,30 @@ def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
         **memory,
     }
     first_ts = int(complete.ts_ns.min()) if len(complete.ts_ns) else None
-    return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings)
+    ops = _op_columns(_select(args, kind == _KIND_CPU_OP), rows[kind == _KIND_CPU_OP])
+    return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings, ops)
+
+
+def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The op-cost columns of a chunk's CPU ops (their `args`, at `rows`): those with shapes or FLOPs only.
+
+    Each distinct arg text is decoded once and its value shared by the rows that have it (analysis/flops.py
+    groups ops by signature cheaply so). A text is hashed in C (`pd.factorize`): a dict lookup a row took
+    half again as long.
+    """
+    flops = float_column([a.flops for a in args])
+    columns: dict[str, np.ndarray] = {}
+    costed = ~np.isnan(flops)
+    for key in ("input_dims", "input_types", "concrete_inputs"):
+        codes, texts = pd.factorize(np.array(list(map(bytes, map(attrgetter(key), args))), dtype=object))
+        if key == "input_dims":  # an op without shapes nor FLOPs costs nothing to keep
+            costed |= (texts != b"")[codes]
+            args, codes = _select(args, costed), codes[costed]
+        values = np.empty(len(texts), dtype=object)
+        for i, text in enumerate(texts):
+            values[i] = msgspec.json.decode(text) if text else None
+        columns[key] = values[codes]
+    return {"row": rows[costed], "flops": flops[costed], **columns}
 
 
 def _memory_columns(instants: list[Event], exact_ts: bool, warnings: Counter[str]) -> dict[str, np.ndarray]:
@@ -273,6 +307,7 @@ class _Rows:
         self.kineto = False
         self.first_ts: int | None = None
         self.rows = 0
+        self.ops: list[dict[str, np.ndarray]] = []  # each chunk's `_op_columns`, rows made file-wide
 
     @classmethod
     def of_doc(cls, doc: TraceDoc) -> _Rows:
@@ -326,6 +361,9 @@ class _Rows:
         columns["name"] = self.names.add(chunk.names)[columns["name"]]
         columns["device_row"] += self.rows
         columns["copy_row"] += self.rows
+        if len(chunk.ops["row"]):
+            chunk.ops["row"] += self.rows
+            self.ops.append(chunk.ops)
         self.columns.append(**columns)
         self.rows += chunk.rows
         if chunk.first_ts is not None:
@@ -392,6 +430,28 @@ class _Rows:
             metadata=metadata,
             warnings=self.warnings,
             memory=self.memory(offset, table),
+            ops=self.op_table(ts_ns),
+        )
+
+    def op_table(self, ts_ns: np.ndarray) -> pd.DataFrame:
+        """The op-cost table of the ops met (`ts_ns`: every row's start on the event table's clock)."""
+        if not self.ops:
+            return make_op_table()
+        column = self.columns.column
+        rows = np.concatenate([part["row"] for part in self.ops])
+        names = self.names.categorical(column("name", np.int32)[rows])
+        return make_op_table(
+            {
+                "ts_ns": ts_ns[rows],
+                "dur_ns": column("dur_ns", np.int64)[rows],
+                "thread": column("thread", np.int64)[rows],
+                "name": names.remove_unused_categories(),
+                "external_id": column("external_id", np.int64)[rows],
+                **{
+                    key: np.concatenate([part[key] for part in self.ops])
+                    for key in ("input_dims", "input_types", "concrete_inputs", "flops")
+                },
+            }
         )
 
     def memory(self, offset: int, table: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ large file's units go to worker processes as well (`_unit_rows`, here), which se
 numpy columns, their names coded in the order they met them; `Table` recodes them as one
 process reading the units in file order would have, so the table does not depend on who
 read what. What the whole file says (devices, clock) is `xspace_file`'s; the stats read,
-`xspace_stats`'; allocator events, `xspace_memory`'s.
+`xspace_stats`'; allocator events, `xspace_memory`'s; device ops' costs, `xspace_ops`'.
 
 Mapping (events.py has the columns and kinds; which lines and stats are read, and the
 rules an event's name decides, are `xspace_classify`'s, the name rules themselves
@@ -28,6 +28,9 @@ rules an event's name decides, are `xspace_classify`'s, the name rules themselve
   summarise the stream events and are not read.
 * ``/device:TPU:N``: ``XLA Ops`` -> kernel, ``XLA Modules`` -> annotation, ``Steps``
   -> step, other lines -> other, all with the device set.
+* Device kernels with a cost stat (``flops``, ``bytes_accessed``, ``model_flops``: TPU
+  ``XLA Ops`` have them on their metadata) also make the op table, their time the
+  device's own (``device_duration_ps``) where they have it.
 * ``/host:*`` except ``/host:metadata`` (thread = line id): an event with a
   ``correlation_id`` stat is a CUDA/HIP API call -> runtime (``*Synchronize`` ->
   sync); ``train*`` / ``test*`` / ``TraceContext*`` without ``/`` (xprof's explicit

@@ -48,6 +48,9 @@ MEMORY_INT_STATS = (
 )
 MEMORY_FLOAT_STATS = ("fragmentation",)
 MEMORY_STR_STATS = ("allocator_name", "tf_op")
+# The stats the op table needs (of device kernels: xspace_ops.py): the compiler's costs, the device's own time.
+OP_FLOAT_STATS = ("flops", "bytes_accessed", "model_flops")
+OP_INT_STATS = ("device_duration_ps",)
 READ_STATS = frozenset(
     (
         *INT_STATS,
@@ -56,6 +59,8 @@ READ_STATS = frozenset(
         *MEMORY_INT_STATS,
         *MEMORY_FLOAT_STATS,
         *MEMORY_STR_STATS,
+        *OP_FLOAT_STATS,
+        *OP_INT_STATS,
     )
 )
 

@@ -33,6 +33,7 @@ from traceinsight.readers.xspace_classify import (
 )
 from traceinsight.readers.xspace_file import SpaceFile, Unit
 from traceinsight.readers.xspace_memory import Memory, read_memory
+from traceinsight.readers.xspace_ops import Ops, read_ops
 from traceinsight.readers.xspace_stats import FoundStats, Stats, per_distinct, read_stats
 from traceinsight.readers.xspace_wire import LINE_BATCH_BYTES, LineBatch, Source, run_batch
 
@@ -49,6 +50,7 @@ class Part:
     columns: dict[str, np.ndarray]  # the table's columns but stream and thread (`line_ids`); ts_ns and dur_ns
     # as the lines say (`xspace_table` puts them on the file's clock)
     memory: Memory | None = None
+    ops: Ops | None = None
 
 
 # The table's columns a batch makes, and their dtypes (codes for the categorical ones).
@@ -189,7 +191,9 @@ class _LineReader:
             plane.device_code,
             columns,
         )
-        if not on_device:
+        if on_device:
+            part.ops = read_ops(plane, batch.wire, events, found, columns["kind"], with_stats)
+        else:
             part.memory = read_memory(
                 plane, batch.wire, events, found, name_code, line_id, with_stats, self.names, self.device_labels
             )

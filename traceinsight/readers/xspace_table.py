@@ -28,6 +28,7 @@ from traceinsight.readers.xspace_classify import op_type
 from traceinsight.readers.xspace_file import SpaceFile
 from traceinsight.readers.xspace_lines import PART_COLUMNS, Part, Rows
 from traceinsight.readers.xspace_memory import memory_table
+from traceinsight.readers.xspace_ops import op_table
 from traceinsight.readers.xspace_wire import NOT_XSPACE
 
 
@@ -99,6 +100,11 @@ class Table:
         memory = memory_table(
             [(part.memory, part.keep, part.columns["ts_ns"]) for part in self.parts if part.memory is not None]
         )
+        ops = op_table(
+            [(part.ops, part.keep, part.columns, part.device_code) for part in self.parts if part.ops is not None],
+            self.device_labels,
+            self.name_list,
+        )
         columns, n = self._table_columns()
         self.parts.clear()
         table = make_event_table(columns, n)
@@ -129,6 +135,7 @@ class Table:
             },
             warnings=self.warnings,
             memory=memory,
+            ops=ops,
         )
 
     def _table_columns(self) -> tuple[dict[str, Any], int]:

@@ -1,0 +1,40 @@
+"""What each device kernel computes (matmul, conv, attention, ...): the classes a FLOP, MFU and roofline breakdown
+reports kernel time by, told from kernel names by `rules.KERNEL_CLASS_RULES` (first match wins) and from the kind
+of copy rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, kind_mask
+from traceinsight.rules import KERNEL_CLASS_RULES
+
+# Every class, in the order reports list them.
+KERNEL_CLASSES = ("matmul", "conv", "attention", "elementwise", "communication", "copy", "other")
+_CODE = {name: code for code, name in enumerate(KERNEL_CLASSES)}
+
+
+def class_of_name(name: str) -> str:
+    """The class of one kernel name: the first rule it matches, else `other`."""
+    for kernel_class, pattern in KERNEL_CLASS_RULES:
+        if pattern.search(name):
+            return kernel_class
+    return "other"
+
+
+def kernel_classes(events: pd.DataFrame) -> pd.Categorical:
+    """Per row of an event table, the class of its device work (`KERNEL_CLASSES`); missing for rows that are no
+    device work (host events). Memcpy / memset rows are `copy` by their kind; kernels are classed by name, each
+    distinct name once, so a million rows cost one pass over their name codes."""
+    codes = np.full(len(events), -1, np.int8)
+    work = kind_mask(events, *DEVICE_WORK_KINDS) & events["device"].notna().to_numpy()
+    copies = work & kind_mask(events, "memcpy", "memset")
+    kernels = work & ~copies
+    codes[copies] = _CODE["copy"]
+    if kernels.any():
+        names = DistinctNames(events, kernels)
+        by_code = np.full(names.count + 1, _CODE["other"], np.int8)  # the last slot: code -1, a kernel without name
+        by_code[names.used] = [_CODE[class_of_name(name)] for name in names.names]
+        codes[kernels] = by_code[names.codes[kernels]]
+    return pd.Categorical.from_codes(codes, categories=KERNEL_CLASSES)

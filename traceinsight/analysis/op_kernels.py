@@ -1,0 +1,150 @@
+"""Which framework op launched each kernel, and the kernel time of each counted op (analysis/flops.py).
+
+Kineto links a kernel to its host launch by ``correlation`` (the runtime call with the kernel's id) and the
+launch to the op that made it by ``External id`` (the innermost op running then). Some traces (2022-era
+Kineto) write the correlation id again as the launch's External id: there the op is the innermost op of
+the op table running on the launch's thread when it started. Everything is sorts and binary searches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.flops import thread_order
+from traceinsight.events import kind_mask
+
+_ID_BITS = 47  # ids below 2**47, input ids above them, in one int64 key
+# Share of launches whose External id is their correlation id, beyond which an input's ids are taken as
+# repeats (a few may agree by chance).
+_REPEATED_IDS = 0.5
+
+
+def kernel_ops(events: pd.DataFrame, ops: pd.DataFrame, kinds: tuple[str, ...] = ("kernel",)) -> np.ndarray:
+    """Per event row: the position in `ops` of the op that launched it, for device rows of `kinds` (-1 for
+    other rows, and for those whose launch or op is not found)."""
+    found = np.full(len(events), -1, np.int64)
+    work = np.flatnonzero(kind_mask(events, *kinds))
+    runtime = np.flatnonzero(kind_mask(events, "runtime", "sync") & (events["correlation"].to_numpy() >= 0))
+    if not len(work) or not len(runtime) or not len(ops):
+        return found
+    input_id = events["input_id"].to_numpy().astype(np.int64)
+    correlation = events["correlation"].to_numpy()
+    launch = _lookup(_key(input_id[runtime], correlation[runtime]), runtime, _key(input_id[work], correlation[work]))
+    work, launch = work[launch >= 0], launch[launch >= 0]
+    external = events["external_id"].to_numpy()
+    by_id = _lookup(
+        _key(ops["input_id"].to_numpy().astype(np.int64), ops["external_id"].to_numpy()),
+        np.arange(len(ops)),
+        _key(input_id[launch], external[launch]),
+    )
+    repeated = _repeated_ids(input_id[runtime], external[runtime], correlation[runtime])
+    contained = np.isin(input_id[launch], repeated)
+    by_id[contained] = _innermost(
+        ops,
+        input_id[launch[contained]],
+        events["thread"].to_numpy()[launch[contained]],
+        events["ts_ns"].to_numpy()[launch[contained]],
+    )
+    found[work] = by_id
+    return found
+
+
+def counted_kernel_ns(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
+    """Per op: the summed duration (ns) of the kernels launched by it or the ops nested in it, for the ops
+    `costs` (`flops.op_costs`) counts; NaN for the others."""
+    launcher = kernel_ops(events, ops)
+    rows = np.flatnonzero(launcher >= 0)
+    counted = np.flatnonzero(np.isfinite(costs["flops"].to_numpy()))
+    total = np.full(len(ops), np.nan)
+    total[counted] = 0.0
+    if not len(rows) or not len(counted):
+        return total
+    op = launcher[rows]
+    input_id, thread = ops["input_id"].to_numpy().astype(np.int64), ops["thread"].to_numpy()
+    # Counted ops nest in no other counted op: on a thread they follow one another.
+    owner = _innermost(ops, input_id[op], thread[op], ops["ts_ns"].to_numpy()[op], among=counted)
+    device_op = thread[op] < 0  # a device op (XSpace) is its own owner
+    owner[device_op] = np.where(np.isin(op[device_op], counted), op[device_op], -1)
+    np.add.at(total, owner[owner >= 0], events["dur_ns"].to_numpy()[rows][owner >= 0].astype(np.float64))
+    return total
+
+
+def _key(input_id: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """One int64 per (input, id); -1 for ids unknown or too large."""
+    ok = (ids >= 0) & (ids < 1 << _ID_BITS)
+    return np.where(ok, input_id << _ID_BITS | np.where(ok, ids, 0), -1)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """`values` at the first of `keys` equal to each `wanted` (-1 when none, or the key is -1)."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, wanted), max(len(keys) - 1, 0))
+    hit = (sorted_keys[at] == wanted) & (wanted >= 0) if len(keys) else np.zeros(len(wanted), bool)
+    return np.where(hit, values[order[at]], -1)
+
+
+def _repeated_ids(input_id: np.ndarray, external: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    """The inputs whose launches' External ids just repeat their correlation ids (or are all missing)."""
+    inputs, inverse = np.unique(input_id, return_inverse=True)
+    launches = np.bincount(inverse, minlength=len(inputs))
+    useless = np.bincount(inverse, weights=(external == correlation) | (external < 0), minlength=len(inputs))
+    return inputs[useless > _REPEATED_IDS * launches]
+
+
+def _innermost(
+    ops: pd.DataFrame, input_id: np.ndarray, thread: np.ndarray, ts: np.ndarray, among: np.ndarray | None = None
+) -> np.ndarray:
+    """Per (input, thread, ts): the position of the innermost op (of `among`, default all) running there, -1.
+
+    Ops on a thread nest; those at one nesting depth follow one another, so each depth is one binary search,
+    and the deepest hit is the innermost op.
+    """
+    found = np.full(len(ts), -1, np.int64)
+    rows = (
+        np.flatnonzero(ops["thread"].to_numpy() >= 0) if among is None else among[ops["thread"].to_numpy()[among] >= 0]
+    )
+    order = thread_order(ops, rows)
+    if not len(order) or not len(ts):
+        return found
+    place = ops["input_id"].to_numpy().astype(np.int64)[order] << 32 | ops["thread"].to_numpy()[order] & 0xFFFFFFFF
+    start = ops["ts_ns"].to_numpy()[order]
+    end = start + ops["dur_ns"].to_numpy()[order]
+    depth = _depths(place, start, end)
+    wanted = input_id << 32 | thread & 0xFFFFFFFF
+    for level in range(int(depth.max()) + 1):
+        at_level = depth == level
+        level_place, level_start, level_end = place[at_level], start[at_level], end[at_level]
+        # (place, start) sorted: one search on a combined order of the two
+        at = _search_pairs(level_place, level_start, wanted, ts)
+        ok = at >= 0
+        ok[ok] &= (level_place[at[ok]] == wanted[ok]) & (level_end[at[ok]] >= ts[ok])
+        found[ok] = order[at_level][at[ok]]
+    return found
+
+
+def _depths(place: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nesting depth of each op of one (place, start, longer first) order: how many ops of its place that
+    started before it (in this order) have not ended when it starts."""
+    n = len(start)
+    position = np.arange(n)
+    first_of_place = np.searchsorted(place, place, side="left")
+    depth = np.zeros(n, np.int64)
+    for p in np.unique(place).tolist():
+        mine = np.flatnonzero(place == p)
+        ends = np.sort(end[mine])
+        # started before (in order) minus ended at or before its start (ops ending exactly there are siblings)
+        depth[mine] = (position[mine] - first_of_place[mine]) - np.searchsorted(ends, start[mine], side="right")
+    return np.maximum(depth, 0)
+
+
+def _search_pairs(place: np.ndarray, start: np.ndarray, wanted_place: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Per query, the last position whose (place, start) <= (wanted_place, ts) in lexicographic order, -1."""
+    found = np.full(len(ts), -1, np.int64)
+    for p in np.unique(wanted_place).tolist():
+        lo, hi = np.searchsorted(place, p, side="left"), np.searchsorted(place, p, side="right")
+        queries = np.flatnonzero(wanted_place == p)
+        at = lo + np.searchsorted(start[lo:hi], ts[queries], side="right") - 1
+        found[queries] = np.where(at >= lo, at, -1)
+    return found
