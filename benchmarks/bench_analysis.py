@@ -27,11 +27,10 @@ from traceinsight import analysis
 from traceinsight.analysis.devices import device_usage
 from traceinsight.analysis.host_ops import host_op_rows
 from traceinsight.analysis.steps import find_steps
+from traceinsight.assemble import report_of
 from traceinsight.events import Profile, merge_reads
-from traceinsight.findings import find_bottlenecks
 from traceinsight.readers import read_trace
 from traceinsight.report.html import render_html
-from traceinsight.report.json import build_report
 
 
 def best_of(repeat: int, run: Callable[[], Any]) -> float:
@@ -50,7 +49,7 @@ def timings(profile: Profile, repeat: int) -> dict[str, float]:
     usages = device_usage(events)
     steps = find_steps(events)
     result = analysis.analyze(profile)
-    report = build_report(result, find_bottlenecks(result))
+    report = report_of(result)
     steps_of = {
         "device_usage": lambda: device_usage(events),
         "find_steps": lambda: find_steps(events),
@@ -62,7 +61,7 @@ def timings(profile: Profile, repeat: int) -> dict[str, float]:
         "host_ops": lambda: analysis.host_ops(events, steps.input_id),
         "host_op_rows": lambda: host_op_rows(events, steps.input_id),
         "analyze (all)": lambda: analysis.analyze(profile),
-        "findings + JSON": lambda: build_report(result, find_bottlenecks(result)),
+        "findings + JSON": lambda: report_of(result),
         "HTML": lambda: render_html(report, result),
     }
     return {name: best_of(repeat, run) for name, run in steps_of.items()}

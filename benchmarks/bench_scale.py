@@ -69,12 +69,12 @@ def stages(path: Path) -> None:
         last = now
 
     from traceinsight.analysis import analyze
+    from traceinsight.assemble import report_of
     from traceinsight.discover import discover
-    from traceinsight.findings import find_bottlenecks
     from traceinsight.load import load_run
     from traceinsight.parallel import default_jobs
     from traceinsight.report.html import render_html
-    from traceinsight.report.json import build_report, dumps
+    from traceinsight.report.json import dumps
     from traceinsight.report.painter import Painter
 
     mark("imports")
@@ -85,7 +85,7 @@ def stages(path: Path) -> None:
         analysis = analyze(profile)
         del profile
         mark("analyze")
-        report = build_report(analysis, find_bottlenecks(analysis))
+        report = report_of(analysis)
         dumps(report)
         mark("findings + JSON")
         render_html(report, analysis.without_events(), painter)

@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from traceinsight.result import RunReport, from_document
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_TRACES = REPO / "sample_traces"
@@ -40,6 +42,13 @@ KINETO_TRACES = (
 # What a test says when it skips for want of the shared traces (here and in tests that check for them alone).
 SHARED_MISSING = "../shared/traces"
 _CHECK_OUT = "check out ../shared beside the project"
+
+
+def typed_report(**fields: Any) -> RunReport:
+    """A report with only `fields` given (the rest empty), read into the model as a saved `--json` report is:
+    for renderers tested on hand-made figures."""
+    document = {"run": "r", "inputs": [], "steps": {}, "devices": [], "totals": {}, "input_pipeline": {}}
+    return from_document({**document, "bottlenecks": [], **fields})
 
 
 def in_ci() -> bool:

@@ -8,18 +8,33 @@ from typing import Any
 import pytest
 
 from tests.conftest import SAMPLE_TRACES
-from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, build_diff, normalise_kernel_name, ranked
-from traceinsight.gating import ExpressionError, parse_threshold
+from traceinsight import diff as diffs
+from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, normalise_kernel_name, ranked
+from traceinsight.gating import ExpressionError, Threshold, parse_threshold
 from traceinsight.report.diff_render import (
     comparability_note,
     render_diff_html,
     render_diff_markdown,
     render_diff_terminal,
 )
+from traceinsight.result import RunReport, from_document
 from traceinsight.workflow import analyze_path
 
 
 # ---------------------------------------------------------------- hand-made reports
+# They are JSON documents, as a CI job keeps them; each is read back into the model as `read_saved_report` does.
+def typed(report: dict[str, Any] | RunReport) -> RunReport:
+    return report if isinstance(report, RunReport) else from_document(report)
+
+
+def build_diff(base: Any, new: Any, origins: Any = (None, None)) -> dict[str, Any]:
+    return diffs.build_diff(typed(base), typed(new), origins)
+
+
+def crossing(threshold: Threshold, base: Any, new: Any) -> str | None:
+    return threshold.check_diff(typed(base), typed(new))
+
+
 def _kernel(name: str, count: int, total_ns: int) -> dict[str, Any]:
     return {"name": name, "count": count, "total_ns": total_ns, "mean_ns": total_ns // count, "tensor_core": False}
 
@@ -167,10 +182,11 @@ def test_severity_rise_is_worse_even_when_cheaper():
 def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths():
     # BASE profiled 8 steps of 10 ms input stall each (80 ms), NEW only 4 of 12 ms (48 ms): the capture's total
     # fell, the cost a step rose by 2 ms (+20 %), and that is what changed.
-    base = _report(bottlenecks=[{**_bottleneck("input_bound", "high", 80_000_000), "projection": {"saving_ns": 10**7}}])
-    new = _report(
-        bottlenecks=[{**_bottleneck("input_bound", "high", 48_000_000), "projection": {"saving_ns": 12 * 10**6}}]
-    )
+    def saving(ns: int) -> dict[str, Any]:
+        return {"step_ns_before": 10**8, "step_ns_after": 10**8 - ns, "saving_ns": ns, "speedup": 10**8 / (10**8 - ns)}
+
+    base = _report(bottlenecks=[{**_bottleneck("input_bound", "high", 80_000_000), "projection": saving(10**7)}])
+    new = _report(bottlenecks=[{**_bottleneck("input_bound", "high", 48_000_000), "projection": saving(12 * 10**6)}])
     (item,) = build_diff(base, new)["bottlenecks"]["items"]
     assert (item["status"], item["measure"], item["delta_ns"]) == ("worse", "per_step_ns", 2_000_000)
     assert item["relative"] == pytest.approx(0.2)
@@ -323,7 +339,7 @@ def test_change_thresholds(expr, crossed):
         devices=[_device("GPU:0", 0.1, []), _device("GPU:9", 0.1, [])],
     )
     new["totals"] = {**base["totals"], "idle_fraction": 0.1}
-    message = parse_threshold(expr, allow_change=True).check_diff(base, new)
+    message = crossing(parse_threshold(expr, allow_change=True), base, new)
     assert (message is not None) == crossed
 
 
@@ -331,7 +347,7 @@ def test_identical_reports_cross_no_positive_change():
     report = _report(bottlenecks=[_bottleneck("input_bound", "low", 10)])
     other = copy.deepcopy(report)
     for expr in ("steps.mean_ns>+0", "totals.idle_fraction>+0%", "totals.kernel_count<-0", "bottleneck=input_bound"):
-        assert parse_threshold(expr, allow_change=True).check_diff(report, other) is None
+        assert crossing(parse_threshold(expr, allow_change=True), report, other) is None
 
 
 @pytest.mark.parametrize("expr", ["steps.mean_ns>5%", "steps.mean_ns>+", "steps.mean_ns>>+5", "steps.mean_ns>+5%%"])
@@ -348,7 +364,7 @@ def test_change_forms_are_refused_by_report(expr):
 
 def test_path_missing_from_both_reports_is_an_error():
     with pytest.raises(ExpressionError, match="nope"):
-        parse_threshold("totals.nope>+1", allow_change=True).check_diff(_report(), _report())
+        crossing(parse_threshold("totals.nope>+1", allow_change=True), _report(), _report())
 
 
 # ---------------------------------------------------------------- renderers

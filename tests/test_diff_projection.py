@@ -10,13 +10,21 @@ from typing import Any
 
 import pytest
 
-from tests.test_diff import _bottleneck, _report
+from tests.test_diff import _bottleneck, _report, build_diff, typed
+from traceinsight import diff as diffs
 from traceinsight.cli import main
-from traceinsight.diff import build_diff, headline_check, projection_checks
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 
 MS = 1_000_000
 BASE_STEP, NEW_STEP = 175 * MS, 139_700_000  # measured mean steps: 175.0 ms -> 139.7 ms
+
+
+def projection_checks(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    return diffs.projection_checks(typed(base), typed(new))
+
+
+def headline_check(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+    return diffs.headline_check(typed(base), typed(new))
 
 
 def _projected(bottleneck: dict[str, Any], basis: str, after_ns: int, speedup: float) -> dict[str, Any]:

@@ -203,11 +203,11 @@ def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
     exported = tmp_path / "timeline.json.gz"
     analyzed = analyze_path(
         SAMPLE_TRACES / "synthetic_gpu" / "input_bound",
-        on_analyzed=lambda analysis, report, files: write_annotated_trace(analysis, report, exported),
+        on_analyzed=lambda analysis, found, report, files: write_annotated_trace(analysis, found, exported),
     )
     report = analyzed.report
-    (b,) = [b for b in report["bottlenecks"] if b["id"] == TOY]
-    assert b["recommendations"] == ["Do the toy fix."] and b["projection"]["saving_ns"] > 0
+    (b,) = [b for b in report.bottlenecks if b.id == TOY]
+    assert b.recommendations == ["Do the toy fix."] and b.projection.saving_ns > 0
     assert TOY in render_terminal(report)
     assert TOY in render_markdown(report)
     assert TOY in render_html(report, analyzed.analysis)

@@ -6,7 +6,7 @@ A refactor that must not change behaviour is checked by two snapshots, before an
     python -m tools.report_snapshot /tmp/after       # on the new one
     diff -r /tmp/before /tmp/after                    # nothing
 
-Each run is reported as `traceinsight report BASE --run NAME --json` would report it (`pipeline.analyze_path`),
+Each run is reported as `traceinsight report BASE --run NAME --json` would report it (`workflow.analyze_path`),
 with one process per file (`--jobs 1`), so the snapshot does not depend on the machine's cores.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from traceinsight.discover import find_runs
 from traceinsight.report.json import dumps
+from traceinsight.result import to_document
 from traceinsight.workflow import analyze_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,10 +35,10 @@ def snapshot(out: Path, bases: tuple[Path, ...] = BASES) -> int:
             print(f"report_snapshot: {base} not found, skipped", file=sys.stderr)
             continue
         for run in find_runs(base):
-            report = analyze_path(base, run.name).report
-            report.pop("meta", None)
+            document = to_document(analyze_path(base, run.name).report)
+            document.pop("meta")
             name = re.sub(r"[^A-Za-z0-9_.-]+", "__", run.name)
-            (out / f"{name}.json").write_text(dumps(report) + "\n")
+            (out / f"{name}.json").write_text(dumps(document) + "\n")
             written += 1
     return written
 

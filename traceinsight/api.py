@@ -33,7 +33,6 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.errors import TraceError
 from traceinsight.events import Profile
-from traceinsight.findings import Bottleneck, BottleneckProjection
 from traceinsight.limits import MemoryLimit
 from traceinsight.report.format import plural
 from traceinsight.report.html import render_html, render_notebook
@@ -43,6 +42,7 @@ from traceinsight.report.meta import add_invocation
 from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
+from traceinsight.result import Bottleneck, BottleneckProjection, RunReport
 from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
 from traceinsight.workflow import (
     Analyzed,
@@ -125,7 +125,7 @@ def analyze(
     under the path (``--run``). `jobs`: read and analyze that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_analyzed(analysis, report, files)` sees the analysis while it still holds the event table (the CLI's
+    `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the CLI's
     ``--trace-out`` export); the inputs are then read in this process. `max_memory`: as for `load`.
 
     Raises `TraceError` for bad input, as `load` does.
@@ -165,7 +165,13 @@ class Report:
     @property
     def run(self) -> str:
         """The run's name (``<logdir>/<run>``, a folder or a file name)."""
-        return str(self._analyzed.report["run"])
+        return self._analyzed.report.run
+
+    @property
+    def result(self) -> RunReport:
+        """The report itself, typed (`traceinsight.result.RunReport`): what the JSON, the pages and the
+        DataFrames below are made from. Read it, do not change it."""
+        return self._analyzed.report
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -197,8 +203,11 @@ class Report:
         `gpu_util_before`, `gpu_util_after`, `basis`: measured or estimated, `assumption`), then
         `recommendations` (a list of fixes) and `evidence` (a dict of figures)."""
         rows = [
-            {**{k: v for k, v in b.items() if k != "projection"}, **b["projection"]}
-            for b in self._analyzed.report["bottlenecks"]
+            {
+                **{k: v for k, v in asdict(b).items() if k != "projection"},
+                **(asdict(b.projection) if b.projection else {}),
+            }
+            for b in self._analyzed.report.bottlenecks
         ]
         return _frame(rows, _BOTTLENECK_COLUMNS)
 
@@ -209,8 +218,8 @@ class Report:
         ``devices[].gaps.total_ns``, `kernels_small_count`, `copies_h2d_bytes`, `memset_count`, ...). The
         histograms and lists are left out: `gaps` and `kernels` have them."""
         rows = []
-        for d in self._analyzed.report["devices"]:
-            row = {"device": d["id"], **{k: v for k, v in d.items() if k != "id"}}
+        for d in self._analyzed.report.devices:
+            row = {"device": d.id, **{k: v for k, v in asdict(d).items() if k != "id"}}
             rows.append(dict(_flattened(row)))
         return _frame(rows, _DEVICE_COLUMNS)
 
@@ -252,9 +261,9 @@ class Report:
         """The top kernels of each device by total time (the JSON's ``devices[].kernels.top``): `device`, `rank`
         (1 = most time), `name`, `count`, `total_ns`, `mean_ns`, `tensor_core`."""
         rows = [
-            {"device": d["id"], "rank": rank, **top}
-            for d in self._analyzed.report["devices"]
-            for rank, top in enumerate(d["kernels"]["top"], start=1)
+            {"device": d.id, "rank": rank, **asdict(top)}
+            for d in self._analyzed.report.devices
+            for rank, top in enumerate(d.kernels.top, start=1)
         ]
         return _frame(rows, _KERNEL_COLUMNS)
 
@@ -264,8 +273,8 @@ class Report:
         part (device_compute, device_copy, host_runtime, input_wait, host_compute, idle), which sum to
         `dur_ns`."""
         rows = [
-            {"id": s["id"], "start_ns": s["start_ns"], "dur_ns": s["dur_ns"], **s["breakdown"]}
-            for s in self._analyzed.report["steps"]["items"]
+            {"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns, **s.breakdown}
+            for s in self._analyzed.report.steps.items
         ]
         return _frame(rows, ("id", "start_ns", "dur_ns", *BREAKDOWN))
 
@@ -274,11 +283,11 @@ class Report:
         """The framework ops on the host of the step input: the top ones by self time, then the input
         pipeline's own functions (ops that run mostly inside input waits) not among them: `name`, `function`
         (the name people know), `calls`, `total_ns`, `self_ns`, `holds_gil`, `input_function`."""
-        ops = self._analyzed.report["host_ops"]
-        inputs = {op["name"] for op in ops["input_functions"]}
-        top = {op["name"] for op in ops["top"]}
-        rows = [{**op, "input_function": op["name"] in inputs} for op in ops["top"]]
-        rows += [{**op, "input_function": True} for op in ops["input_functions"] if op["name"] not in top]
+        ops = self._analyzed.report.host_ops
+        inputs = {op.name for op in ops.input_functions}
+        top = {op.name for op in ops.top}
+        rows = [{**asdict(op), "input_function": op.name in inputs} for op in ops.top]
+        rows += [{**asdict(op), "input_function": True} for op in ops.input_functions if op.name not in top]
         return _frame(rows, _HOST_OP_COLUMNS)
 
     @property
@@ -286,7 +295,8 @@ class Report:
         """What kind of capture the trace is (the JSON's ``capture``): `kind` (training, inference, graph_capture,
         warmup, microbenchmark, unknown), the `evidence` that decided it, the serving framework (`server`), the
         one-time costs, and how many steps after them were analyzed (`steady_steps`)."""
-        return dict(self._analyzed.report["capture"])
+        capture = self._analyzed.report.capture
+        return {} if capture is None else asdict(capture)
 
     @property
     def graph_replays(self) -> pd.DataFrame:
@@ -303,7 +313,7 @@ class Report:
     def waits(self) -> pd.DataFrame:
         """The longest blocking waits (the JSON's ``waits.items``): `name`, `start_ns`, `dur_ns`, `own_device_ns`,
         `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
-        rows = [{**w, "waited_for": "; ".join(w["waited_for"])} for w in self._analyzed.report["waits"]["items"]]
+        rows = [{**asdict(w), "waited_for": "; ".join(w.waited_for)} for w in self._analyzed.report.waits.items]
         return _frame(rows, _WAIT_COLUMNS)
 
     # ----------------------------------------------------------------------------------------- documents
@@ -368,10 +378,10 @@ class Report:
 
     def __repr__(self) -> str:
         report = self._analyzed.report
-        top = report["bottlenecks"][0]["id"] if report["bottlenecks"] else "none"
+        top = report.bottlenecks[0].id if report.bottlenecks else "none"
         return (
-            f"<traceinsight.Report {self.run!r}: {plural(report['totals']['device_count'], 'device')}, "
-            f"{plural(report['steps']['count'], 'step')}, top bottleneck {top}>"
+            f"<traceinsight.Report {self.run!r}: {plural(report.totals.device_count, 'device')}, "
+            f"{plural(report.steps.count, 'step')}, top bottleneck {top}>"
         )
 
 

@@ -1,6 +1,6 @@
-"""Compare two runs: the diff object (schema ``traceinsight.diff/1``) built from two report dicts.
+"""Compare two runs: the diff object (schema ``traceinsight.diff/1``) built from two reports (`result.RunReport`).
 
-Pure functions over the `--json` report contract (../shared/notes/report-json.md), so a
+Pure functions over the result model (the `--json` contract, ../shared/notes/report-json.md), so a
 baseline report saved by an earlier CI job compares with a fresh trace exactly as two
 traces do. Four parts:
 
@@ -34,6 +34,7 @@ from typing import Any
 
 from traceinsight import __version__
 from traceinsight.gating import ExpressionError, change, lookup
+from traceinsight.result import Bottleneck, Device, Projection, RunProjection, RunReport
 
 SCHEMA = "traceinsight.diff/1"
 UP, DOWN = "up", "down"
@@ -172,11 +173,11 @@ def _change(path: str, metric: Metric, base: Any, new: Any) -> dict[str, Any]:
     }
 
 
-def _devices_by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {d["id"]: d for d in report.get("devices", [])}
+def _devices_by_id(report: RunReport) -> dict[str, Device]:
+    return {d.id: d for d in report.devices}
 
 
-def metric_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def metric_changes(base: RunReport, new: RunReport) -> list[dict[str, Any]]:
     """Every metric of both reports, in table order; a device only one run has gets nulls on the other side."""
     out = [_change(m.path, m, _value(base, m.path), _value(new, m.path)) for m in RUN_METRICS]
     base_devices, new_devices = _devices_by_id(base), _devices_by_id(new)
@@ -188,37 +189,42 @@ def metric_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, 
     return out
 
 
-def _per_step_ns(b: dict[str, Any] | None) -> int | None:
-    """What the bottleneck costs a step: its projection's saving (reports before projections: None)."""
-    projection = (b or {}).get("projection") or {}
-    return projection.get("saving_ns")
+def _per_step_ns(b: Bottleneck | None) -> int | None:
+    """What the bottleneck costs a step: its projection's saving."""
+    return None if b is None or b.projection is None else b.projection.saving_ns
 
 
-def _bottleneck_side(b: dict[str, Any] | None) -> dict[str, Any] | None:
+def _bottleneck_side(b: Bottleneck | None) -> dict[str, Any] | None:
     if b is None:
         return None
-    return {**{k: b.get(k) for k in ("severity", "rank", "time_ns", "fraction")}, "per_step_ns": _per_step_ns(b)}
+    return {
+        "severity": b.severity,
+        "rank": b.rank,
+        "time_ns": b.time_ns,
+        "fraction": b.fraction,
+        "per_step_ns": _per_step_ns(b),
+    }
 
 
-def _cost_measure(b: dict[str, Any] | None, n: dict[str, Any] | None) -> str:
+def _cost_measure(b: Bottleneck | None, n: Bottleneck | None) -> str:
     """What a bottleneck's change is measured in: its cost a step where every side present has one (captures
     of different lengths compare alike), else its cost over the capture."""
     return "per_step_ns" if all(_per_step_ns(x) is not None for x in (b, n) if x is not None) else "time_ns"
 
 
-def _cost(b: dict[str, Any] | None, measure: str) -> int:
+def _cost(b: Bottleneck | None, measure: str) -> int:
     """A bottleneck's cost in `measure` (`_cost_measure`); 0 where the run does not have it."""
     if b is None:
         return 0
-    return int((_per_step_ns(b) if measure == "per_step_ns" else b["time_ns"]) or 0)
+    return int((_per_step_ns(b) if measure == "per_step_ns" else b.time_ns) or 0)
 
 
-def _bottleneck_status(b: dict[str, Any] | None, n: dict[str, Any] | None) -> str:
+def _bottleneck_status(b: Bottleneck | None, n: Bottleneck | None) -> str:
     if b is None:
         return "added"
     if n is None:
         return "removed"
-    rise = SEVERITY_ORDER.get(n["severity"], 0) - SEVERITY_ORDER.get(b["severity"], 0)
+    rise = SEVERITY_ORDER.get(n.severity, 0) - SEVERITY_ORDER.get(b.severity, 0)
     if not rise:
         measure = _cost_measure(b, n)
         rise = _cost(n, measure) - _cost(b, measure)
@@ -228,23 +234,24 @@ def _bottleneck_status(b: dict[str, Any] | None, n: dict[str, Any] | None) -> st
 _BOTTLENECK_ORDER = {"added": 0, "worse": 1, "removed": 2, "better": 3, "same": 4}
 
 
-def bottleneck_changes(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def bottleneck_changes(base: RunReport, new: RunReport) -> dict[str, Any]:
     """Bottlenecks by id: added (only in NEW), removed (only in BASE), worse / better / same.
 
     Worse or better goes by severity first, then by cost: a step's (`projection.saving_ns`) where the reports
     have projections, else the capture's (`time_ns`), which `measure` names; regressions come first.
     """
-    base_by_id = {b["id"]: b for b in base.get("bottlenecks", [])}
-    new_by_id = {b["id"]: b for b in new.get("bottlenecks", [])}
-    items = []
+    base_by_id = {b.id: b for b in base.bottlenecks}
+    new_by_id = {b.id: b for b in new.bottlenecks}
+    items: list[dict[str, Any]] = []
     for bid in dict.fromkeys([*new_by_id, *base_by_id]):
         b, n = base_by_id.get(bid), new_by_id.get(bid)
+        either = n or b
         measure = _cost_measure(b, n)
         delta, relative = change(_cost(b, measure), _cost(n, measure))
         items.append(
             {
                 "id": bid,
-                "title": (n or b or {}).get("title"),
+                "title": either.title if either is not None else None,
                 "status": _bottleneck_status(b, n),
                 "measure": measure,
                 "base": _bottleneck_side(b),
@@ -261,19 +268,18 @@ def bottleneck_changes(base: dict[str, Any], new: dict[str, Any]) -> dict[str, A
     }
 
 
-def _kernel_totals(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], bool]:
+def _kernel_totals(report: RunReport) -> tuple[dict[str, dict[str, Any]], bool]:
     """Top kernels of every device summed by normalised name, and whether those lists hold every kernel."""
     totals: dict[str, dict[str, Any]] = {}
     complete = True
-    for device in report.get("devices", []):
-        kernels = device.get("kernels") or {}
-        top = kernels.get("top") or []
-        complete &= sum(k["count"] for k in top) == kernels.get("count", 0)
+    for device in report.devices:
+        top = device.kernels.top
+        complete &= sum(k.count for k in top) == device.kernels.count
         for k in top:
-            entry = totals.setdefault(normalise_kernel_name(k["name"]), {"count": 0, "total_ns": 0, "names": set()})
-            entry["count"] += k["count"]
-            entry["total_ns"] += k["total_ns"]
-            entry["names"].add(k["name"])
+            entry = totals.setdefault(normalise_kernel_name(k.name), {"count": 0, "total_ns": 0, "names": set()})
+            entry["count"] += k.count
+            entry["total_ns"] += k.total_ns
+            entry["names"].add(k.name)
     return totals, complete
 
 
@@ -299,7 +305,7 @@ def _kernel_status(b: dict[str, Any] | None, n: dict[str, Any] | None, delta: fl
     return "slower" if delta > 0 else "faster" if delta < 0 else "same"
 
 
-def kernel_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def kernel_changes(base: RunReport, new: RunReport) -> list[dict[str, Any]]:
     """Kernels by normalised name, most changed total time first.
 
     The reports keep each device's top kernels only. Where that list is complete, a kernel
@@ -335,24 +341,24 @@ def _kernel_change_size(item: dict[str, Any]) -> float:
     return float((item["base"] or item["new"])["total_ns"])
 
 
-def _mean_step_ns(report: dict[str, Any]) -> float | None:
-    return (report.get("steps") or {}).get("mean_ns")
+def _mean_step_ns(report: RunReport) -> float | None:
+    return report.steps.mean_ns
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator is not None and denominator else None
 
 
-def _projected_versus_measured(projection: dict[str, Any], base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def _projected_versus_measured(projection: Projection, base: RunReport, new: RunReport) -> dict[str, Any]:
     """What `projection` (from BASE) promised per step, what BASE and NEW measured, and how far off it was."""
     before, after = _mean_step_ns(base), _mean_step_ns(new)
-    projected_after = projection.get("step_ns_after")
+    projected_after = projection.step_ns_after
     ratio = _ratio(projected_after, after)
     return {
-        "projected_step_ns_before": projection.get("step_ns_before"),
+        "projected_step_ns_before": projection.step_ns_before,
         "projected_step_ns_after": projected_after,
-        "projected_saving_ns": projection.get("saving_ns"),
-        "projected_speedup": projection.get("speedup"),
+        "projected_saving_ns": projection.saving_ns,
+        "projected_speedup": projection.speedup,
         "measured_step_ns_before": before,
         "measured_step_ns_after": after,
         "measured_saving_ns": None if before is None or after is None else before - after,
@@ -361,35 +367,35 @@ def _projected_versus_measured(projection: dict[str, Any], base: dict[str, Any],
     }
 
 
-def _shrunk(b: dict[str, Any], n: dict[str, Any]) -> bool:
+def _shrunk(b: Bottleneck, n: Bottleneck) -> bool:
     """Whether bottleneck `n` (NEW) costs less than `b` (BASE): smaller `time_ns` or smaller `fraction`."""
-    return any(b.get(key) is not None and n.get(key) is not None and n[key] < b[key] for key in ("time_ns", "fraction"))
+    return n.time_ns < b.time_ns or n.fraction < b.fraction
 
 
-def _fixed_status(b: dict[str, Any], new_by_id: dict[str, dict[str, Any]]) -> str | None:
+def _fixed_status(b: Bottleneck, new_by_id: dict[str, Bottleneck]) -> str | None:
     """How NEW fixed BASE bottleneck `b`: "gone", "shrunk" (in part), or None (not at all)."""
-    n = new_by_id.get(b["id"])
+    n = new_by_id.get(b.id)
     if n is None:
         return "gone"
     return "shrunk" if _shrunk(b, n) else None
 
 
-def projection_checks(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
-    """One check per BASE bottleneck with a ``projection`` that is gone or smaller in NEW, in BASE's rank order.
+def projection_checks(base: RunReport, new: RunReport) -> list[dict[str, Any]]:
+    """One check per BASE bottleneck with a projection that is gone or smaller in NEW, in BASE's rank order.
 
-    Bottlenecks without a projection (reports made before projections existed) and ones that did not
-    shrink give no check.
+    Bottlenecks without a projection (reports made before projections existed) and ones that did not shrink
+    give no check.
     """
-    new_by_id = {n["id"]: n for n in new.get("bottlenecks", [])}
+    new_by_id = {n.id: n for n in new.bottlenecks}
     checks = []
-    for b in base.get("bottlenecks", []):
-        projection = b.get("projection")
-        if not projection or (status := _fixed_status(b, new_by_id)) is None:
+    for b in base.bottlenecks:
+        projection = b.projection
+        if projection is None or (status := _fixed_status(b, new_by_id)) is None:
             continue
         checks.append(
             {
-                "id": b["id"],
-                "basis": projection.get("basis"),
+                "id": b.id,
+                "basis": projection.basis,
                 "status": status,
                 **_projected_versus_measured(projection, base, new),
             }
@@ -397,50 +403,49 @@ def projection_checks(base: dict[str, Any], new: dict[str, Any]) -> list[dict[st
     return checks
 
 
-def headline_check(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+def headline_check(base: RunReport, new: RunReport) -> dict[str, Any] | None:
     """BASE's top-level ``projection`` (its top fixes applied together) against NEW's measured mean step.
 
     None when BASE has no top-level projection.
     """
-    projection = base.get("projection")
+    projection: RunProjection | None = base.projection
     if not projection:
         return None
-    new_by_id = {n["id"]: n for n in new.get("bottlenecks", [])}
-    applied = list(projection.get("applied") or [])
-    base_applied = [b for b in base.get("bottlenecks", []) if b["id"] in applied]
+    new_by_id = {n.id: n for n in new.bottlenecks}
+    applied = list(projection.applied)
+    base_applied = [b for b in base.bottlenecks if b.id in applied]
     return {
         "applied": applied,
-        "addressed": [b["id"] for b in base_applied if _fixed_status(b, new_by_id)],
+        "addressed": [b.id for b in base_applied if _fixed_status(b, new_by_id)],
         **_projected_versus_measured(projection, base, new),
-        "projected_gpu_util_after": projection.get("gpu_util_after"),
-        "measured_gpu_util_before": (base.get("totals") or {}).get("gpu_util"),
-        "measured_gpu_util_after": (new.get("totals") or {}).get("gpu_util"),
+        "projected_gpu_util_after": projection.gpu_util_after,
+        "measured_gpu_util_before": base.totals.gpu_util,
+        "measured_gpu_util_after": new.totals.gpu_util,
     }
 
 
-def summarise(report: dict[str, Any], origin: Origin = None) -> dict[str, Any]:
+def summarise(report: RunReport, origin: Origin = None) -> dict[str, Any]:
     """What a diff says about one side: which run, read from what, with which settings."""
-    window = report.get("window") or {}
-    start, end = window.get("start_ns"), window.get("end_ns")
-    thresholds = {(d.get("kernels") or {}).get("small_threshold_ns") for d in report.get("devices", [])}
+    start, end = report.window.start_ns, report.window.end_ns
+    thresholds = {d.kernels.small_threshold_ns for d in report.devices}
     return {
-        "run": report.get("run"),
-        "schema": report.get("schema"),
-        "version": report.get("version"),
-        "framework": report.get("framework"),
-        "inputs": [{"path": i.get("path"), "format": i.get("format")} for i in report.get("inputs", [])],
+        "run": report.run,
+        "schema": report.schema,
+        "version": report.version,
+        "framework": report.framework,
+        "inputs": [{"path": i.path, "format": i.format} for i in report.inputs],
         "window_ns": end - start if start is not None and end is not None else None,
-        "step_count": (report.get("steps") or {}).get("count"),
-        "capture_kind": (report.get("capture") or {}).get("kind"),
-        "capture_projects": (report.get("capture") or {}).get("projects"),
+        "step_count": report.steps.count,
+        "capture_kind": report.capture.kind if report.capture else None,
+        "capture_projects": report.capture.projects if report.capture else None,
         "small_kernel_threshold_ns": thresholds.pop() if len(thresholds) == 1 else None,
         **(origin or {}),
     }
 
 
 def build_diff(
-    base: dict[str, Any],
-    new: dict[str, Any],
+    base: RunReport,
+    new: RunReport,
     origins: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> dict[str, Any]:
     """The diff object; `origins` adds where each side came from (e.g. its path and whether it was a saved report)."""

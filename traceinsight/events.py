@@ -115,6 +115,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceinsight.result import DeviceInfo
 from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN, SYNC_API_PATTERN
 
 KINDS = (
@@ -437,20 +438,6 @@ def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None
 def empty_op_table() -> pd.DataFrame:
     """An op table without rows: the trace records no op costs (no shapes, no FLOP counts)."""
     return make_op_table({}, 0)
-
-
-@dataclass
-class DeviceInfo:
-    """What the trace says about one accelerator (fields the trace lacks are None)."""
-
-    id: str
-    name: str | None = None
-    vendor: str | None = None
-    compute_capability: str | None = None
-    sm_count: int | None = None
-    memory_bytes: int | None = None
-    clock_khz: int | None = None
-    memory_bandwidth_bps: float | None = None
 
 
 @dataclass

@@ -30,7 +30,8 @@ import numpy as np
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
-from traceinsight.analysis.step_model import Fix, KernelClass, Projection, Stall, StepModel, fix, project
+from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, fix, project
+from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
 from traceinsight.rules import (
     AMPERE_CC,
     BATCH_SPARE_FRACTION,
@@ -70,36 +71,6 @@ def _pct(fraction: float) -> str:
 # The warm-up finding: first whenever it fires, and the only one on a window without a steady state.
 WARMUP_RULE = "warmup_in_window"
 STALL, EFFICIENCY = "stall", "efficiency"
-
-
-@dataclass(frozen=True)
-class BottleneckProjection(Projection):
-    """The step after this one fix."""
-
-    basis: str = "measured"  # "measured" | "estimated"
-    assumption: str | None = None  # what an estimate rests on
-
-
-@dataclass(frozen=True)
-class Bottleneck:
-    id: str
-    rank: int
-    severity: str
-    time_ns: int
-    fraction: float
-    title: str
-    evidence: dict[str, Any]
-    recommendations: list[str]
-    kind: str  # "stall" | "efficiency"
-    projection: BottleneckProjection
-
-
-@dataclass(frozen=True)
-class RunProjection(Projection):
-    """The headline what-if: the top fixes applied one after another on the same steps."""
-
-    basis: str = "measured"
-    applied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1073,7 +1044,11 @@ def _cost_ns(analysis: Analysis, finding: Finding, projection: BottleneckProject
     return projection.step_ns_before - project(analysis.step_model, [finding.cost]).step_ns_after
 
 
-def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection, str, int]]:
+# Each rule that fires: its entry, its finding, the projection of its fix, its severity and its cost a step.
+Found = list[tuple[Rule, Finding, BottleneckProjection, str, int]]
+
+
+def _found(analysis: Analysis) -> Found:
     """Every rule that fires with a saving (or, for a rule that projects nothing, a cost) worth reporting, in
     ranking order, with its cost a step. A window with no steady state (a graph capture pass, a micro-benchmark, a
     warm-up with no steps after it) gets only the warm-up finding: no claim about a step it does not hold."""
@@ -1096,8 +1071,33 @@ def _found(analysis: Analysis) -> list[tuple[Rule, Finding, BottleneckProjection
     return found
 
 
+@dataclass(frozen=True)
+class Findings:
+    """Every rule's verdict on one analysis, made once: the ranked bottlenecks, the headline what-if, and what
+    each bottleneck costs each step (for the annotated timeline)."""
+
+    bottlenecks: list[Bottleneck]
+    headline: RunProjection | None
+    step_costs: dict[str, np.ndarray]
+
+
+def evaluate(analysis: Analysis) -> Findings:
+    """Run every rule once and derive all that follows from them (see the module docstring)."""
+    found = _found(analysis)
+    return Findings(_bottlenecks(analysis, found), _headline(analysis, found), _step_costs(found))
+
+
 def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
     """Every rule that fires, ranked (see the module docstring)."""
+    return _bottlenecks(analysis, _found(analysis))
+
+
+def headline_projection(analysis: Analysis) -> RunProjection | None:
+    """The headline what-if alone (`evaluate`)."""
+    return _headline(analysis, _found(analysis))
+
+
+def _bottlenecks(analysis: Analysis, found: Found) -> list[Bottleneck]:
     steps = analysis.step_model.count
     return [
         Bottleneck(
@@ -1112,29 +1112,29 @@ def find_bottlenecks(analysis: Analysis) -> list[Bottleneck]:
             kind=rule.kind,
             projection=projection,
         )
-        for i, (rule, finding, projection, severity, cost) in enumerate(_found(analysis))
+        for i, (rule, finding, projection, severity, cost) in enumerate(found)
     ]
 
 
-def step_costs(analysis: Analysis) -> dict[str, np.ndarray]:
+def _step_costs(found: Found) -> dict[str, np.ndarray]:
     """What each bottleneck that fires costs each step (ns): the idle and device time of what its finding says it
     costs (`Finding.cost`, else its fix), read from the same `Fix` the projection applies, so a rule's cost in
     the annotated timeline (`report/trace_export.py`) follows from its entry and needs no table of its own."""
     costs = {}
-    for rule, finding, *_ in _found(analysis):
+    for rule, finding, *_ in found:
         cost = finding.cost or finding.fix
         costs[rule.id] = np.clip(cost.idle_ns + cost.device_ns, 0, None)
     return costs
 
 
-def headline_projection(analysis: Analysis) -> RunProjection | None:
+def _headline(analysis: Analysis, found: Found) -> RunProjection | None:
     """The top fixes applied one after another on the same step model (their savings never simply add up).
 
     Measured stalls of medium or high severity are applied (the first one whatever its severity), at most
     `HEADLINE_FIXES`; an estimate is applied only where efficiency leads, so a guess never inflates the
     measured figure. None when nothing fires.
     """
-    found = [f for f in _found(analysis) if f[0].projects]
+    found = [f for f in found if f[0].projects]
     if not found:
         return None
     lead_kind = found[0][0].kind

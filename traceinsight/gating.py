@@ -1,6 +1,7 @@
-"""`--fail-on` expressions: CI thresholds over the JSON report, or over two of them (`diff`).
+"""`--fail-on` expressions: CI thresholds over the report (`result.RunReport`), or over two of them (`diff`).
 
-``PATH OP NUMBER`` compares a value of the report (dotted path; list items by
+``PATH OP NUMBER`` compares a value of the report (dotted path of its JSON names, resolved against the model by
+`lookup`, the only place a path names a field; list items by
 index or by `id`, e.g. ``devices.GPU:0.idle_fraction``) with a number, OP one of
 ``> >= < <= == !=``; ``bottleneck=ID`` is crossed when that bottleneck is present
 with severity medium or high. A malformed expression is a usage error (exit 2).
@@ -20,8 +21,10 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
+
+from traceinsight.result import RunReport
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -62,12 +65,12 @@ class Threshold:
     bottleneck: str | None
     change: str | None = None  # None: the value itself; "abs": NEW - BASE; "rel": (NEW - BASE) / BASE
 
-    def check(self, report: dict[str, Any]) -> str | None:
+    def check(self, report: RunReport) -> str | None:
         """A message when the threshold is crossed by this one report, else None."""
         if self.bottleneck is not None:
-            for b in report.get("bottlenecks", []):
-                if b["id"] == self.bottleneck and b["severity"] in GATING_SEVERITIES:
-                    return f"{self.text}: bottleneck {b['id']} is present ({b['severity']})"
+            for b in report.bottlenecks:
+                if b.id == self.bottleneck and b.severity in GATING_SEVERITIES:
+                    return f"{self.text}: bottleneck {b.id} is present ({b.severity})"
             return None
         assert self.path is not None and self.op is not None and self.number is not None
         value = lookup(report, self.path)
@@ -77,13 +80,13 @@ class Threshold:
             return f"{self.text}: {self.path} = {value:g}"
         return None
 
-    def check_diff(self, base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    def check_diff(self, base: RunReport, new: RunReport) -> str | None:
         """A message when the threshold is crossed going from the `base` report to the `new` one, else None."""
         if self.bottleneck is not None:
-            if not any(b["id"] == self.bottleneck for b in base.get("bottlenecks", [])):
-                for b in new.get("bottlenecks", []):
-                    if b["id"] == self.bottleneck:
-                        return f"{self.text}: bottleneck {b['id']} is new ({b['severity']})"
+            if not any(b.id == self.bottleneck for b in base.bottlenecks):
+                for b in new.bottlenecks:
+                    if b.id == self.bottleneck:
+                        return f"{self.text}: bottleneck {b.id} is new ({b.severity})"
             return self.check(new)
         if self.change is None:
             return self.check(new)
@@ -129,17 +132,29 @@ def parse_threshold(text: str, allow_change: bool = False) -> Threshold:
     return Threshold(text, path, op, value, None, "abs")
 
 
+def _field(node: Any, name: str) -> tuple[bool, Any]:
+    """(True, value) when `node` (a record of the model, or a map of it) has `name`, else (False, None)."""
+    if is_dataclass(node) and not isinstance(node, type):
+        if name in {f.name for f in fields(node)}:
+            return True, getattr(node, name)
+        return False, None
+    if isinstance(node, dict) and name in node:
+        return True, node[name]
+    return False, None
+
+
 def lookup(report: Any, path: str) -> Any:
-    """The value at a dotted path of the report; list items by index or by their `id`.
+    """The value at a dotted path of the report (its JSON names); list items by index or by their `id`.
 
     Raises ExpressionError when the path names nothing in the report.
     """
     node = report
     for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list):
-            by_id = [item for item in node if isinstance(item, dict) and item.get("id") == part]
+        found, value = _field(node, part)
+        if found:
+            node = value
+        elif isinstance(node, list | tuple):
+            by_id = [item for item in node if _field(item, "id") == (True, part)]
             if by_id:
                 node = by_id[0]
             elif part.isdigit() and int(part) < len(node):

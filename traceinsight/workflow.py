@@ -1,8 +1,8 @@
-"""Path -> report dict -> files and exit code: the one path behind the Python API (`traceinsight.api`) and
-every command that reads traces.
+"""Path -> report (`result.RunReport`) -> files and exit code: the one path behind the Python API
+(`traceinsight.api`) and every command that reads traces.
 
 `analyze_path` runs the one-way pipeline (discover -> load_run -> analyze ->
-find_bottlenecks -> build_report), reading and analyzing the inputs in processes
+findings.evaluate -> assemble), reading and analyzing the inputs in processes
 or on a Dask cluster when asked; `analyze_profile` runs its second half on a
 profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
@@ -16,38 +16,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 
 from traceinsight.analysis import Analysis, analyze, merge_analyses
+from traceinsight.assemble import assemble
 from traceinsight.discover import Run, RunChoice, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
 from traceinsight.events import Profile, TraceRead, merge_reads
-from traceinsight.findings import find_bottlenecks
+from traceinsight.findings import Findings, evaluate
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
 from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
-from traceinsight.report.json import SCHEMA, build_report
 from traceinsight.report.meta import add_run_info, add_runs
+from traceinsight.result import SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
-# Top-level fields a saved report must have (with these types) to be compared.
-_REPORT_FIELDS: dict[str, type] = {
-    "run": str,
-    "inputs": list,
-    "steps": dict,
-    "devices": list,
-    "totals": dict,
-    "input_pipeline": dict,
-    "bottlenecks": list,
-}
 _SCHEMA_PREFIX = b"traceinsight."
 _MAX_REPORT_BYTES = 256 << 20
 
 
-# Called with the analysis (event table still in it), its report and the run's files (never to be overwritten).
-OnAnalyzed = Callable[[Analysis, dict[str, Any], tuple[Path, ...]], None]
+# Called with the analysis (event table still in it), its findings, its report and the run's files (never to be
+# overwritten).
+OnAnalyzed = Callable[[Analysis, Findings, RunReport, tuple[Path, ...]], None]
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,7 @@ class Analyzed:
 
     run: Run | None
     analysis: Analysis  # without its event table (`Analysis.without_events`)
-    report: dict[str, Any]
+    report: RunReport
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -92,7 +84,7 @@ def analyze_path(
     limit: MemoryLimit | None = None,
 ) -> Analyzed:
     """Find the run under `path`, read and analyze it, and build its report (`load_run` takes `jobs`,
-    `scheduler`, `progress` and `limit`). `on_analyzed(analysis, report, files)` is called while the analysis
+    `scheduler`, `progress` and `limit`). `on_analyzed(analysis, findings, report, files)` is called while the analysis
     still holds the run's event table (an export needs it), so with it the inputs are read here, never analyzed
     apart."""
     choice = find_run(path, run_name)
@@ -124,17 +116,18 @@ def _reported(
     """The report of an analysis (when it came from `path`: with the versions a `run_info.json` beside the run
     lists, every run found there and why this one), and the analysis without its event table (after
     `on_analyzed` saw it with the table)."""
-    report = build_report(analysis, find_bottlenecks(analysis))
+    findings = evaluate(analysis)
+    report = assemble(analysis, findings)
     run = None if choice is None else choice.run
     if choice is not None and path is not None:
         add_run_info(report, path, choice.run.root)
         add_runs(report, choice)
     if run is not None and run.unreadable:  # folders of the logdir that could not be listed, skipped
-        report["warnings"]["unreadable_folders"] = len(run.unreadable)
+        report.warnings["unreadable_folders"] = len(run.unreadable)
     if run is not None and run.not_traces:  # JSON files under the path that are no traces, skipped
-        report["warnings"]["not_a_trace"] = run.not_traces
+        report.warnings["not_a_trace"] = run.not_traces
     if on_analyzed is not None:
-        on_analyzed(analysis, report, () if run is None else run.files)
+        on_analyzed(analysis, findings, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
     return Analyzed(run, analysis.without_events(), report)
 
@@ -148,15 +141,15 @@ def _read_and_analyze(
     return replace(read, events=read.events.iloc[:0]), analysis
 
 
-def refuse_partial(report: dict[str, Any]) -> None:
+def refuse_partial(report: RunReport) -> None:
     """``--strict``: a report made from part of a file (a trace cut short: its truncation warning) is bad input,
     a `TraceError` naming the file and how much of it was read."""
-    for warning in report["warnings"]:
+    for warning in report.warnings:
         if is_truncation_warning(warning):
             raise TraceError(warning.removeprefix(f"{TRUNCATED}: "), "--strict refuses a report from part of a file")
 
 
-def read_saved_report(path: Path) -> dict[str, Any] | None:
+def read_saved_report(path: Path) -> RunReport | None:
     """The report in `path` when it is a `--json` report (told by content: its `schema`), else None.
 
     Only a file that mentions the schema is parsed, so a trace is not read twice for nothing.
@@ -182,7 +175,7 @@ def read_saved_report(path: Path) -> dict[str, Any] | None:
         return None
     if schema != SCHEMA:
         raise TraceError(path, f"a {schema} document, not a {SCHEMA} report")
-    for field, kind in _REPORT_FIELDS.items():
-        if not isinstance(doc.get(field), kind):
-            raise TraceError(path, f"not a complete {SCHEMA} report: {field!r} missing or not a {kind.__name__}")
-    return doc
+    try:
+        return from_document(doc)
+    except ValueError as error:
+        raise TraceError(path, f"not a complete {SCHEMA} report: {error}") from None

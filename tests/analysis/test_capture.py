@@ -171,7 +171,7 @@ def test_an_xla_pass_named_backward_is_no_training():
 
 def test_a_jax_step_annotated_train_is_jax():
     """JAX's `StepTraceAnnotation("train")` names its steps like TF's marker; its jit dispatch says JAX."""
-    assert analyze_path(WARMUP / "jax_jit_after_steps").report["framework"] == "jax"
+    assert analyze_path(WARMUP / "jax_jit_after_steps").report.framework == "jax"
 
 
 def test_every_capture_kind_is_documented():

@@ -11,10 +11,11 @@ import pytest
 from tests.conftest import KINETO_TRACES, SAMPLE_TRACES, SHARED_TRACES, shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.analysis.step_model import StepModel, fix, project
+from traceinsight.assemble import report_of
 from traceinsight.discover import discover
 from traceinsight.findings import find_bottlenecks
 from traceinsight.load import load_run
-from traceinsight.report.json import build_report
+from traceinsight.result import to_document
 
 # Within this share of the fixed run's measured mean step, a projection counts as right (issue 11).
 TOLERANCE = 0.25
@@ -178,7 +179,7 @@ def shared_reports() -> dict[str, dict]:
     reports = {}
     for run in runs:
         analysis = _analyze(run)
-        reports[str(run.relative_to(SHARED_TRACES))] = build_report(analysis, find_bottlenecks(analysis))
+        reports[str(run.relative_to(SHARED_TRACES))] = to_document(report_of(analysis))
     return reports
 
 

@@ -6,11 +6,10 @@ import pytest
 from tests.analysis.test_real_traces import _plain_xspace
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
+from traceinsight.assemble import report_of
 from traceinsight.discover import discover
-from traceinsight.findings import find_bottlenecks
 from traceinsight.load import load_run
 from traceinsight.readers.xplane_schema import XSpace
-from traceinsight.report.json import build_report
 from traceinsight.report.terminal import verdict_sentence
 
 MULTI_WORKER = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
@@ -20,7 +19,7 @@ MULTI_WORKER = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 def multi_worker():
     path = shared_trace(MULTI_WORKER).parent
     analysis = analyze(load_run(discover(path), path))
-    return analysis, build_report(analysis, find_bottlenecks(analysis))
+    return analysis, report_of(analysis)
 
 
 def _steps_lines(path):
@@ -37,8 +36,8 @@ def _steps_lines(path):
 
 def test_few_steps_warning(multi_worker):
     _, report = multi_worker
-    assert report["steps"]["count"] == 1
-    assert report["warnings"]["few_steps"] == 1
+    assert report.steps.count == 1
+    assert report.warnings["few_steps"] == 1
     assert "profile at least 3 steps" in verdict_sentence(report)
 
 
@@ -47,10 +46,10 @@ def test_step_spread_across_devices(multi_worker):
     lines = _steps_lines(shared_trace(MULTI_WORKER))
     assert sorted(lines) == ["GPU:4", "GPU:6"]
     want = {dev: sum(d) / len(d) for dev, d in lines.items()}
-    got = report["steps"]["per_device_mean_ns"]
+    got = report.steps.per_device_mean_ns
     assert got == {dev: pytest.approx(mean, abs=1) for dev, mean in want.items()}
-    assert report["steps"]["device_spread_ns"] == pytest.approx(max(want.values()) - min(want.values()), abs=2)
-    assert 1e6 < report["steps"]["device_spread_ns"] < 2e6  # GPU:4 19.9 ms, GPU:6 21.3 ms
+    assert report.steps.device_spread_ns == pytest.approx(max(want.values()) - min(want.values()), abs=2)
+    assert 1e6 < report.steps.device_spread_ns < 2e6  # GPU:4 19.9 ms, GPU:6 21.3 ms
 
 
 def test_headline_figures_leave_out_devices_that_ran_no_kernel(multi_worker):
@@ -59,5 +58,5 @@ def test_headline_figures_leave_out_devices_that_ran_no_kernel(multi_worker):
     plain = _plain_xspace(shared_trace(MULTI_WORKER))
     assert "GPU:1" in plain and plain["GPU:1"][1] == 0  # no kernel
     assert analysis.step_model.device_count == 2
-    assert report["totals"]["step_idle_fraction"] < report["totals"]["idle_fraction"]
-    assert f"{report['totals']['step_gpu_util'] * 100:.1f} %" in verdict_sentence(report)
+    assert report.totals.step_idle_fraction < report.totals.idle_fraction
+    assert f"{report.totals.step_gpu_util * 100:.1f} %" in verdict_sentence(report)

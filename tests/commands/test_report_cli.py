@@ -12,6 +12,7 @@ from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
 from traceinsight.report.format import fmt_count, fmt_pct
 from traceinsight.report.wording import verdict_sentence
+from traceinsight.result import from_document
 from traceinsight.workflow import analyze_path
 
 INPUT_BOUND = SAMPLE_TRACES / "synthetic_gpu" / "input_bound"
@@ -152,7 +153,7 @@ def test_terminal_escapes_control_characters_from_traces(input_bound_outputs):
 
     _, report, _ = input_bound_outputs
     hostile = {**report, "run": "run\x1b[2J\nforged line", "warnings": {"bad\rname": 1}}
-    text = render_terminal(hostile)
+    text = render_terminal(from_document(hostile))
     assert "\x1b" not in text and "\r" not in text
     assert "run\\x1b[2J\\x0aforged line" in text
 
@@ -161,9 +162,9 @@ def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
     from traceinsight.report.terminal import render_terminal
 
     _, report, _ = input_bound_outputs
-    assert "input pipeline: high: " in render_terminal(report)
+    assert "input pipeline: high: " in render_terminal(from_document(report))
     unknown = {**report, "input_pipeline": {**report["input_pipeline"], "verdict": "unknown", "fraction": None}}
-    text = render_terminal(unknown)
+    text = render_terminal(from_document(unknown))
     assert "input pipeline: unknown: the trace has no input-pipeline events" in text and "- of step" not in text
 
 

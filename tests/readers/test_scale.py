@@ -443,5 +443,5 @@ def test_the_event_table_is_freed_before_the_page_is_drawn(monkeypatch: pytest.M
     monkeypatch.setattr(workflow, "load_run", recording)
     analyzed = workflow.analyze_path(shared_trace("hta/nccl_parser_config/nccl_data.json.gz"))
     gc.collect()
-    assert analyzed.report["totals"]["kernel_count"] > 0 and analyzed.analysis.profile.events.empty
+    assert analyzed.report.totals.kernel_count > 0 and analyzed.analysis.profile.events.empty
     assert tables and tables[0]() is None

@@ -6,19 +6,21 @@ import re
 import numpy as np
 import pytest
 
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, typed_report
 from traceinsight.analysis import analyze
 from traceinsight.events import Profile, make_event_table
 from traceinsight.report import charts
 from traceinsight.report.chart_data import chart_run
 from traceinsight.report.html import render_html
 from traceinsight.report.painter import CHART_NAMES, Painter
+from traceinsight.result import RunReport
 from traceinsight.workflow import analyze_path
 
 
-def _steps(n: int) -> dict:
-    items = [{"id": i, "breakdown": {c: (j + 1) * 1_000_000 for j, c in enumerate(charts.BREAKDOWN)}} for i in range(n)]
-    return {"steps": {"items": items}}
+def _steps(n: int) -> RunReport:
+    parts = {c: (j + 1) * 1_000_000 for j, c in enumerate(charts.BREAKDOWN)}
+    items = [{"id": i, "start_ns": 0, "dur_ns": sum(parts.values()), "breakdown": parts} for i in range(n)]
+    return typed_report(steps={"items": items})
 
 
 def test_step_chart_bars_then_areas():
@@ -28,7 +30,7 @@ def test_step_chart_bars_then_areas():
     assert few.count('<g id="steps-hover-') == 10 * len(charts.BREAKDOWN)  # one rectangle per step and part
     assert many.count('<g id="steps-hover-') == len(charts.BREAKDOWN)  # one area per part, not 1,200 rectangles
     assert few.count("<title>step ") == 10 * len(charts.BREAKDOWN)  # each rectangle says its value on hover
-    assert charts.step_breakdown({"steps": {"items": []}}) is None
+    assert charts.step_breakdown(typed_report()) is None
 
 
 def _analysis(devices: int):

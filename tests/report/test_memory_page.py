@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import shared_trace, typed_report
 from tests.report.test_readable_page import table_rows
 from traceinsight.analysis import analyze
 from traceinsight.cli import main
@@ -164,7 +164,9 @@ def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
     steps = {"items": [{"id": 0, "start_ns": 0, "dur_ns": 9_000_000}]}
 
     def chart(memory: dict[str, Any]) -> str:
-        report = {"devices": [{"id": "GPU:0", "memory": memory}], "window": {"start_ns": 0}, "steps": steps}
+        report = typed_report(
+            devices=[{"id": "GPU:0", "memory": memory}], window={"start_ns": 0, "end_ns": 0}, steps=steps
+        )
         svg = charts.memory_chart(report, run)
         assert svg is not None
         return html.unescape(svg)
@@ -175,4 +177,4 @@ def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
     assert "capacity" not in relative.replace("no capacity line", "")
     for svg in (near, far, relative):
         assert "<title>GPU:0: peak 2 GiB" in svg and "<title>GPU:0: 1 step: step 0 at 0.0 ms: static 1 GiB" in svg
-    assert charts.memory_chart({"devices": [{"id": "GPU:0", "memory": None}]}, run) is None
+    assert charts.memory_chart(typed_report(devices=[{"id": "GPU:0", "memory": None}]), run) is None

@@ -17,6 +17,7 @@ from traceinsight.cli import main
 from traceinsight.report.format import fmt_evidence, fmt_trace_ms
 from traceinsight.report.html import gap_step, kernel_tables, without_empty_columns
 from traceinsight.report.meta import capture_date, run_info_versions
+from traceinsight.result import Device, Kernels, Step, TopKernel
 
 TRACES = ("xprof/GPU-multi-worker", "tf_cpu/a_input_bound", "kineto/resnet50_num_workers_0")
 MAX_CELL = 200
@@ -164,7 +165,7 @@ def test_longest_gaps_say_their_step_and_trace_time(page: Page) -> None:
     for (_, step, at, *_), gap in zip(rows, gaps, strict=True):
         assert at == fmt_trace_ms(gap["start_ns"], page.report["window"]["start_ns"])
         inside = [s["id"] for s in items if s["start_ns"] <= gap["start_ns"] < s["start_ns"] + s["dur_ns"]]
-        assert step == (str(inside[0]) if inside else gap_step(gap["start_ns"], items))
+        assert step == (str(inside[0]) if inside else gap_step(gap["start_ns"], [Step(**s) for s in items]))
         assert re.fullmatch(r"\d+|before \d+|after \d+|between \d+ and \d+", step)
 
 
@@ -244,7 +245,7 @@ def test_evidence_values() -> None:
 
 
 def test_gap_step_names_the_step_or_where_between() -> None:
-    items = [{"id": 5, "start_ns": 100, "dur_ns": 50}, {"id": 6, "start_ns": 200, "dur_ns": 50}]
+    items = [Step(id=5, start_ns=100, dur_ns=50, breakdown={}), Step(id=6, start_ns=200, dur_ns=50, breakdown={})]
     assert [gap_step(t, items) for t in (99, 100, 149, 150, 210, 250)] == [
         "before 5",
         "5",
@@ -256,9 +257,9 @@ def test_gap_step_names_the_step_or_where_between() -> None:
     assert gap_step(1, []) == "-"
 
 
-def _device(name: str, tops: list[tuple[str, int, int]]) -> dict[str, Any]:
-    top = [{"name": n, "count": c, "total_ns": t, "mean_ns": t // c, "tensor_core": False} for n, c, t in tops]
-    return {"id": name, "kernels": {"top": top}}
+def _device(name: str, tops: list[tuple[str, int, int]]) -> Device:
+    top = [TopKernel(name=n, count=c, total_ns=t, mean_ns=t // c, tensor_core=False) for n, c, t in tops]
+    return Device(id=name, kernels=Kernels(top=top))
 
 
 def test_identical_kernel_lists_share_one_table() -> None:

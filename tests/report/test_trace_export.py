@@ -19,10 +19,10 @@ from tests.conftest import shared_trace
 from tests.readers.test_chrome import XSPACE
 from tests.readers.test_chrome import export as xprof_export  # noqa: F401  (a fixture: the XProf export of XSPACE)
 from traceinsight.analysis import Analysis, analyze
+from traceinsight.assemble import assemble
 from traceinsight.cli import main
 from traceinsight.events import InputInfo, TraceRead, merge_reads
-from traceinsight.findings import find_bottlenecks
-from traceinsight.report.json import build_report
+from traceinsight.findings import evaluate
 from traceinsight.report.trace_export import (
     BOTTLENECKS_TRACK,
     STEPS_TRACK,
@@ -32,6 +32,7 @@ from traceinsight.report.trace_export import (
     trace_ts,
     write_annotated_trace,
 )
+from traceinsight.result import to_document
 from traceinsight.workflow import load_path
 
 # An epoch in ns that is no whole µs: a float would lose its last digits.
@@ -74,7 +75,7 @@ def _analyzed(rows: list[dict[str, Any]]) -> tuple[Analysis, dict[str, Any]]:
     profile = b.profile(rows)
     profile.events["ts_ns"] += EPOCH_NS
     analysis = analyze(profile)
-    return analysis, build_report(analysis, find_bottlenecks(analysis))
+    return analysis, evaluate(analysis)
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +140,9 @@ def _check_chrome_trace(doc: dict[str, Any]) -> None:
 
 
 def test_hand_built_run_exact(hand_built: tuple[Analysis, dict[str, Any]], tmp_path: Path) -> None:
-    analysis, report = hand_built
+    analysis, findings = hand_built
     path = tmp_path / "t.json"
-    assert write_annotated_trace(analysis, report, path, util_bin_ns=10 * US) == []
+    assert write_annotated_trace(analysis, findings, path, util_bin_ns=10 * US) == []
     doc = _load(path)
     _check_chrome_trace(doc)
     tracks = Tracks(doc)
@@ -195,9 +196,9 @@ def test_hand_built_run_exact(hand_built: tuple[Analysis, dict[str, Any]], tmp_p
 
 
 def test_gzip_when_the_name_says(hand_built: tuple[Analysis, dict[str, Any]], tmp_path: Path) -> None:
-    analysis, report = hand_built
-    write_annotated_trace(analysis, report, tmp_path / "t.json.gz")
-    write_annotated_trace(analysis, report, tmp_path / "t.json")
+    analysis, findings = hand_built
+    write_annotated_trace(analysis, findings, tmp_path / "t.json.gz")
+    write_annotated_trace(analysis, findings, tmp_path / "t.json")
     assert (tmp_path / "t.json.gz").read_bytes()[:2] == b"\x1f\x8b"
     assert _load(tmp_path / "t.json.gz") == _load(tmp_path / "t.json")
 
@@ -208,15 +209,15 @@ def test_exact_timestamps() -> None:
 
 
 def test_asked_steps_only(hand_built: tuple[Analysis, dict[str, Any]], tmp_path: Path) -> None:
-    analysis, report = hand_built
-    assert write_annotated_trace(analysis, report, tmp_path / "t.json", steps=(1, 1)) == []
+    analysis, findings = hand_built
+    assert write_annotated_trace(analysis, findings, tmp_path / "t.json", steps=(1, 1)) == []
     tracks = Tracks(_load(tmp_path / "t.json"))
     assert [s["name"] for s in tracks.track(STEPS_TRACK)] == ["step 1"]
     assert {e["args"]["step"] for e in tracks.track(BOTTLENECKS_TRACK)} == {1}
     ends = [_ns(e["ts"]) - EPOCH_NS for events in tracks.slices.values() for e in events]
     assert max(ends) < 100 * US  # nothing of step 2 (an event across the boundary would be kept whole)
     with pytest.raises(ValueError, match=r"no step has an id in 5\.\.6 \(the run's steps: ids 1\.\.2\)"):
-        write_annotated_trace(analysis, report, tmp_path / "u.json", steps=(5, 6))
+        write_annotated_trace(analysis, findings, tmp_path / "u.json", steps=(5, 6))
     assert not (tmp_path / "u.json").exists()
 
 
@@ -228,8 +229,8 @@ def test_steps_option_text() -> None:
 
 
 def test_big_input_keeps_the_longest_steps(hand_built: tuple[Analysis, dict[str, Any]], tmp_path: Path) -> None:
-    analysis, report = hand_built
-    warnings = write_annotated_trace(analysis, report, tmp_path / "t.json", max_events=10)
+    analysis, findings = hand_built
+    warnings = write_annotated_trace(analysis, findings, tmp_path / "t.json", max_events=10)
     assert len(warnings) == 1 and "limit of 10" in warnings[0] and "longest of 2 steps (ids 2)" in warnings[0]
     tracks = Tracks(_load(tmp_path / "t.json"))
     assert [s["name"] for s in tracks.track(STEPS_TRACK)] == ["step 2"]
@@ -237,14 +238,14 @@ def test_big_input_keeps_the_longest_steps(hand_built: tuple[Analysis, dict[str,
 
 
 def test_emptied_event_table_is_refused(hand_built: tuple[Analysis, dict[str, Any]], tmp_path: Path) -> None:
-    analysis, report = hand_built
+    analysis, findings = hand_built
     with pytest.raises(ValueError, match="before Analysis.without_events"):
-        write_annotated_trace(analysis.without_events(), report, tmp_path / "t.json")
+        write_annotated_trace(analysis.without_events(), findings, tmp_path / "t.json")
 
 
 def test_cpu_only_run_shows_the_framework_ops(tmp_path: Path) -> None:
-    analysis, report = _analyzed([b.host("cpu_op", 0, 100, "ProfilerStep#1"), b.host("cpu_op", 10, 50, "aten::mm")])
-    write_annotated_trace(analysis, report, tmp_path / "t.json")
+    analysis, findings = _analyzed([b.host("cpu_op", 0, 100, "ProfilerStep#1"), b.host("cpu_op", 10, 50, "aten::mm")])
+    write_annotated_trace(analysis, findings, tmp_path / "t.json")
     tracks = Tracks(_load(tmp_path / "t.json"))
     (thread,) = [name for (process, name) in tracks.slices if process == "/host:CPU"]
     assert [(e["name"], e["args"]["kind"]) for e in tracks.track(thread)] == [
@@ -259,7 +260,7 @@ def test_several_inputs_are_processes_of_their_own(tmp_path: Path) -> None:
         for rank in (0, 1)
     ]
     analysis = analyze(merge_reads(reads))
-    write_annotated_trace(analysis, build_report(analysis, find_bottlenecks(analysis)), tmp_path / "t.json")
+    write_annotated_trace(analysis, evaluate(analysis), tmp_path / "t.json")
     doc = _load(tmp_path / "t.json")
     _check_chrome_trace(doc)
     tracks = Tracks(doc)
@@ -289,12 +290,13 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     _, profile = load_path(source)
     assert profile.inputs[0].format == request.param
     analysis = analyze(profile)
-    report = build_report(analysis, find_bottlenecks(analysis))
+    findings = evaluate(analysis)
     work = tmp_path_factory.mktemp(request.param)
     path = work / "annotated.json.gz"
-    assert write_annotated_trace(analysis, report, path) == []
+    assert write_annotated_trace(analysis, findings, path) == []
     back = work / "back.json"
     assert main(["report", str(path), "-o", str(work / "back.html"), "--json", str(back), "-q"]) == 0
+    report = to_document(assemble(analysis, findings))
     return {"analysis": analysis, "report": report, "doc": _load(path), "back": json.loads(back.read_text())}
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 from traceinsight.analysis.graphs import NOT_REPLAYED
 from traceinsight.events import DistinctNames, blocking_mask, kind_mask
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
+from traceinsight.result import OneTimeCost
 from traceinsight.rules import (
     FIRST_CALL_MIN_NS,
     FIRST_CALL_RATIO,
@@ -54,13 +55,6 @@ NO_STEADY_STATE = ("graph_capture", "microbenchmark")
 # Host kinds whose slow first call can be lazy initialisation: framework ops, runtime calls, data waits (syncs wait,
 # steps are markers, and a Python frame or annotation may span a thread's life, ``threading.py: _bootstrap``).
 _FIRST_CALL_KINDS = ("cpu_op", "runtime", "input_wait")
-
-
-@dataclass(frozen=True)
-class OneTimeCost:
-    what: str  # the kind of cost, for people
-    example: str  # the longest event of it
-    ns: int  # the union of its events in the window
 
 
 @dataclass(frozen=True)

@@ -46,32 +46,12 @@ import pandas as pd
 
 from traceinsight.analysis.steps import Step
 from traceinsight.events import Profile
+from traceinsight.result import MemorySeries, OpMemory, StepMemory
 from traceinsight.rules import AT_LIMIT_FRACTION, BATCH_SPARE_FRACTION, SLACK_FRACTION, SLACK_MIN_BYTES
 
 SERIES_POINTS = 500
 TOP_OPS = 5
 _NUMBER = re.compile(r"(\d+)")
-
-
-@dataclass(frozen=True)
-class StepMemory:
-    id: int
-    static_bytes: int  # the lower level of the step's two boundaries
-    peak_bytes: int
-    transient_bytes: int  # peak - static
-
-
-@dataclass(frozen=True)
-class OpMemory:
-    op: str
-    bytes: int  # allocated by this op and live at the peak
-
-
-@dataclass(frozen=True)
-class MemorySeries:
-    ts_ns: list[int]
-    allocated: list[int]
-    reserved: list[int] | None  # None where the trace does not say
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from traceinsight.result import Bin
+
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"), (1, "ns"))
-
-
-@dataclass(frozen=True)
-class Bin:
-    label: str
-    lower_ns: int
-    upper_ns: int | None  # None: open-ended
-    count: int
-    total_ns: int
 
 
 def _unit(ns: int) -> tuple[int, str]:

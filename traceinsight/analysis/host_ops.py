@@ -23,20 +23,11 @@ import pandas as pd
 
 from traceinsight.events import kind_mask, rows_of_input, take_rows
 from traceinsight.intervals import union_of_rows
+from traceinsight.result import HostOp
 from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
 
 TOP_HOST_OPS = 15
 _DEPTH_LIMIT = 256  # deeper nesting is damaged data; such ops are counted as top level
-
-
-@dataclass(frozen=True)
-class HostOp:
-    name: str
-    function: str  # the user-facing name: a TF op's scope/name before ':Type', else the name
-    calls: int
-    total_ns: int
-    self_ns: int
-    holds_gil: bool
 
 
 @dataclass(frozen=True)

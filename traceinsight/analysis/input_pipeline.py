@@ -22,17 +22,10 @@ import pandas as pd
 
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import rows_of_input
+from traceinsight.result import Stage
 from traceinsight.rules import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, POTENTIAL_OTHER_FRACTION
 
 TOP_STAGES = 8
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    count: int
-    total_ns: int
-    self_ns: int
 
 
 @dataclass(frozen=True)

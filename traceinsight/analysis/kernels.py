@@ -22,21 +22,12 @@ from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import kind_mask, rows_of_input
 from traceinsight.intervals import exposed, union
+from traceinsight.result import TopKernel
 from traceinsight.rules import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, TRITON_TEMPLATE_PATTERN
 
 TOP_KERNELS = 15
 # The small-kernel threshold is added as an edge, so the bins below it are exactly the small kernels.
 KERNEL_HISTOGRAM_EDGES_NS = (0, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000)
-
-
-@dataclass(frozen=True)
-class TopKernel:
-    name: str
-    count: int
-    total_ns: int
-    mean_ns: int
-    tensor_core: bool
-    op: str | None = None  # the framework op that launched most of its calls, where the trace links them
 
 
 @dataclass(frozen=True)

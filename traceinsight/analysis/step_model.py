@@ -50,6 +50,7 @@ from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.result import Projection
 from traceinsight.rules import (
     BATCH_WORK_MIN_NS,
     COMMUNICATION_PATTERN,
@@ -142,18 +143,6 @@ class Fix:
     device_ns: np.ndarray  # device busy time (exposed copies, collectives, faster kernels)
     kernel_ns: np.ndarray  # of `device_ns`, the kernel time (GPU-Util)
     host_ns: np.ndarray  # host work the fix takes away (fused ops, graphs): lowers the host floor
-
-
-@dataclass(frozen=True)
-class Projection:
-    """A step before and after fixes, as means over the steps (GPU-Util over the steps; None on host-only runs)."""
-
-    step_ns_before: int
-    step_ns_after: int
-    saving_ns: int
-    speedup: float
-    gpu_util_before: float | None
-    gpu_util_after: float | None
 
 
 def speedup(before_ns: int, after_ns: int) -> float:

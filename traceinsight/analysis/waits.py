@@ -20,6 +20,7 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage
 from traceinsight.events import blocking_mask, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.result import Wait
 from traceinsight.rules import WAIT_MIN_NS, WAIT_OWN_WORK_RATIO, WAIT_SEEN_MIN_SHARE
 
 # Waits described one by one (the totals cover all of them).
@@ -27,18 +28,6 @@ LISTED_WAITS = 10
 # What a wait names of the device work it waited for.
 WAITED_FOR_NAMES = 3
 _COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation", "stream", "input_id"]
-
-
-@dataclass(frozen=True)
-class Wait:
-    name: str
-    input_id: int
-    start_ns: int
-    dur_ns: int
-    own_device_ns: int  # the call's own device work (its copy)
-    seen_device_ns: int  # other device work of its input during the wait (union over devices)
-    outside_trace: bool  # the device shows (almost) nothing during it: what it waited for is not in the trace
-    waited_for: list[str]  # the device work it waited for, as 'name (stream N, x ms)'
 
 
 @dataclass(frozen=True)

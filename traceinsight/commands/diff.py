@@ -16,20 +16,18 @@ from traceinsight.diff import build_diff
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 from traceinsight.report.output import finish, preflight_outputs, removed_on_interrupt
+from traceinsight.result import RunReport
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
 DEFAULT_HTML = "traceinsight-diff.html"
 
 
-def _saved_threshold_ns(report: dict[str, Any]) -> int | None:
+def _saved_threshold_ns(report: RunReport) -> int | None:
     """The small-kernel threshold a saved report was made with."""
-    for device in report["devices"]:
-        if (threshold := (device.get("kernels") or {}).get("small_threshold_ns")) is not None:
-            return int(threshold)
-    return None
+    return report.devices[0].kernels.small_threshold_ns if report.devices else None
 
 
-def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, str]], tuple[Path, ...]]:
+def _reports(args: argparse.Namespace) -> tuple[list[RunReport], list[dict[str, str]], tuple[Path, ...]]:
     """Both sides' reports, where each came from, and the input files no output may overwrite.
 
     Saved reports are read first: a trace on the other side is analyzed with the small-kernel
@@ -45,13 +43,13 @@ def _reports(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[
     else:
         found = [t for r in saved if r is not None and (t := _saved_threshold_ns(r)) is not None]
         small_kernel_ns = found[0] if found else DEFAULT_SMALL_KERNEL_NS
-    reports: list[dict[str, Any]] = []
+    reports: list[RunReport] = []
     origins: list[dict[str, Any]] = []
     protected: list[Path] = []
     for path, report in zip(paths, saved, strict=True):
         if report is None:
             analyzed = analyze(path, small_kernel_us=small_kernel_ns / 1000, max_memory=args.max_memory)
-            report, source = analyzed.to_dict(), "trace"
+            report, source = analyzed.result, "trace"
             protected += analyzed.files
         else:
             source = "report"

@@ -14,7 +14,7 @@ import argparse
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceinsight.commands.options import add_fault_options, positive_float, positive_int
 from traceinsight.errors import TraceError
@@ -26,6 +26,8 @@ from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
+    from traceinsight.findings import Findings
+    from traceinsight.result import RunReport
     from traceinsight.workflow import OnAnalyzed
 
 DEFAULT_HTML = "traceinsight-report.html"
@@ -116,11 +118,10 @@ class ReportCommand:
                 max_memory=args.max_memory,
             )
             report.record_invocation(_command_line(args), _options(args))
-            document = report.to_dict()
             if args.strict:
-                refuse_partial(document)
+                refuse_partial(report.result)
             outputs = {args.output: report.to_html(painter)}
-        crossed = [msg for t in thresholds if (msg := t.check(document))]
+        crossed = [msg for t in thresholds if (msg := t.check(report.result))]
         if args.json:
             outputs[args.json] = report.to_json() + "\n"
         if args.markdown:
@@ -148,11 +149,11 @@ def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalyzed:
     from traceinsight.report.trace_export import write_annotated_trace  # only with --trace-out
     from traceinsight.workflow import refuse_partial
 
-    def export(analysis: Analysis, report: dict[str, Any], files: tuple[Path, ...]) -> None:
+    def export(analysis: Analysis, findings: Findings, report: RunReport, files: tuple[Path, ...]) -> None:
         if args.strict:
             refuse_partial(report)
         try:
-            warnings.extend(write_annotated_trace(analysis, report, args.trace_out, args.steps, protected=files))
+            warnings.extend(write_annotated_trace(analysis, findings, args.trace_out, args.steps, protected=files))
         except ValueError as err:
             raise TraceError(args.trace_out, str(err)) from None
 

@@ -20,8 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpans  # noqa: E402
+from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, plural  # noqa: E402
+from traceinsight.result import Memory, RunReport, Step, StepMemory  # noqa: E402
 from traceinsight.rules import BREAKDOWN, GPU_UTIL_TARGET  # noqa: E402
 
 TIMELINE_BINS = 200
@@ -235,14 +236,14 @@ def utilisation_timeline(run: ChartRun) -> str | None:
         return _svg(fig, hovers)
 
 
-def gap_histogram(report: dict[str, Any]) -> str | None:
+def gap_histogram(report: RunReport) -> str | None:
     """Idle time per gap-length bin, summed over devices."""
-    devices = report["devices"]
-    if not devices or not any(d["gaps"]["count"] for d in devices):
+    devices = report.devices
+    if not devices or not any(d.gaps.count for d in devices):
         return None
-    labels = [b["label"] for b in devices[0]["gaps"]["histogram"]]
-    totals = np.sum([[b["total_ns"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
-    counts = np.sum([[b["count"] for b in d["gaps"]["histogram"]] for d in devices], axis=0)
+    labels = [b.label for b in devices[0].gaps.histogram]
+    totals = np.sum([[b.total_ns for b in d.gaps.histogram] for d in devices], axis=0)
+    counts = np.sum([[b.count for b in d.gaps.histogram] for d in devices], axis=0)
     hovers = _Hovers("gaps")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(8, 2.8))
@@ -259,17 +260,17 @@ def _tick_every(n: int) -> int:
     return max(1, -(-n // MAX_TICK_LABELS))
 
 
-def step_breakdown(report: dict[str, Any]) -> str | None:
+def step_breakdown(report: RunReport) -> str | None:
     """Stacked bars: where each step's time went (a stacked area past `MAX_STEP_BARS` steps, which
     would otherwise be hundreds of SVG rectangles); parts no step has are left out."""
-    items = report["steps"]["items"]
+    items = report.steps.items
     if not items:
         return None
     x = np.arange(len(items))
-    parts = [cat for cat in BREAKDOWN if any(s["breakdown"][cat] for s in items)] or list(BREAKDOWN)
-    values = {cat: np.array([s["breakdown"][cat] for s in items], dtype=np.float64) for cat in parts}
+    parts = [cat for cat in BREAKDOWN if any(s.breakdown[cat] for s in items)] or list(BREAKDOWN)
+    values = {cat: np.array([s.breakdown[cat] for s in items], dtype=np.float64) for cat in parts}
     names = {cat: cat.replace("_", " ") for cat in parts}
-    durations = [sum(s["breakdown"].values()) for s in items]  # the parts sum to the step
+    durations = [sum(s.breakdown.values()) for s in items]  # the parts sum to the step
     hovers = _Hovers("steps")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(9, 2.8))
@@ -292,32 +293,32 @@ def step_breakdown(report: dict[str, Any]) -> str | None:
                 bars = ax.bar(x, vals / 1e6, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=names[cat], width=0.8)
                 for bar, step, ns, length in zip(bars, items, vals, durations, strict=True):
                     share = fmt_pct(ns / length if length else None)
-                    hovers.add(bar, f"step {step['id']}, {names[cat]}: {fmt_ns(int(ns))} ({share} of {fmt_ns(length)})")
+                    hovers.add(bar, f"step {step.id}, {names[cat]}: {fmt_ns(int(ns))} ({share} of {fmt_ns(length)})")
                 bottom += vals / 1e6
-        ax.set_xticks(ticks, [str(items[i]["id"]) for i in ticks])
+        ax.set_xticks(ticks, [str(items[i].id) for i in ticks])
         ax.set_xlabel("step")
         ax.set_ylabel("time (ms)")
         ax.legend(ncols=3, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.3))
         return _svg(fig, hovers)
 
 
-def kernel_histogram(report: dict[str, Any]) -> str | None:
+def kernel_histogram(report: RunReport) -> str | None:
     """Kernel counts per duration bin, with the small-kernel threshold marked."""
-    devices = [d for d in report["devices"] if d["kernels"]["count"]]
+    devices = [d for d in report.devices if d.kernels.count]
     if not devices:
         return None
-    bins = devices[0]["kernels"]["histogram"]
-    counts = np.sum([[b["count"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
-    totals = np.sum([[b["total_ns"] for b in d["kernels"]["histogram"]] for d in devices], axis=0)
-    threshold = devices[0]["kernels"]["small_threshold_ns"]
-    small = [b["upper_ns"] is not None and b["upper_ns"] <= threshold for b in bins]
+    bins = devices[0].kernels.histogram
+    counts = np.sum([[b.count for b in d.kernels.histogram] for d in devices], axis=0)
+    totals = np.sum([[b.total_ns for b in d.kernels.histogram] for d in devices], axis=0)
+    threshold = devices[0].kernels.small_threshold_ns
+    small = [b.upper_ns is not None and b.upper_ns <= threshold for b in bins]
     hovers = _Hovers("kernels")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(8, 2.8))
-        bars = ax.bar([b["label"] for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
+        bars = ax.bar([b.label for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
         for bar, b, count, total, is_small in zip(bars, bins, counts, totals, small, strict=True):
             kind = " (small)" if is_small else ""
-            hovers.add(bar, f"kernels {b['label']}{kind}: {plural(int(count), 'kernel')}, {fmt_ns(int(total))} in all")
+            hovers.add(bar, f"kernels {b.label}{kind}: {plural(int(count), 'kernel')}, {fmt_ns(int(total))} in all")
         ax.set_ylabel("kernels")
         ax.set_xlabel(f"kernel duration (orange: small kernels, below {fmt_ns(threshold)})")
         ax.tick_params(axis="x", labelrotation=20)
@@ -335,32 +336,30 @@ def _bytes_unit(high: float) -> tuple[float, str]:
     return (float(1 << 30), "GiB") if high >= 1 << 30 else (float(1 << 20), "MiB")
 
 
-def _step_split(step: dict[str, Any]) -> str:
+def _step_split(step: StepMemory) -> str:
     """A step's memory: what it kept, its peak, what it needed on top."""
-    static, peak, transient = (fmt_bytes(step[k]) for k in ("static_bytes", "peak_bytes", "transient_bytes"))
+    static, peak, transient = (fmt_bytes(n) for n in (step.static_bytes, step.peak_bytes, step.transient_bytes))
     return f"static {static}, peak {peak}, transient {transient}"
 
 
-def _memory_steps(report: dict[str, Any], run: ChartRun, device: str, ids: set[int]) -> list[dict[str, Any]]:
-    """The steps a device's memory was split by (its input's own steps, else the run's), as report step items."""
+def _memory_steps(report: RunReport, run: ChartRun, device: str, ids: set[int]) -> list[StepSpan] | list[Step]:
+    """The steps a device's memory was split by (its input's own steps, else the run's)."""
     input_id = run.memory_inputs.get(device, -1)
     if 0 <= input_id < len(run.input_steps) and run.input_steps[input_id].items:
-        items = [{"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns} for s in run.input_steps[input_id].items]
-    else:
-        items = report["steps"]["items"]
-    return [s for s in items if s["id"] in ids]
+        return [s for s in run.input_steps[input_id].items if s.id in ids]
+    return [s for s in report.steps.items if s.id in ids]
 
 
-def _memory_limits(ax: Any, name: str, m: dict[str, Any], high: float, scale: float, hovers: _Hovers) -> float:
+def _memory_limits(ax: Any, name: str, m: Memory, high: float, scale: float, hovers: _Hovers) -> float:
     """The capacity and the allocator's limit (absolute levels only): a line each, or, when they are far above
     the levels (`MEMORY_OFF_SCALE`), a note at the top saying where they are. Returns the highest level to show."""
-    limits = [("capacity", m["capacity_bytes"], "-"), ("allocator limit", m["allocator_limit_bytes"], "--")]
-    limits = [(label, v, style) for label, v, style in limits if v and m["absolute"]]
+    given = [("capacity", m.capacity_bytes, "-"), ("allocator limit", m.allocator_limit_bytes, "--")]
+    limits = [(label, v, style) for label, v, style in given if v is not None and v > 0 and m.absolute]
     if not limits:
         return high
-    free = f", {fmt_pct(m['headroom_fraction'])} free at the peak" if m["headroom_fraction"] is not None else ""
-    titles = {"capacity": f"{name}: capacity {fmt_bytes(m['capacity_bytes'])}{free}"}
-    titles["allocator limit"] = f"{name}: the allocator's limit {fmt_bytes(m['allocator_limit_bytes'])}"
+    free = f", {fmt_pct(m.headroom_fraction)} free at the peak" if m.headroom_fraction is not None else ""
+    titles = {"capacity": f"{name}: capacity {fmt_bytes(m.capacity_bytes)}{free}"}
+    titles["allocator limit"] = f"{name}: the allocator's limit {fmt_bytes(m.allocator_limit_bytes)}"
     if max(v for _, v, _ in limits) <= MEMORY_OFF_SCALE * high:
         for label, value, style in limits:
             line = ax.axhline(value / scale, color=_CAPACITY, linewidth=1.2, linestyle=style, label=label)
@@ -373,42 +372,41 @@ def _memory_limits(ax: Any, name: str, m: dict[str, Any], high: float, scale: fl
     return high * 1.2  # room for the note
 
 
-def memory_chart(report: dict[str, Any], run: ChartRun) -> str | None:
+def memory_chart(report: RunReport, run: ChartRun) -> str | None:
     """Device memory over time, a panel per device with memory events: allocated (and reserved where known),
     the capacity and the allocator's limit, the steps and the peak; x in ms after the window start."""
-    devices = [d for d in report["devices"] if d.get("memory") and d["memory"]["series"]["ts_ns"]]
-    if not devices:
+    panels = [(d.id, d.memory) for d in report.devices if d.memory is not None and d.memory.series.ts_ns]
+    if not panels:
         return None
-    shown = sorted(devices, key=lambda d: -d["memory"]["peak_in_use_bytes"])[:MAX_MEMORY_PANELS]
-    shown = [d for d in devices if d in shown]  # in the report's order
-    origin = report["window"]["start_ns"] or 0
+    shown = sorted(panels, key=lambda panel: -panel[1].peak_in_use_bytes)[:MAX_MEMORY_PANELS]
+    shown = [panel for panel in panels if panel in shown]  # in the report's order
+    origin = report.window.start_ns or 0
     hovers = _Hovers("memory")
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(shown), 1, figsize=(9, 0.6 + 2.0 * len(shown)), sharex=True, squeeze=False)
-        for ax, d in zip(axes[:, 0], shown, strict=True):
-            m, name = d["memory"], d["id"]
-            series = m["series"]
-            x = (np.asarray(series["ts_ns"], np.float64) - origin) / 1e6
-            allocated = np.asarray(series["allocated"], np.float64)
-            reserved = None if series["reserved"] is None else np.asarray(series["reserved"], np.float64)
-            lines = [allocated.max(), m["peak_in_use_bytes"]]
+        for ax, (name, m) in zip(axes[:, 0], shown, strict=True):
+            series = m.series
+            x = (np.asarray(series.ts_ns, np.float64) - origin) / 1e6
+            allocated = np.asarray(series.allocated, np.float64)
+            reserved = None if series.reserved is None else np.asarray(series.reserved, np.float64)
+            lines = [allocated.max(), m.peak_in_use_bytes]
             if reserved is not None:
                 lines.append(reserved.max())
             scale, unit = _bytes_unit(max(lines))
-            relative = "" if m["absolute"] else " (relative to the profile start)"
+            relative = "" if m.absolute else " (relative to the profile start)"
             area = ax.fill_between(x, allocated / scale, step="post", color=_ALLOCATED, alpha=0.35, linewidth=0)
-            hovers.add(area, f"{name}: allocated{relative}, peak {fmt_bytes(m['peak_allocated_bytes'])}")
+            hovers.add(area, f"{name}: allocated{relative}, peak {fmt_bytes(m.peak_allocated_bytes)}")
             line = ax.step(x, allocated / scale, where="post", color=_ALLOCATED, linewidth=1, label="allocated")[0]
             hovers.add(line, f"{name}: allocated over time, {plural(len(x), 'point')}")
             if reserved is not None:
                 held = ax.step(x, reserved / scale, where="post", color=_RESERVED, linewidth=1.2, label="reserved")[0]
-                hovers.add(held, f"{name}: reserved{relative}, peak {fmt_bytes(m['peak_reserved_bytes'])}")
+                hovers.add(held, f"{name}: reserved{relative}, peak {fmt_bytes(m.peak_reserved_bytes)}")
             top = _memory_limits(ax, name, m, max(lines), scale, hovers)
-            by_id = {s["id"]: s for s in m["steps"]}
+            by_id = {s.id: s for s in m.steps}
             steps = _memory_steps(report, run, name, set(by_id))
             if steps:
                 marks = ax.vlines(
-                    [(s["start_ns"] - origin) / 1e6 for s in steps],
+                    [(s.start_ns - origin) / 1e6 for s in steps],
                     0,
                     1,
                     transform=ax.get_xaxis_transform(),
@@ -417,20 +415,20 @@ def memory_chart(report: dict[str, Any], run: ChartRun) -> str | None:
                     linestyles=":",
                 )
                 listed = "; ".join(
-                    f"step {s['id']} at {_ms(s['start_ns'] - origin)}: {_step_split(by_id[s['id']])}" for s in steps[:8]
+                    f"step {s.id} at {_ms(s.start_ns - origin)}: {_step_split(by_id[s.id])}" for s in steps[:8]
                 )
                 more = f"; and {len(steps) - 8} more" if len(steps) > 8 else ""
                 hovers.add(marks, f"{name}: {plural(len(steps), 'step')}: {listed}{more}")
-            at = (m["peak_ns"] - origin) / 1e6
+            at = (m.peak_ns - origin) / 1e6
             peak = ax.plot(
-                [at], [m["peak_in_use_bytes"] / scale], marker="v", color=_CAPACITY, linestyle="", label="peak"
+                [at], [m.peak_in_use_bytes / scale], marker="v", color=_CAPACITY, linestyle="", label="peak"
             )[0]
-            in_step = f", step {m['peak_step']}" if m["peak_step"] is not None else ""
+            in_step = f", step {m.peak_step}" if m.peak_step is not None else ""
             hovers.add(
                 peak,
-                f"{name}: peak {fmt_bytes(m['peak_in_use_bytes'])}{relative} at {_ms(m['peak_ns'] - origin)}{in_step}",
+                f"{name}: peak {fmt_bytes(m.peak_in_use_bytes)}{relative} at {_ms(m.peak_ns - origin)}{in_step}",
             )
-            ax.set_ylabel(f"{name}\n{unit}{' (relative)' if not m['absolute'] else ''}")
+            ax.set_ylabel(f"{name}\n{unit}{' (relative)' if not m.absolute else ''}")
             ax.set_ylim(min(0.0, float(allocated.min()) / scale), top / scale * 1.1)
         legend: dict[str, Any] = {}
         for ax in axes[:, 0]:
@@ -439,15 +437,15 @@ def memory_chart(report: dict[str, Any], run: ChartRun) -> str | None:
         axes[0, 0].legend(
             legend.values(), legend.keys(), ncols=5, frameon=False, loc="lower left", bbox_to_anchor=(0, 1)
         )
-        hidden = len(devices) - len(shown)
-        more = f"; the {len(shown)} devices of {len(devices)} with the highest peak" if hidden else ""
-        relative = "" if all(d["memory"]["absolute"] for d in shown) else "; relative levels: no capacity line"
+        hidden = len(panels) - len(shown)
+        more = f"; the {len(shown)} devices of {len(panels)} with the highest peak" if hidden else ""
+        relative = "" if all(m.absolute for _, m in shown) else "; relative levels: no capacity line"
         axes[-1, 0].set_xlabel(f"ms after window start (the timeline's clock); dotted: step starts{relative}{more}")
         axes[-1, 0].xaxis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms:,g}"))
         return _svg(fig, hovers)
 
 
-def draw(name: str, report: dict[str, Any], run: ChartRun) -> str | None:
+def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
     """One chart ("timeline", "memory", "steps", "gaps", "kernels"), as inline SVG; None when the run has nothing
     to show."""
     if name == "timeline":

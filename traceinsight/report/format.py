@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import statistics
-from collections.abc import Sequence
-from typing import Any
 
 # Control characters (newlines, terminal escapes) that a file or event name could smuggle into a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -136,11 +133,3 @@ def fmt_iso(moment: str | None) -> str:
     if not moment:
         return "-"
     return f"{moment[:19].replace('T', ' ')} UTC" if moment.endswith("Z") else moment
-
-
-def step_spread(items: Sequence[dict[str, Any]]) -> dict[str, int] | None:
-    """Standard deviation, shortest and longest of the steps (None with fewer than two)."""
-    if len(items) < 2:
-        return None
-    durations = [s["dur_ns"] for s in items]
-    return {"stdev_ns": round(statistics.pstdev(durations)), "min_ns": min(durations), "max_ns": max(durations)}

@@ -32,7 +32,6 @@ from traceinsight.report.format import (
     fmt_pct,
     fmt_trace_ms,
     plural,
-    step_spread,
 )
 from traceinsight.report.painter import Charts, Painter, draw_charts
 from traceinsight.report.wording import (
@@ -46,6 +45,7 @@ from traceinsight.report.wording import (
     run_header,
     verdict_sentence,
 )
+from traceinsight.result import Device, RunReport, Step
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -92,7 +92,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(_FILTERS)
-    functions = (evidence_rows, gap_step, kernel_tables, step_spread, partial_notes, other_warnings, run_header)
+    functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header)
     env.globals.update({f.__name__: f for f in (*functions, input_verdict)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     return env
@@ -103,19 +103,19 @@ def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     return [(evidence_label(k), text) for k, v in evidence.items() if (text := fmt_evidence(k, v)) is not None]
 
 
-def gap_step(start_ns: int, items: Sequence[dict[str, Any]]) -> str:
+def gap_step(start_ns: int, items: Sequence[Step]) -> str:
     """The step whose [start, start + dur) holds `start_ns` ('7'), else where the gap falls between steps."""
     if not items:
         return "-"
-    ordered = sorted(items, key=lambda s: s["start_ns"])
-    at = bisect.bisect_right([s["start_ns"] for s in ordered], start_ns) - 1
-    if at >= 0 and start_ns < ordered[at]["start_ns"] + ordered[at]["dur_ns"]:
-        return str(ordered[at]["id"])
+    ordered = sorted(items, key=lambda s: s.start_ns)
+    at = bisect.bisect_right([s.start_ns for s in ordered], start_ns) - 1
+    if at >= 0 and start_ns < ordered[at].start_ns + ordered[at].dur_ns:
+        return str(ordered[at].id)
     if at < 0:
-        return f"before {ordered[0]['id']}"
+        return f"before {ordered[0].id}"
     if at == len(ordered) - 1:
-        return f"after {ordered[-1]['id']}"
-    return f"between {ordered[at]['id']} and {ordered[at + 1]['id']}"
+        return f"after {ordered[-1].id}"
+    return f"between {ordered[at].id} and {ordered[at + 1].id}"
 
 
 def _spread(values: Sequence[int | float], fmt: Any) -> str:
@@ -124,16 +124,16 @@ def _spread(values: Sequence[int | float], fmt: Any) -> str:
     return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)} \u2013 {fmt(high)}"
 
 
-def kernel_tables(devices: Sequence[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
+def kernel_tables(devices: Sequence[Device], limit: int = 10) -> list[dict[str, Any]]:
     """The top-kernel tables, one per distinct list: devices whose top `limit` kernels are the same names
     in the same order share one table, whose figures give the devices' range where they differ. Names are
     shortened to the function (`diff.normalise_kernel_name`); a shortened name that repeats in one table
     is numbered, and the full name goes with it (a click away on the page)."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[Device]] = {}
     for d in devices:
-        top = d["kernels"]["top"][:limit]
+        top = d.kernels.top[:limit]
         if top:
-            groups.setdefault(tuple(t["name"] for t in top), []).append(d)
+            groups.setdefault(tuple(t.name for t in top), []).append(d)
     tables = []
     for names, members in groups.items():
         seen: dict[str, int] = {}
@@ -142,22 +142,20 @@ def kernel_tables(devices: Sequence[dict[str, Any]], limit: int = 10) -> list[di
             short = normalise_kernel_name(name)
             seen[short] = seen.get(short, 0) + 1
             label = short if seen[short] == 1 else f"{short} (variant {seen[short]})"
-            tops = [m["kernels"]["top"][i] for m in members]
+            tops = [m.kernels.top[i] for m in members]
             rows.append(
                 {
                     "label": clip(label, 120),
                     "name": name,
-                    "calls": _spread([t["count"] for t in tops], fmt_count),
-                    "total": _spread([t["total_ns"] for t in tops], fmt_ns),
-                    "mean": _spread([t["mean_ns"] for t in tops], fmt_ns),
-                    "tensor_core": _spread(
-                        [int(bool(t.get("tensor_core"))) for t in tops], lambda v: "yes" if v else "no"
-                    ),
+                    "calls": _spread([t.count for t in tops], fmt_count),
+                    "total": _spread([t.total_ns for t in tops], fmt_ns),
+                    "mean": _spread([t.mean_ns for t in tops], fmt_ns),
+                    "tensor_core": _spread([int(bool(t.tensor_core)) for t in tops], lambda v: "yes" if v else "no"),
                     # The framework op that launched it (Kineto links them); the first device's, where linked.
-                    "op": clip(tops[0].get("op") or "", 120),
+                    "op": clip(tops[0].op or "", 120),
                 }
             )
-        tables.append({"devices": [m["id"] for m in members], "rows": rows, "ops": any(r["op"] for r in rows)})
+        tables.append({"devices": [m.id for m in members], "rows": rows, "ops": any(r["op"] for r in rows)})
     return tables
 
 
@@ -190,7 +188,7 @@ def without_empty_columns(page: str) -> str:
     return _TABLE.sub(lambda m: _without_empty_columns(m.group(0)), page)
 
 
-def render_html(report: dict[str, Any], analysis: Analysis, painter: Painter | None = None) -> str:
+def render_html(report: RunReport, analysis: Analysis, painter: Painter | None = None) -> str:
     """The page; its charts drawn by `painter` (in its own process, while the templates compile here), else here."""
     if painter is None:
         return _page(report, draw_charts(report, chart_run(analysis)))
@@ -199,7 +197,7 @@ def render_html(report: dict[str, Any], analysis: Analysis, painter: Painter | N
     return _page(report, painter.charts())
 
 
-def _page(report: dict[str, Any], drawn: Charts) -> str:
+def _page(report: RunReport, drawn: Charts) -> str:
     charts = {name: Markup(svg) if svg else None for name, svg in drawn.items()}
     page = (
         environment()
@@ -223,7 +221,7 @@ def compile_templates() -> None:
         env.get_template(name)
 
 
-def render_notebook(report: dict[str, Any], analysis: Analysis) -> str:
+def render_notebook(report: RunReport, analysis: Analysis) -> str:
     """The notebook view (`traceinsight.Report._repr_html_`): the headline, the bottleneck cards and the
     timeline chart, one HTML fragment with a style of its own (scoped to it) and no script."""
     # matplotlib is imported only where a chart is drawn.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell, step_spread
+from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
     capture_sentence,
@@ -14,6 +12,7 @@ from traceinsight.report.wording import (
     step_after_fix,
     verdict_sentence,
 )
+from traceinsight.result import RunReport, Steps, Totals
 
 
 def _link(text: str, target: str) -> str:
@@ -28,46 +27,45 @@ def _code(text: str) -> str:
     return f"`{quoted}`"
 
 
-def provenance(report: dict[str, Any], html_link: str | None) -> list[str]:
+def provenance(report: RunReport, html_link: str | None) -> list[str]:
     """Where the full report is and what it was made from: for a CI page to link and date the run."""
-    meta = report.get("meta") or {}
+    meta = report.meta
     parts = []
     if html_link:
         parts.append(f"HTML report: {_link(html_link.rsplit('/', 1)[-1], html_link)}")
-    if meta.get("input"):
-        path = markdown_cell(str(meta["input"])).replace("`", "'")
+    if meta.input:
+        path = markdown_cell(str(meta.input)).replace("`", "'")
         parts.append(f"input `{path}`")
-    if meta.get("capture_date"):
-        parts.append(f"captured {fmt_iso(meta['capture_date'])}")
-    if meta.get("generated_at"):
-        parts.append(f"generated {fmt_iso(meta['generated_at'])}")
+    if meta.capture_date:
+        parts.append(f"captured {fmt_iso(meta.capture_date)}")
+    if meta.generated_at:
+        parts.append(f"generated {fmt_iso(meta.generated_at)}")
     return [" \u00b7 ".join(parts), ""] if parts else []
 
 
-def _device_rows(totals: dict[str, Any]) -> list[str]:
+def _device_rows(totals: Totals) -> list[str]:
     """The accelerator rows (a CPU-only run has none)."""
     return [
-        f"| idle fraction | {fmt_pct(totals['idle_fraction'])} |",
-        f"| GPU-Util | {fmt_pct(totals.get('gpu_util'))} |",
-        f"| kernels (small) | {fmt_count(totals['kernel_count'])} ({fmt_count(totals['small_kernel_count'])}) |",
-        f"| H2D copies | {fmt_count(totals['h2d_count'])}, {fmt_ns(totals['h2d_ns'])}, "
-        f"{fmt_bytes(totals['h2d_bytes'])} |",
+        f"| idle fraction | {fmt_pct(totals.idle_fraction)} |",
+        f"| GPU-Util | {fmt_pct(totals.gpu_util)} |",
+        f"| kernels (small) | {fmt_count(totals.kernel_count)} ({fmt_count(totals.small_kernel_count)}) |",
+        f"| H2D copies | {fmt_count(totals.h2d_count)}, {fmt_ns(totals.h2d_ns)}, {fmt_bytes(totals.h2d_bytes)} |",
     ]
 
 
-def _spread(steps: dict[str, Any]) -> str:
-    spread = step_spread(steps["items"])
+def _spread(steps: Steps) -> str:
+    spread = steps.spread
     if spread is None:
         return ""
-    return f", \u03c3 {fmt_ns(spread['stdev_ns'])}, min {fmt_ns(spread['min_ns'])}, max {fmt_ns(spread['max_ns'])}"
+    return f", \u03c3 {fmt_ns(spread.stdev_ns)}, min {fmt_ns(spread.min_ns)}, max {fmt_ns(spread.max_ns)}"
 
 
-def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str:
+def render_markdown(report: RunReport, html_link: str | None = None) -> str:
     """The summary; `html_link`: where the HTML report is, relative to this file (named so CI can link it)."""
-    totals = report["totals"]
-    steps = report["steps"]
+    totals = report.totals
+    steps = report.steps
     lines = [
-        f"## traceinsight: {markdown_cell(report['run'])}",
+        f"## traceinsight: {markdown_cell(report.run)}",
         "",
         *([runs, ""] if (runs := runs_line(report, _code)) else []),
         *provenance(report, html_link),
@@ -75,27 +73,26 @@ def render_markdown(report: dict[str, Any], html_link: str | None = None) -> str
         f"**{markdown_cell(verdict_sentence(report))}**",
         "",
         *(line for note in partial_notes(report) for line in (f"**{markdown_cell(note)}**", "")),
-        *([markdown_cell(projection_sentence(report) or ""), ""] if report.get("projection") else []),
+        *([markdown_cell(projection_sentence(report) or ""), ""] if report.projection else []),
         "| metric | value |",
         "|---|---|",
-        f"| framework | {report['framework']} |",
-        f"| devices | {totals['device_count']} |",
-        *(_device_rows(totals) if totals["device_count"] else []),
-        f"| steps | {steps['count']} ({steps['source']}), mean {fmt_ns(steps['mean_ns'])}{_spread(steps)} |",
+        f"| framework | {report.framework} |",
+        f"| devices | {totals.device_count} |",
+        *(_device_rows(totals) if totals.device_count else []),
+        f"| steps | {steps.count} ({steps.source}), mean {fmt_ns(steps.mean_ns)}{_spread(steps)} |",
         f"| input pipeline | {markdown_cell(input_verdict(report))} |",
         "",
     ]
-    if report["bottlenecks"]:
+    if report.bottlenecks:
         lines += [
             "| # | bottleneck | severity | share of step | step after this fix | basis | first fix |",
             "|---|---|---|---|---|---|---|",
         ]
-        for b in report["bottlenecks"]:
-            fix = b["recommendations"][0] if b["recommendations"] else ""
+        for b in report.bottlenecks:
+            fix = b.recommendations[0] if b.recommendations else ""
             lines.append(
-                f"| {b['rank']} | {b['id']} | {b['severity']} | {fmt_pct(b['fraction'])} | {step_after_fix(b)} "
-                f"| {b['projection']['basis']} "
-                f"| {markdown_cell(fix)} |"
+                f"| {b.rank} | {b.id} | {b.severity} | {fmt_pct(b.fraction)} | {step_after_fix(b)} "
+                f"| {b.projection.basis if b.projection else 'none'} | {markdown_cell(fix)} |"
             )
     else:
         lines.append("No bottleneck worth fixing found.")

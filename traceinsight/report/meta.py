@@ -21,6 +21,7 @@ import orjson
 
 from traceinsight import __version__
 from traceinsight.discover import RUN_INFO
+from traceinsight.result import DeviceInfo, Meta, RunListed, RunReport
 
 if TYPE_CHECKING:
     from traceinsight.discover import RunChoice
@@ -60,19 +61,19 @@ def _cuda_version(number: object) -> str | None:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
-def _device_versions(device_info: Sequence[Mapping[str, Any]]) -> list[str]:
+def _device_versions(device_info: Sequence[DeviceInfo]) -> list[str]:
     """Each kind of device once: 'Tesla V100-DGXS-32GB (compute capability 7.0)'."""
     kinds = []
     for d in device_info:
-        cc = f"compute capability {d['compute_capability']}" if d.get("compute_capability") else None
-        name = d.get("name") or d.get("vendor")
+        cc = f"compute capability {d.compute_capability}" if d.compute_capability else None
+        name = d.name or d.vendor
         text = f"{name} ({cc})" if name and cc else name or cc
         if text and text not in kinds:
             kinds.append(str(text))
     return kinds
 
 
-def trace_versions(metadata: Mapping[str, Any], device_info: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def trace_versions(metadata: Mapping[str, Any], device_info: Sequence[DeviceInfo]) -> dict[str, Any]:
     """traceinsight's version and what the traces' own metadata (`Profile.metadata`, one entry per input)
     says of CUDA, CUPTI, NCCL and the devices."""
     versions: dict[str, Any] = {"traceinsight": __version__}
@@ -141,17 +142,13 @@ def run_info_versions(files: Sequence[Path], framework: str) -> dict[str, str]:
     return found
 
 
-def add_run_info(report: dict[str, Any], path: Path, run_root: Path | None) -> dict[str, Any]:
-    """`report["meta"]["versions"]` completed with the versions a `run_info.json` beside the run lists (the
-    trace's own figures win); `path` is the PATH the run was found under."""
-    meta = dict(report.get("meta") or {})
-    from_trace = meta.get("versions") or {}
-    from_file = run_info_versions(_run_info_files(path, run_root), report.get("framework", ""))
+def add_run_info(report: RunReport, path: Path, run_root: Path | None) -> None:
+    """`report.meta.versions` completed with the versions a `run_info.json` beside the run lists (the trace's own
+    figures win); `path` is the PATH the run was found under."""
+    from_file = run_info_versions(_run_info_files(path, run_root), report.framework)
     versions = {"traceinsight": __version__, **{k: from_file[k] for k in ("framework",) if k in from_file}}
-    versions.update({**from_file, **from_trace})
-    meta["versions"] = versions
-    report["meta"] = meta
-    return meta
+    versions.update({**from_file, **report.meta.versions})
+    report.meta.versions = versions
 
 
 def _size(files: Sequence[Path]) -> int:
@@ -165,51 +162,42 @@ def _size(files: Sequence[Path]) -> int:
     return total
 
 
-def add_runs(report: dict[str, Any], choice: RunChoice) -> dict[str, Any]:
-    """`report["meta"]` completed with every run found under the PATH given (newest first: its `--run` name,
+def add_runs(report: RunReport, choice: RunChoice) -> None:
+    """`report.meta` completed with every run found under the PATH given (newest first: its `--run` name,
     files, bytes, whether it is the one reported on and whether it is a graph capture pass, null when not looked
     at) and why that one was chosen (`run_choice`), so a report of the wrong run says so."""
-    meta = dict(report.get("meta") or {})
-    meta["runs"] = [
-        {
-            "name": run.name,
-            "files": len(run.files),
-            "bytes": _size(run.files),
-            "selected": run == choice.run,
-            "capture_pass": capture,
-        }
+    report.meta.runs = [
+        RunListed(
+            name=run.name,
+            files=len(run.files),
+            bytes=_size(run.files),
+            selected=run == choice.run,
+            capture_pass=capture,
+        )
         for run, capture in zip(choice.runs, choice.capture_pass, strict=True)
     ]
-    meta["run_choice"] = choice.reason
-    report["meta"] = meta
-    return meta
+    report.meta.run_choice = choice.reason
 
 
-def runs_line(report: dict[str, Any], code: Callable[[str], str] = str) -> str | None:
+def runs_line(report: RunReport, code: Callable[[str], str] = str) -> str | None:
     """'run 1 of 2 (why); others: --run NAME' when the PATH held several runs (None otherwise), for the summaries;
     `code` marks up each `--run NAME` (shell-quoted)."""
-    meta = report.get("meta") or {}
-    runs = meta.get("runs") or []
+    runs = report.meta.runs or []
     if len(runs) < 2:
         return None
-    at = next(i for i, run in enumerate(runs) if run["selected"])
-    others = [code(f"--run {shlex.quote(run['name'])}") for run in runs if not run["selected"]]
+    at = next(i for i, run in enumerate(runs) if run.selected)
+    others = [code(f"--run {shlex.quote(run.name)}") for run in runs if not run.selected]
     named = ", ".join(others[:_OTHER_RUNS_NAMED])
     if len(others) > _OTHER_RUNS_NAMED:
         named += f" and {len(others) - _OTHER_RUNS_NAMED} more (the JSON's meta.runs lists them)"
-    return f"run {at + 1} of {len(runs)} ({meta['run_choice']}); others: {named}"
+    return f"run {at + 1} of {len(runs)} ({report.meta.run_choice}); others: {named}"
 
 
-def add_invocation(
-    report: dict[str, Any], command: Sequence[str], options: Mapping[str, Any], path: Path | None
-) -> dict[str, Any]:
-    """`report["meta"]` completed with the run of the command: time, command line, options and input."""
-    meta = dict(report.get("meta") or {})
-    meta.update(
-        generated_at=generated_at(),
-        command=list(command),
-        options=dict(options),
-        input=None if path is None else str(path),
-    )
-    report["meta"] = meta
+def add_invocation(report: RunReport, command: Sequence[str], options: Mapping[str, Any], path: Path | None) -> Meta:
+    """`report.meta` completed with the run of the command: time, command line, options and input."""
+    meta = report.meta
+    meta.generated_at = generated_at()
+    meta.command = list(command)
+    meta.options = dict(options)
+    meta.input = None if path is None else str(path)
     return meta

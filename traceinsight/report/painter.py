@@ -12,10 +12,11 @@ benchmarks/README.md.)
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceinsight.parallel import Child
 from traceinsight.report.chart_data import ChartRun, chart_run
+from traceinsight.result import RunReport
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -32,7 +33,7 @@ class Painter:
         self._child = Child("painter")
         self._child.submit(_import_charts)
 
-    def paint(self, report: dict[str, Any], analysis: Analysis) -> None:
+    def paint(self, report: RunReport, analysis: Analysis) -> None:
         """Start drawing the charts of one report; `charts` collects them."""
         self._child.submit(draw_charts, report, chart_run(analysis))
 
@@ -53,7 +54,7 @@ def _import_charts() -> None:
     import traceinsight.report.charts  # noqa: F401  # the import is the work
 
 
-def draw_charts(report: dict[str, Any], run: ChartRun) -> Charts:
+def draw_charts(report: RunReport, run: ChartRun) -> Charts:
     """Every chart of the page, as inline SVG (None for a chart the run has no data for)."""
     # matplotlib is imported only where a page is drawn: loading a big trace runs without its 30 MB.
     from traceinsight.report.charts import draw

@@ -14,7 +14,7 @@ gzip when the name ends in ``.gz``). It holds:
   ``length_ns``, ``cause`` and, for the longest gaps the report lists, ``host_activity``;
 * per device a **GPU-Util** counter: the share of each fixed bin (1 ms) in which some kernel runs, in %;
 * a process ``traceinsight`` with a **steps** track (the run's steps) and a **bottlenecks** track: per step, one
-  slice per finding that costs that step time (`findings.step_costs`), starting at the step's start and as long as that
+  slice per finding that costs that step time (`Findings.step_costs`), starting at the step's start and as long as that
   cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's).
 
 Devices and hosts follow XProf's trace_viewer export (those process and thread names, stats as args
@@ -62,9 +62,10 @@ from traceinsight.events import (
     input_labels,
     kind_mask,
 )
-from traceinsight.findings import step_costs
+from traceinsight.findings import Findings
 from traceinsight.intervals import Intervals, union
 from traceinsight.report.output import check_output
+from traceinsight.result import Bottleneck
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps
 DEFAULT_MAX_STEPS = 3  # the longest steps kept when it is
@@ -108,7 +109,7 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 def write_annotated_trace(
     analysis: Analysis,
-    report: dict[str, Any],
+    findings: Findings,
     path: Path,
     steps: tuple[int, int] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
@@ -117,7 +118,7 @@ def write_annotated_trace(
     util_bin_ns: int = DEFAULT_UTIL_BIN_NS,
     protected: tuple[Path, ...] = (),
 ) -> list[str]:
-    """Write the annotated timeline of `analysis` (its `report`, from `build_report`, gives the bottlenecks) to
+    """Write the annotated timeline of `analysis` (its `findings`, from `findings.evaluate`, give the bottlenecks) to
     `path`, atomically and never over one of `protected` (the inputs); returns the warnings (steps cut, bins
     widened).
 
@@ -125,27 +126,27 @@ def write_annotated_trace(
     `max_steps` longest steps (fewer when they hold more than `max_events`). Raises ValueError when the
     event table was emptied (`Analysis.without_events`) or no step has an id in A..B.
     """
-    chunks, warnings = _trace_chunks(analysis, report, steps, max_steps, max_events, util_bin_ns)
+    chunks, warnings = _trace_chunks(analysis, findings, steps, max_steps, max_events, util_bin_ns)
     _write_chunks(Path(path), chunks, protected)
     return warnings
 
 
 def annotated_trace(
     analysis: Analysis,
-    report: dict[str, Any],
+    findings: Findings,
     steps: tuple[int, int] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     max_events: int = DEFAULT_MAX_EVENTS,
     util_bin_ns: int = DEFAULT_UTIL_BIN_NS,
 ) -> tuple[str, list[str]]:
     """The JSON text `write_annotated_trace` writes, and its warnings."""
-    chunks, warnings = _trace_chunks(analysis, report, steps, max_steps, max_events, util_bin_ns)
+    chunks, warnings = _trace_chunks(analysis, findings, steps, max_steps, max_events, util_bin_ns)
     return "".join(chunks), warnings
 
 
 def _trace_chunks(
     analysis: Analysis,
-    report: dict[str, Any],
+    findings: Findings,
     steps: tuple[int, int] | None,
     max_steps: int,
     max_events: int,
@@ -168,7 +169,7 @@ def _trace_chunks(
         *(_gap_events(gaps, layout, windows) for gaps in analysis.gaps),
         *_util_counters(analysis, events, layout, windows, util_bin_ns, warnings),
         _step_events(chosen),
-        _bottleneck_events(analysis, report, chosen, warnings),
+        _bottleneck_events(analysis, findings, chosen, warnings),
     ]
     header = '{"displayTimeUnit":"ns","otherData":' + _json({"generator": f"traceinsight {__version__}"})
     return [header + ',"traceEvents":[\n' + layout.metadata(), *blocks, "\n]}\n"], warnings
@@ -464,7 +465,7 @@ def _step_events(steps: list[Step]) -> str:
     return _slices(_STEPS_TID, steps, [f"step {s.id}" for s in steps], [s.dur_ns for s in steps], args)
 
 
-def _bottleneck_events(analysis: Analysis, report: dict[str, Any], steps: list[Step], warnings: list[str]) -> str:
+def _bottleneck_events(analysis: Analysis, findings: Findings, steps: list[Step], warnings: list[str]) -> str:
     """Per step written, a slice per bottleneck that costs it time, costliest first: they nest."""
     model = analysis.step_model
     items = analysis.steps.items
@@ -473,17 +474,29 @@ def _bottleneck_events(analysis: Analysis, report: dict[str, Any], steps: list[S
         return ""
     position = {s.start_ns: i for i, s in enumerate(items)}
     rows = [position[s.start_ns] for s in steps]
-    slices: list[tuple[Step, int, dict[str, Any]]] = []
-    costs = step_costs(analysis)
-    for bottleneck in report.get("bottlenecks", []):
-        if bottleneck["id"] not in costs:
+    slices: list[tuple[Step, int, Bottleneck]] = []
+    costs = findings.step_costs
+    for bottleneck in findings.bottlenecks:
+        if bottleneck.id not in costs:
             continue
-        cost = np.clip(np.round(costs[bottleneck["id"]][rows]), 0, model.step_ns[rows]).astype(np.int64)
+        cost = np.clip(np.round(costs[bottleneck.id][rows]), 0, model.step_ns[rows]).astype(np.int64)
         slices += [(steps[k], int(cost[k]), bottleneck) for k in np.flatnonzero(cost > 0).tolist()]
-    slices.sort(key=lambda x: (x[0].start_ns, -x[1], x[2].get("rank", 0)))
-    keys = ("id", "rank", "severity", "kind", "title")
-    args = [_json({**{k: b.get(k) for k in keys}, "step": s.id, "saving_ns": cost}) for s, cost, b in slices]
-    return _slices(_BOTTLENECKS_TID, [x[0] for x in slices], [x[2]["id"] for x in slices], [x[1] for x in slices], args)
+    slices.sort(key=lambda x: (x[0].start_ns, -x[1], x[2].rank))
+    args = [
+        _json(
+            {
+                "id": b.id,
+                "rank": b.rank,
+                "severity": b.severity,
+                "kind": b.kind,
+                "title": b.title,
+                "step": s.id,
+                "saving_ns": cost,
+            }
+        )
+        for s, cost, b in slices
+    ]
+    return _slices(_BOTTLENECKS_TID, [x[0] for x in slices], [x[2].id for x in slices], [x[1] for x in slices], args)
 
 
 def _slices(tid: int, steps: list[Step], names: list[str], durations: list[int], args: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""Sentences several renderers say alike (terminal, Markdown, HTML, the notebook view), from the report dict.
+"""Sentences several renderers say alike (terminal, Markdown, HTML, the notebook view), from the report.
 
 Each renderer escapes them its own way (terminal control characters, Markdown cells, HTML autoescape);
 the wording and the figures are the same everywhere.
@@ -6,10 +6,9 @@ the wording and the figures are the same everywhere.
 
 from __future__ import annotations
 
-from typing import Any
-
 from traceinsight.errors import is_truncation_warning
 from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
+from traceinsight.result import Bottleneck, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
@@ -23,121 +22,119 @@ MEMORY_WARNINGS = {
 }
 
 
-def run_header(report: dict[str, Any]) -> list[str]:
+def run_header(report: RunReport) -> list[str]:
     """The run in a few parts ('framework pytorch', '1 input', '1 device', '6 steps (marker: ProfilerStep#N)',
     'mean step 175 ms'), which each renderer joins its own way."""
-    steps = report["steps"]
+    steps = report.steps
     return [
-        f"framework {report['framework']}",
-        plural(len(report["inputs"]), "input"),
-        plural(report["totals"]["device_count"], "device"),
-        f"{plural(steps['count'], 'step')} ({steps['source']}: {steps['marker']})",
-        f"mean step {fmt_ns(steps['mean_ns'])}",
+        f"framework {report.framework}",
+        plural(len(report.inputs), "input"),
+        plural(report.totals.device_count, "device"),
+        f"{plural(steps.count, 'step')} ({steps.source}: {steps.marker})",
+        f"mean step {fmt_ns(steps.mean_ns)}",
     ]
 
 
-def input_verdict(report: dict[str, Any]) -> str:
+def input_verdict(report: RunReport) -> str:
     """'high: 28.0 % of step time waiting for input', or why it is unknown."""
-    ip = report["input_pipeline"]
-    if ip["verdict"] == "unknown":
+    ip = report.input_pipeline
+    if ip.verdict == "unknown":
         return "unknown: the trace has no input-pipeline events (no tf.data iterator, no DataLoader wait)"
-    return f"{ip['verdict']}: {fmt_pct(ip['fraction'])} of step time waiting for input"
+    return f"{ip.verdict}: {fmt_pct(ip.fraction)} of step time waiting for input"
 
 
-def util_label(report: dict[str, Any]) -> str:
+def util_label(report: RunReport) -> str:
     """What the share of time some kernel (XLA op) runs is called for these devices: TPU-Util on TPUs alone, else
     GPU-Util, as `nvidia-smi` names it."""
-    devices = report["devices"]
-    return "TPU-Util" if devices and all("TPU" in d["id"] for d in devices) else "GPU-Util"
+    devices = report.devices
+    return "TPU-Util" if devices and all("TPU" in d.id for d in devices) else "GPU-Util"
 
 
-def verdict_sentence(report: dict[str, Any]) -> str:
+def verdict_sentence(report: RunReport) -> str:
     """The top bottleneck and what it costs a step, or that nothing stands out; figures over the steps, for
     the devices that ran kernels, and a warning when too few steps were captured to trust them."""
-    top = report["bottlenecks"][:1]
-    totals = report["totals"]
-    if not report["devices"]:
+    top = report.bottlenecks[:1]
+    totals = report.totals
+    if not report.devices:
         lead = "No accelerator activity in this trace"
     else:
-        util, idle = fmt_pct(totals.get("step_gpu_util")), fmt_pct(totals.get("step_idle_fraction"))
+        util, idle = fmt_pct(totals.step_gpu_util), fmt_pct(totals.step_idle_fraction)
         lead = f"{util_label(report)} {util} of step time (devices idle {idle} of it)"
     if not top:
         sentence = f"{lead}; no bottleneck worth fixing found."
     else:
         b = top[0]
-        p = b["projection"]
-        if b["id"] == "warmup_in_window":
-            cost = f"{fmt_ns(b['time_ns'])} ({fmt_pct(b['fraction'])} of the window)"
+        p = b.projection
+        if b.id == "warmup_in_window" or p is None:
+            cost = f"{fmt_ns(b.time_ns)} ({fmt_pct(b.fraction)} of the window)"
         else:
-            cost = f"{fmt_ns(b['fraction'] * p['step_ns_before'])} a step ({fmt_pct(b['fraction'])} of the step)"
-        basis = {"measured": "", "none": ", with no fix projected"}.get(p["basis"], ", estimated")
-        sentence = f"{lead}; the main bottleneck is {b['id']} ({b['title']}), costing {cost}{basis}."
-    few = report["warnings"].get("few_steps")
+            cost = f"{fmt_ns(b.fraction * p.step_ns_before)} a step ({fmt_pct(b.fraction)} of the step)"
+        basis = {"measured": "", "none": ", with no fix projected"}.get(p.basis if p else "none", ", estimated")
+        sentence = f"{lead}; the main bottleneck is {b.id} ({b.title}), costing {cost}{basis}."
+    few = report.warnings.get("few_steps")
     if few is not None:
         sentence += f" Only {plural(few, 'step')} captured: profile at least {MIN_STEADY_STEPS} steps."
     return sentence
 
 
-def projection_sentence(report: dict[str, Any]) -> str | None:
+def projection_sentence(report: RunReport) -> str | None:
     """The headline what-if: 'Fixing the top 2 (input_bound, host_bound): step 174.8 -> 99.7 ms (1.75x), GPU-Util
     54.9 % -> 96.2 %.' None when nothing fires."""
-    p = report.get("projection")
+    p = report.projection
     if not p:
         return None
-    applied = p["applied"]
+    applied = p.applied
     which = f"the top {len(applied)} ({', '.join(applied)})" if len(applied) > 1 else applied[0]
     util = ""
-    if p["gpu_util_before"] is not None and p["gpu_util_after"] is not None:
-        util = (
-            f", {util_label(report)} in the steps {fmt_pct(p['gpu_util_before'])} \u2192 {fmt_pct(p['gpu_util_after'])}"
-        )
-    estimate = " (estimated)" if p["basis"] == "estimated" else ""
-    change = fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
+    if p.gpu_util_before is not None and p.gpu_util_after is not None:
+        util = f", {util_label(report)} in the steps {fmt_pct(p.gpu_util_before)} \u2192 {fmt_pct(p.gpu_util_after)}"
+    estimate = " (estimated)" if p.basis == "estimated" else ""
+    change = fmt_step_change(p.step_ns_before, p.step_ns_after, p.speedup)
     return f"Fixing {which}{estimate}: step {change}{util}."
 
 
 NO_PROJECTION = "no speedup projected"
 
 
-def step_after_fix(bottleneck: dict[str, Any]) -> str:
+def step_after_fix(bottleneck: Bottleneck) -> str:
     """The step before and after fixing this one bottleneck alone: '174.8 -> 115.6 ms (1.51x)', or that none is
     projected (unexplained idle time, a wait for work outside the trace, a warm-up window)."""
-    p = bottleneck["projection"]
-    if p["basis"] == "none":
+    p = bottleneck.projection
+    if p is None or p.basis == "none":
         return NO_PROJECTION
-    return fmt_step_change(p["step_ns_before"], p["step_ns_after"], p["speedup"])
+    return fmt_step_change(p.step_ns_before, p.step_ns_after, p.speedup)
 
 
-def capture_sentence(report: dict[str, Any]) -> str | None:
+def capture_sentence(report: RunReport) -> str | None:
     """What kind of capture this is and why, and what that means for the rest of the report ('Capture:
     graph_capture ... profile the replay'); None for a report without a capture section (an older report)."""
-    c = report.get("capture")
+    c = report.capture
     if not c:
         return None
-    why = "; ".join(c["evidence"])
-    who = f" ({c['server']})" if c["server"] else ""
-    sentence = f"Capture: {c['kind']}{who}: {why}."
-    if c["kind"] == "graph_capture":
+    why = "; ".join(c.evidence)
+    who = f" ({c.server})" if c.server else ""
+    sentence = f"Capture: {c.kind}{who}: {why}."
+    if c.kind == "graph_capture":
         sentence += " A capture pass records kernels once; it is no steady state: profile the replay instead."
-    elif c["kind"] == "microbenchmark":
+    elif c.kind == "microbenchmark":
         sentence += " Figures are per op; no claim about a training or serving step is made."
-    elif c["kind"] == "warmup" and c["steady_steps"]:
-        sentence += f" Analyzed: the {plural(c['steady_steps'], 'step')} after the one-time costs."
-    elif c["kind"] == "warmup":
+    elif c.kind == "warmup" and c.steady_steps:
+        sentence += f" Analyzed: the {plural(c.steady_steps, 'step')} after the one-time costs."
+    elif c.kind == "warmup":
         sentence += " No steady step follows them: profile after warm-up (see warmup_in_window)."
     return sentence
 
 
-def partial_notes(report: dict[str, Any]) -> list[str]:
+def partial_notes(report: RunReport) -> list[str]:
     """One sentence per input cut short (its truncation warning, verbatim): the report covers only the events
     read before the cut, which every page must say where it is seen first."""
     return [
         f"Partial report: {warning}. Only the events before the cut are counted."
-        for warning in report["warnings"]
+        for warning in report.warnings
         if is_truncation_warning(warning)
     ]
 
 
-def other_warnings(report: dict[str, Any]) -> dict[str, int]:
+def other_warnings(report: RunReport) -> dict[str, int]:
     """The report's warnings that `partial_notes` does not say."""
-    return {k: v for k, v in report["warnings"].items() if not is_truncation_warning(k)}
+    return {k: v for k, v in report.warnings.items() if not is_truncation_warning(k)}

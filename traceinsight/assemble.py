@@ -1,0 +1,346 @@
+"""Analysis + findings -> the result model (`traceinsight.result.RunReport`), once per run.
+
+The only place where the analyses' figures become the report's: rounding for people, medians over the listed
+items, the cross-rank view, warnings about too few steps. Every output reads the `RunReport` this builds, so the
+figures of the HTML, Markdown, terminal, API and JSON are the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+
+from traceinsight import __version__
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.capture import Capture as CaptureAnalysis
+from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
+from traceinsight.analysis.device_memory import DeviceMemory
+from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
+from traceinsight.analysis.gaps import DeviceGaps
+from traceinsight.analysis.graphs import GraphReplays as GraphReplaysAnalysis
+from traceinsight.analysis.kernels import KernelStats
+from traceinsight.analysis.ranks import RankStats, rank_view
+from traceinsight.analysis.waits import Waits as WaitsAnalysis
+from traceinsight.findings import Findings, evaluate
+from traceinsight.report.meta import capture_date, trace_versions
+from traceinsight.result import (
+    Capture,
+    Copies,
+    Device,
+    Gaps,
+    GraphReplays,
+    HostOps,
+    Input,
+    InputPipeline,
+    Kernels,
+    LaunchDelay,
+    ListedReplay,
+    LongGap,
+    Memory,
+    Memset,
+    Meta,
+    Rank,
+    Ranks,
+    RankSteps,
+    RunReport,
+    Step,
+    Steps,
+    Totals,
+    Waits,
+    Window,
+)
+from traceinsight.rules import MIN_STEADY_STEPS
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _gaps(g: DeviceGaps) -> Gaps:
+    return Gaps(
+        count=g.count,
+        total_ns=g.total_ns,
+        p50_ns=g.p50_ns,
+        p90_ns=g.p90_ns,
+        max_ns=g.max_ns,
+        by_cause=g.by_cause,
+        histogram=g.histogram,
+        longest=[
+            LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=x.cause, host_activity=x.host_activity)
+            for x in g.longest
+        ],
+    )
+
+
+def _kernels(k: KernelStats) -> Kernels:
+    return Kernels(
+        count=k.count,
+        total_ns=k.total_ns,
+        median_ns=k.median_ns,
+        small_count=k.small_count,
+        small_threshold_ns=k.small_threshold_ns,
+        small_total_ns=k.small_total_ns,
+        shorter_than_launch_count=k.shorter_than_launch_count,
+        launched_count=k.launched_count,
+        replayed_count=k.replayed_count,
+        launch_delay=LaunchDelay(
+            p50_ns=k.launch_delay_p50_ns, p90_ns=k.launch_delay_p90_ns, max_ns=k.launch_delay_max_ns
+        ),
+        tensor_core_ns=k.tensor_core_ns,
+        tensor_core_eligible_ns=k.tensor_core_eligible_ns,
+        communication_ns=k.communication_ns,
+        communication_exposed_ns=k.communication_exposed_ns,
+        occupancy_mean_pct=k.occupancy_mean_pct,
+        histogram=k.histogram,
+        top=k.top,
+    )
+
+
+def _copies(stats: CopyStats) -> Copies:
+    return Copies(
+        count=stats.count,
+        total_ns=stats.total_ns,
+        bytes=stats.bytes,
+        pageable_count=stats.pageable_count,
+        exposed_ns=stats.exposed_ns,
+        bandwidth_gbps=_rounded(stats.bandwidth_gbps),
+    )
+
+
+def _memory(m: DeviceMemory | None) -> Memory | None:
+    """`devices[].memory` (None without memory events), with the per-step split, the peak's ops and a downsampled
+    series for the chart."""
+    if m is None:
+        return None
+    return Memory(
+        peak_allocated_bytes=m.peak_allocated_bytes,
+        peak_in_use_bytes=m.peak_in_use_bytes,
+        peak_reserved_bytes=m.peak_reserved_bytes,
+        capacity_bytes=m.capacity_bytes,
+        allocator_limit_bytes=m.allocator_limit_bytes,
+        absolute=m.absolute,
+        headroom_fraction=_rounded(m.headroom_fraction),
+        fragmentation_max=_rounded(m.fragmentation_max),
+        batch_headroom_factor=_rounded(m.batch_headroom_factor, 2),
+        static_bytes=m.static_bytes,
+        transient_bytes=m.transient_bytes,
+        peak_ns=m.peak_ns,
+        peak_step=m.peak_step,
+        slack_bytes=m.slack_bytes,
+        events=m.events,
+        warnings=m.warnings,
+        top_ops_at_peak=m.top_ops_at_peak,
+        steps=m.steps,
+        series=m.series,
+    )
+
+
+def _devices(a: Analysis) -> list[Device]:
+    memory = {m.device: m for m in a.memory}
+    out = []
+    for usage, gaps, kernels, copies in zip(a.devices, a.gaps, a.kernels, a.copies, strict=True):
+        info = a.profile.devices.get(usage.id)
+        out.append(
+            Device(
+                id=usage.id,
+                name=info.name if info else None,
+                span_ns=usage.span_ns,
+                busy_ns=usage.busy_ns,
+                idle_ns=usage.idle_ns,
+                idle_fraction=usage.idle_fraction,
+                gpu_util=round(usage.gpu_util, 4),
+                gaps=_gaps(gaps),
+                kernels=_kernels(kernels),
+                copies={kind: _copies(copies.copies[kind]) for kind in REPORTED_COPY_KINDS},
+                memset=Memset(count=copies.memset_count, total_ns=copies.memset_ns),
+                memory=_memory(memory.get(usage.id)),
+            )
+        )
+    return out
+
+
+def _totals(a: Analysis) -> Totals:
+    h2d = copy_totals(a.copies, "h2d")
+    d2h = copy_totals(a.copies, "d2h")
+    return Totals(
+        device_count=len(a.devices),
+        idle_fraction=span_weighted_idle(a.devices),
+        gpu_util=_rounded(span_weighted_gpu_util(a.devices)),
+        # Over the steps, for the devices that ran kernels (what the headline reads; see analysis/step_model.py).
+        step_gpu_util=_rounded(a.step_model.gpu_util),
+        step_idle_fraction=_rounded(a.step_model.idle_fraction),
+        kernel_count=sum(k.count for k in a.kernels),
+        small_kernel_count=sum(k.small_count for k in a.kernels),
+        h2d_count=h2d.count,
+        h2d_ns=h2d.total_ns,
+        h2d_bytes=h2d.bytes,
+        h2d_exposed_ns=h2d.exposed_ns,
+        h2d_pageable_count=h2d.pageable_count,
+        d2h_count=d2h.count,
+        d2h_ns=d2h.total_ns,
+        d2h_bytes=d2h.bytes,
+    )
+
+
+def _steps(a: Analysis) -> Steps:
+    s = a.steps
+    return Steps(
+        source=s.source,
+        marker=s.marker,
+        count=s.count,
+        mean_ns=s.mean_ns,
+        median_ns=s.median_ns,
+        total_ns=s.total_ns,
+        breakdown_total=s.breakdown_total(),
+        per_device_mean_ns=s.per_device,
+        device_spread_ns=s.device_spread_ns,
+        items=[Step(id=x.id, start_ns=x.start_ns, dur_ns=x.dur_ns, breakdown=x.breakdown) for x in s.items],
+    )
+
+
+def _input_pipeline(a: Analysis) -> InputPipeline:
+    ip = a.input_pipeline
+    return InputPipeline(
+        wait_ns=ip.wait_ns,
+        fraction=ip.fraction,
+        verdict=ip.verdict,
+        idle_fraction=ip.idle_fraction,
+        source=ip.source,
+        wait_count=ip.wait_count,
+        stages=ip.stages,
+        seen=a.settings.input,
+        # The input pipeline's own slowest user function (host_ops.input_functions[0]), named for people.
+        slowest_function=a.host_ops.input_functions[0] if a.host_ops.input_functions else None,
+    )
+
+
+def _capture(c: CaptureAnalysis) -> Capture:
+    return Capture(
+        kind=c.kind,
+        evidence=c.evidence,
+        server=c.server,
+        one_time_ns=c.one_time_ns,
+        one_time_share=c.one_time_share,
+        one_time=c.one_time,
+        steady_from_ns=c.steady_from_ns if c.steady_steps else None,
+        steady_steps=c.steady_steps,
+        projects=c.projects,
+    )
+
+
+def _graph_replays(g: GraphReplaysAnalysis) -> GraphReplays:
+    """Totals, medians over every replay, and the first ones."""
+    return GraphReplays(
+        count=g.count,
+        nodes=g.nodes,
+        kernel_ns=g.kernel_ns,
+        kernel_share=g.kernel_share,
+        host_ns_per_node_p50=_rounded(_median([r.host_ns_per_node for r in g.items]), 1),
+        first_node_delay_p50_ns=None if not g.items else int(_median([r.first_node_delay_ns for r in g.items]) or 0),
+        busy_share_p50=_rounded(_median([r.busy_share for r in g.items])),
+        items=[
+            ListedReplay(**asdict(r), host_ns_per_node=round(r.host_ns_per_node, 1), busy_share=round(r.busy_share, 4))
+            for r in g.listed
+        ],
+    )
+
+
+def _waits(w: WaitsAnalysis) -> Waits:
+    return Waits(
+        count=w.count,
+        total_ns=w.total_ns,
+        outside_trace_count=w.outside_count,
+        outside_trace_ns=w.outside_ns,
+        items=w.items,
+    )
+
+
+def _rank(r: RankStats) -> Rank:
+    return Rank(
+        input=r.input_id,
+        label=r.label,
+        path=r.path,
+        rank=r.rank,
+        host=r.host,
+        device_count=r.device_count,
+        span_ns=r.span_ns,
+        busy_ns=r.busy_ns,
+        idle_ns=r.idle_ns,
+        idle_fraction=r.idle_fraction,
+        steps=RankSteps(
+            source=r.steps.source,
+            count=r.steps.count,
+            mean_ns=r.steps.mean_ns,
+            median_ns=r.steps.median_ns,
+            total_ns=r.steps.total_ns,
+        ),
+    )
+
+
+def _ranks(a: Analysis) -> Ranks | None:
+    """The cross-rank view; None with a single input."""
+    view = rank_view(a)
+    if view is None:
+        return None
+    return Ranks(
+        count=len(view.ranks),
+        items=[_rank(r) for r in view.ranks],
+        step_mean_min_ns=view.step_mean_min_ns,
+        step_mean_max_ns=view.step_mean_max_ns,
+        step_mean_spread_ns=view.step_mean_spread_ns,
+        step_mean_spread_fraction=view.step_mean_spread_fraction,
+        slowest=None if view.slowest is None else _rank(view.slowest),
+    )
+
+
+def _warnings(a: Analysis) -> dict[str, int]:
+    """What was skipped or repaired, counted by reason, and `few_steps` (how many) when fewer than
+    `MIN_STEADY_STEPS` steps were captured: one step is no steady state."""
+    warnings = dict(a.profile.warnings)
+    if a.steps.source != "none" and a.steps.count < MIN_STEADY_STEPS:
+        warnings["few_steps"] = a.steps.count
+    return warnings
+
+
+def _meta(a: Analysis) -> Meta:
+    """What the traces say of where they came from; the report command adds the rest (`report/meta.py`)."""
+    return Meta(
+        capture_date=capture_date(a.window_start_ns),
+        versions=trace_versions(a.profile.metadata, list(a.profile.devices.values())),
+    )
+
+
+def assemble(a: Analysis, findings: Findings) -> RunReport:
+    """The run's report, from its analysis and the findings made on it (`findings.evaluate`)."""
+    p = a.profile
+    return RunReport(
+        version=__version__,
+        run=p.name,
+        inputs=[Input(path=i.path, format=i.format, host=i.host, rank=i.rank, events=i.events) for i in p.inputs],
+        framework=p.framework,
+        window=Window(start_ns=a.window_start_ns, end_ns=a.window_end_ns),
+        device_info=list(p.devices.values()),
+        steps=_steps(a),
+        devices=_devices(a),
+        totals=_totals(a),
+        capture=_capture(a.capture),
+        input_pipeline=_input_pipeline(a),
+        graph_replays=_graph_replays(a.graphs),
+        waits=_waits(a.waits),
+        ranks=_ranks(a),
+        projection=findings.headline,
+        host_ops=HostOps(top=a.host_ops.top, input_functions=a.host_ops.input_functions),
+        bottlenecks=findings.bottlenecks,
+        warnings=_warnings(a),
+        meta=_meta(a),
+    )
+
+
+def report_of(a: Analysis) -> RunReport:
+    """The report of an analysis, its rules run here (for tools and tests that need no findings of their own)."""
+    return assemble(a, evaluate(a))

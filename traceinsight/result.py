@@ -1,0 +1,519 @@
+"""The result model: one run's report as typed records, built once (`traceinsight.assemble`) and read by every
+output.
+
+The `--json` report is this model serialised (`report/json.py`): each class here is one object of the contract
+(../shared/notes/report-json.md), each field one key, so a field renamed here is renamed in the JSON, and
+mypy finds every reader that still uses the old name. HTML, Markdown, the terminal, `diff`, `--fail-on`, the
+API and the TensorBoard tab read these attributes; `--fail-on` paths resolve against them (`gating.lookup`).
+
+The analyses build the records that are theirs (a kernel of the top list, a memory series, a wait): those classes
+live here so this module needs nothing but the standard library. The painting process unpickles a report
+without importing pandas (`report/painter.py`), and a saved `--json` report is read back into these classes
+(`from_document`) without analysing anything.
+
+Maps keyed by data (gap causes, step-breakdown stalls, evidence, warnings, versions) stay dicts: their keys are
+names from the trace or from `rules.py`, not fields of the contract.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "traceinsight.report/1"
+
+# --------------------------------------------------------------------------- records the analyses build
+
+
+@dataclass(frozen=True)
+class Bin:
+    """One bin of a duration histogram (gaps, kernels)."""
+
+    label: str
+    lower_ns: int
+    upper_ns: int | None  # None: open-ended
+    count: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class TopKernel:
+    name: str
+    count: int
+    total_ns: int
+    mean_ns: int
+    tensor_core: bool
+    op: str | None = None  # the framework op that launched most of its calls, where the trace links them
+
+
+@dataclass(frozen=True)
+class HostOp:
+    name: str
+    function: str  # the user-facing name: a TF op's scope/name before ':Type', else the name
+    calls: int
+    total_ns: int
+    self_ns: int
+    holds_gil: bool
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One tf.data stage (or DataLoader part) of the input pipeline."""
+
+    name: str
+    count: int
+    total_ns: int
+    self_ns: int
+
+
+@dataclass(frozen=True)
+class OneTimeCost:
+    what: str  # the kind of cost, for people
+    example: str  # the longest event of it
+    ns: int  # the union of its events in the window
+
+
+@dataclass(frozen=True)
+class Wait:
+    name: str
+    input_id: int
+    start_ns: int
+    dur_ns: int
+    own_device_ns: int  # the call's own device work (its copy)
+    seen_device_ns: int  # other device work of its input during the wait (union over devices)
+    outside_trace: bool  # the device shows (almost) nothing during it: what it waited for is not in the trace
+    waited_for: list[str]  # the device work it waited for, as 'name (stream N, x ms)'
+
+
+@dataclass(frozen=True)
+class MemorySeries:
+    ts_ns: list[int]
+    allocated: list[int]
+    reserved: list[int] | None  # None where the trace does not say
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    id: int
+    static_bytes: int  # the lower level of the step's two boundaries
+    peak_bytes: int
+    transient_bytes: int  # peak - static
+
+
+@dataclass(frozen=True)
+class OpMemory:
+    op: str
+    bytes: int  # allocated by this op and live at the peak
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A step before and after fixes, as means over the steps (GPU-Util over the steps; None on host-only runs)."""
+
+    step_ns_before: int
+    step_ns_after: int
+    saving_ns: int
+    speedup: float
+    gpu_util_before: float | None = None
+    gpu_util_after: float | None = None
+
+
+@dataclass(frozen=True)
+class BottleneckProjection(Projection):
+    """The step after this one fix."""
+
+    basis: str = "measured"  # "measured" | "estimated" | "none"
+    assumption: str | None = None  # what an estimate rests on
+
+
+@dataclass(frozen=True)
+class RunProjection(Projection):
+    """The headline what-if: the top fixes applied one after another on the same steps."""
+
+    basis: str = "measured"
+    applied: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bottleneck:
+    id: str
+    rank: int
+    severity: str
+    time_ns: int
+    fraction: float
+    title: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    recommendations: list[str] = field(default_factory=list)
+    kind: str = "stall"  # "stall" | "efficiency"
+    projection: BottleneckProjection | None = None  # None only in a saved report from before projections
+
+
+@dataclass
+class DeviceInfo:
+    """What the trace says about one accelerator (fields the trace lacks are None)."""
+
+    id: str
+    name: str | None = None
+    vendor: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    clock_khz: int | None = None
+    memory_bandwidth_bps: float | None = None
+
+
+# --------------------------------------------------------------------------- the report's sections
+
+
+@dataclass(frozen=True, kw_only=True)
+class Input:
+    path: str
+    format: str
+    host: str | None = None
+    rank: int | None = None
+    events: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    start_ns: int | None
+    end_ns: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    id: int
+    start_ns: int
+    dur_ns: int
+    breakdown: dict[str, int] = field(default_factory=dict)  # stall name (`step_model.Stall`) -> ns, summing to dur_ns
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSpread:
+    stdev_ns: int
+    min_ns: int
+    max_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps:
+    source: str = "none"  # "marker" | "inferred" | "none"
+    marker: str | None = None
+    count: int = 0
+    mean_ns: int | None = None
+    median_ns: int | None = None
+    total_ns: int = 0
+    breakdown_total: dict[str, int] = field(default_factory=dict)
+    per_device_mean_ns: dict[str, int] = field(default_factory=dict)
+    device_spread_ns: int | None = None
+    items: list[Step] = field(default_factory=list)
+
+    @property
+    def spread(self) -> StepSpread | None:
+        """Standard deviation, shortest and longest of the steps (None with fewer than two)."""
+        if len(self.items) < 2:
+            return None
+        durations = [s.dur_ns for s in self.items]
+        return StepSpread(stdev_ns=round(statistics.pstdev(durations)), min_ns=min(durations), max_ns=max(durations))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongGap:
+    start_ns: int
+    dur_ns: int
+    cause: str
+    host_activity: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gaps:
+    count: int = 0
+    total_ns: int = 0
+    p50_ns: int | None = None
+    p90_ns: int | None = None
+    max_ns: int | None = None
+    by_cause: dict[str, int] = field(default_factory=dict)
+    histogram: list[Bin] = field(default_factory=list)
+    longest: list[LongGap] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchDelay:
+    p50_ns: int | None
+    p90_ns: int | None
+    max_ns: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernels:
+    count: int = 0
+    total_ns: int = 0
+    median_ns: int | None = None
+    small_count: int = 0
+    small_threshold_ns: int = 0
+    small_total_ns: int = 0
+    shorter_than_launch_count: int | None = None
+    launched_count: int | None = None
+    replayed_count: int = 0
+    launch_delay: LaunchDelay = field(default_factory=lambda: LaunchDelay(p50_ns=None, p90_ns=None, max_ns=None))
+    tensor_core_ns: int | None = None
+    tensor_core_eligible_ns: int | None = None
+    communication_ns: int = 0
+    communication_exposed_ns: int = 0
+    occupancy_mean_pct: float | None = None
+    histogram: list[Bin] = field(default_factory=list)
+    top: list[TopKernel] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Copies:
+    """Copies of one direction on one device (or over the run)."""
+
+    count: int = 0
+    total_ns: int = 0
+    bytes: int | None = None  # None: no copy says its size
+    pageable_count: int = 0
+    exposed_ns: int = 0
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memset:
+    count: int = 0
+    total_ns: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """A device's memory over the window (`analysis/device_memory.py`)."""
+
+    peak_allocated_bytes: int
+    peak_in_use_bytes: int
+    peak_reserved_bytes: int | None = None
+    capacity_bytes: int | None = None
+    allocator_limit_bytes: int | None = None
+    absolute: bool = True
+    headroom_fraction: float | None = None
+    fragmentation_max: float | None = None
+    batch_headroom_factor: float | None = None
+    static_bytes: int | None = None
+    transient_bytes: int | None = None
+    peak_ns: int = 0
+    peak_step: int | None = None
+    slack_bytes: int | None = None
+    events: int = 0
+    warnings: list[str] = field(default_factory=list)
+    top_ops_at_peak: list[OpMemory] = field(default_factory=list)
+    steps: list[StepMemory] = field(default_factory=list)
+    series: MemorySeries = field(default_factory=lambda: MemorySeries([], [], None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    id: str
+    name: str | None = None
+    span_ns: int | None = None
+    busy_ns: int | None = None
+    idle_ns: int | None = None
+    idle_fraction: float | None = None
+    gpu_util: float | None = None
+    gaps: Gaps = field(default_factory=Gaps)
+    kernels: Kernels = field(default_factory=Kernels)
+    copies: dict[str, Copies] = field(default_factory=dict)  # copy kind ("h2d", "d2h", "d2d") -> its copies
+    memset: Memset = field(default_factory=Memset)
+    memory: Memory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Totals:
+    device_count: int = 0
+    idle_fraction: float | None = None
+    gpu_util: float | None = None
+    step_gpu_util: float | None = None
+    step_idle_fraction: float | None = None
+    kernel_count: int = 0
+    small_kernel_count: int = 0
+    h2d_count: int = 0
+    h2d_ns: int = 0
+    h2d_bytes: int | None = None
+    h2d_exposed_ns: int = 0
+    h2d_pageable_count: int = 0
+    d2h_count: int = 0
+    d2h_ns: int = 0
+    d2h_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capture:
+    """What kind of capture the trace is (`analysis/capture.py`), the evidence, and whether its steps project."""
+
+    kind: str
+    evidence: list[str]
+    server: str | None = None
+    one_time_ns: int = 0
+    one_time_share: float = 0.0
+    one_time: list[OneTimeCost] = field(default_factory=list)
+    steady_from_ns: int | None = None
+    steady_steps: int = 0
+    projects: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputPipeline:
+    wait_ns: int | None = None
+    fraction: float | None = None
+    verdict: str = "unknown"
+    idle_fraction: float | None = None
+    source: str | None = None
+    wait_count: int = 0
+    stages: list[Stage] = field(default_factory=list)
+    seen: dict[str, Any] = field(default_factory=dict)  # the input settings the trace shows (analysis/settings.py)
+    slowest_function: HostOp | None = None  # the input pipeline's own slowest user function
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListedReplay:
+    """One CUDA / HIP graph replay of those the report lists."""
+
+    device: str
+    launch_start_ns: int
+    launch_ns: int  # the launch call on the host
+    nodes: int
+    first_node_delay_ns: int  # first node start - launch call end (0 when it starts before the call returns)
+    span_ns: int  # first node start to last node end
+    busy_ns: int  # union of the nodes within the span
+    host_ns_per_node: float
+    busy_share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphReplays:
+    count: int = 0
+    nodes: int = 0
+    kernel_ns: int = 0
+    kernel_share: float | None = None
+    host_ns_per_node_p50: float | None = None
+    first_node_delay_p50_ns: int | None = None
+    busy_share_p50: float | None = None
+    items: list[ListedReplay] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waits:
+    count: int = 0
+    total_ns: int = 0
+    outside_trace_count: int = 0
+    outside_trace_ns: int = 0
+    items: list[Wait] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSteps:
+    source: str
+    count: int
+    mean_ns: int | None
+    median_ns: int | None
+    total_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rank:
+    input: int
+    label: str
+    path: str
+    rank: int | None
+    host: str | None
+    device_count: int
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    idle_fraction: float | None
+    steps: RankSteps
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranks:
+    """The cross-rank view (`analysis/ranks.py`) of a run of several inputs."""
+
+    count: int
+    items: list[Rank]
+    step_mean_min_ns: int | None
+    step_mean_max_ns: int | None
+    step_mean_spread_ns: int | None
+    step_mean_spread_fraction: float | None
+    slowest: Rank | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOps:
+    top: list[HostOp] = field(default_factory=list)
+    input_functions: list[HostOp] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunListed:
+    """One run found under the PATH given (`meta.runs`)."""
+
+    name: str
+    files: int
+    bytes: int
+    selected: bool
+    capture_pass: bool | None  # null when not looked at
+
+
+@dataclass(kw_only=True)
+class Meta:
+    """Where the report came from: what the traces say (capture date, versions), what the PATH held (`runs`,
+    `run_choice`) and what only the command knows (time, command line, options, input): `report/meta.py`."""
+
+    generated_at: str | None = None
+    command: list[str] | None = None
+    options: dict[str, Any] | None = None
+    input: str | None = None
+    capture_date: str | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    runs: list[RunListed] | None = None
+    run_choice: str | None = None
+
+
+@dataclass(kw_only=True)
+class RunReport:
+    """One run's report: the object of the `--json` contract."""
+
+    schema: str = SCHEMA
+    version: str = "unknown"
+    run: str
+    inputs: list[Input]
+    framework: str = "unknown"
+    window: Window = field(default_factory=lambda: Window(start_ns=None, end_ns=None))
+    device_info: list[DeviceInfo] = field(default_factory=list)
+    steps: Steps
+    devices: list[Device]
+    totals: Totals
+    capture: Capture | None = None  # None: a report from before capture kinds
+    input_pipeline: InputPipeline
+    graph_replays: GraphReplays = field(default_factory=GraphReplays)
+    waits: Waits = field(default_factory=Waits)
+    ranks: Ranks | None = None  # None with a single input
+    projection: RunProjection | None = None  # None when nothing fires
+    host_ops: HostOps = field(default_factory=HostOps)
+    bottlenecks: list[Bottleneck]
+    warnings: dict[str, int] = field(default_factory=dict)  # what was skipped or repaired, by reason
+    meta: Meta = field(default_factory=Meta)
+
+
+def to_document(report: RunReport) -> dict[str, Any]:
+    """The report as plain JSON values (what `--json` writes)."""
+    return asdict(report)
+
+
+def from_document(doc: dict[str, Any]) -> RunReport:
+    """A report read back from its JSON (`workflow.read_saved_report`); raises `ValueError` naming what is
+    missing or of the wrong type."""
+    import msgspec  # only where a saved report is read
+
+    try:
+        return msgspec.convert(doc, RunReport, strict=False)
+    except msgspec.ValidationError as error:
+        raise ValueError(str(error)) from None
