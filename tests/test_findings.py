@@ -14,7 +14,7 @@ from tests.conftest import REPO, SAMPLE_TRACES
 from traceinsight import findings
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
-from traceinsight.events import DeviceInfo, Profile
+from traceinsight.events import DeviceInfo, Profile, make_op_table
 from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
 from traceinsight.report.html import render_html
 from traceinsight.report.markdown import render_markdown
@@ -121,6 +121,32 @@ def _fp32_compute() -> Profile:
     return p
 
 
+def _low_compute_efficiency() -> Profile:
+    """A device busy 95 % of each step with one bf16 1024^3 GEMM (2.1 GFLOP) taking 950 us: 2.3 TFLOP/s on an H100."""
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [
+            _marked(i, t, 1_000),
+            {**launch(t + 1, 5, i + 1), "external_id": 100 + i},
+            kernel(t + 10, 950, corr=i + 1, name="sm90_xmma_gemm_bf16bf16_bf16f32"),
+        ]
+    p = profile(rows)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0", name="NVIDIA H100 80GB HBM3")}
+    p.ops = make_op_table(
+        {
+            "ts_ns": [1_000, 1_001_000],
+            "dur_ns": [8_000, 8_000],
+            "thread": [1, 1],
+            "name": ["aten::mm", "aten::mm"],
+            "external_id": [100, 101],
+            "input_dims": [[[1024, 1024], [1024, 1024]]] * 2,
+            "input_types": [["c10::BFloat16", "c10::BFloat16"]] * 2,
+        }
+    )
+    return p
+
+
 def _communication() -> Profile:
     rows = []
     for i in range(2):
@@ -156,6 +182,7 @@ FIRES: dict[str, Callable[[], Profile]] = {
     "external_wait": _external_wait,
     "low_occupancy": _low_occupancy,
     "fp32_compute": _fp32_compute,
+    "low_compute_efficiency": _low_compute_efficiency,
     "communication": _communication,
     "small_batch": _launch_bound,
     "idle_other": _idle_other,

@@ -333,6 +333,7 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         graph_replays=_graph_replays(a.graphs),
         waits=_waits(a.waits),
         ranks=_ranks(a),
+        compute=a.compute.summary,
         projection=findings.headline,
         host_ops=HostOps(top=a.host_ops.top, input_functions=a.host_ops.input_functions),
         bottlenecks=findings.bottlenecks,

@@ -39,10 +39,15 @@ from traceinsight.rules import (
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
     DRAINED_QUEUE_LAUNCH_DELAY_NS,
+    EFFICIENCY_BUSY_MIN,
+    ELEMENTWISE_HEAVY_SHARE,
+    FUSED_ATTENTION_OPS,
+    GEMM_LOW_EFFICIENCY,
     HEADLINE_FIXES,
     HIGH_INPUT_FRACTION,
     HIGH_SEVERITY,
     INPUT_FIX_PARALLELISM,
+    LOW_MFU_MAX,
     LOW_SEVERITY,
     MAX_BATCH_FACTOR,
     MEDIUM_SEVERITY,
@@ -54,6 +59,7 @@ from traceinsight.rules import (
     SMALL_BATCH_KERNEL_SHARE,
     SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND,
     TENSOR_CORE_UNUSED_SHARE,
+    UNFUSED_ATTENTION_OPS,
     VERDICT_SEVERITY,
     WAIT_OWN_WORK_RATIO,
     WAIT_SEEN_MIN_SHARE,
@@ -107,8 +113,14 @@ class Tip:
     # advice about an input pipeline goes only where the trace shows that pipeline.
     only_with: tuple[str, ...] = ()
     unless_with: tuple[str, ...] = ()
+    # Given only where the finding's evidence holds this key true (what its figures say is worth doing).
+    when: str | None = None
 
-    def applies(self, seen: dict[str, Any], cc: tuple[int, int] | None = None) -> bool:
+    def applies(
+        self, seen: dict[str, Any], cc: tuple[int, int] | None = None, evidence: dict[str, Any] | None = None
+    ) -> bool:
+        if self.when is not None and not (evidence or {}).get(self.when):
+            return False
         if any(seen.get(key) == value for key, value in self.skip_if):
             return False
         if self.only_with and not any(key in seen for key in self.only_with):
@@ -455,6 +467,43 @@ def _fp32_compute(a: Analysis) -> Finding | None:
     )
 
 
+def _low_compute_efficiency(a: Analysis) -> Finding | None:
+    """A busy device whose counted work runs far below the roofline (`analysis/compute.py`): the fix is each
+    counted op at the roofline of the device's published peaks, so the saving can never pass what the hardware
+    allows; which classes hold the time says what to do."""
+    c, m = a.compute.summary, a.step_model
+    over = a.compute.over_roofline_ns
+    if c.mfu is None or c.mfu >= LOW_MFU_MAX or (m.gpu_util or 0.0) < EFFICIENCY_BUSY_MIN or len(over) != m.count:
+        return None
+    classes = {k.name: k for k in c.classes}
+    matmul = classes.get("matmul")
+    elementwise_share = classes["elementwise"].share if "elementwise" in classes else 0.0
+    attention_ops = set(a.profile.ops["name"].astype(str).unique()) if len(a.profile.ops) else set()
+    evidence: dict[str, Any] = {
+        "mfu": c.mfu,
+        "gpu_util": c.gpu_util,
+        "compute_share": c.compute_share,
+        "compute_efficiency": c.compute_efficiency,
+        "dtype": c.dtype,
+        "peak_tflops": c.peak_tflops,
+        "device": c.device,
+        "class_shares": {k.name: k.share for k in c.classes},
+        "matmul_roofline_fraction": None if matmul is None else matmul.roofline_fraction,
+        "above_roofline_per_step_ns": m.mean(over),
+        "elementwise_heavy": elementwise_share >= ELEMENTWISE_HEAVY_SHARE,
+        "gemm_below_roofline": matmul is not None and (matmul.roofline_fraction or 1.0) < GEMM_LOW_EFFICIENCY,
+        "wide_dtype": c.dtype in ("fp32", "tf32"),
+        "attention_unfused": bool(attention_ops & set(UNFUSED_ATTENTION_OPS))
+        and not any(FUSED_ATTENTION_OPS.search(name) for name in attention_ops),
+    }
+    return Finding(
+        evidence,
+        fix(m, device_ns=over, kernel_ns=over),
+        assumption=f"each counted op runs at the roofline of the {c.device}'s published peaks ({c.peak_source}); "
+        "time above it is what faster kernels can win back, no more",
+    )
+
+
 def _communication(a: Analysis) -> Finding | None:
     m = a.step_model
     return Finding(
@@ -793,6 +842,53 @@ RULES: tuple[Rule, ...] = (
         max_severity="medium",
     ),
     Rule(
+        "low_compute_efficiency",
+        "The device is busy but its work runs far below what it can do",
+        f"step GPU-Util >= {_pct(EFFICIENCY_BUSY_MIN)} and MFU < {_pct(LOW_MFU_MAX)} (FLOPs from the trace, peaks "
+        "from the device's data sheet); the win is each counted op's time above its roofline",
+        _low_compute_efficiency,
+        {
+            "pytorch": (
+                Tip(
+                    "Fuse the elementwise and normalisation kernels that hold most of the time: "
+                    "`model = torch.compile(model)` (or fused kernels: RMSNorm, SwiGLU, rotary).",
+                    when="elementwise_heavy",
+                ),
+                Tip(
+                    "Use FlashAttention / SDPA instead of matmul + softmax: "
+                    '`torch.nn.functional.scaled_dot_product_attention` (or `attn_implementation="sdpa"`).',
+                    when="attention_unfused",
+                ),
+                Tip(
+                    'Compute in bf16 (or FP8 on Hopper and newer): `torch.autocast("cuda", dtype=torch.bfloat16)`.',
+                    when="wide_dtype",
+                ),
+                Tip(
+                    "Give the GEMMs more work each: a bigger batch or sequence, fused QKV / gate-up projections, "
+                    'and CUDA graphs or torch.compile(mode="max-autotune") to pick faster kernels.',
+                    when="gemm_below_roofline",
+                ),
+            ),
+            "tensorflow": (
+                Tip(
+                    "Let XLA fuse the elementwise kernels: `@tf.function(jit_compile=True)`.", when="elementwise_heavy"
+                ),
+                Tip(
+                    'Compute in bf16: `tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")`.',
+                    when="wide_dtype",
+                ),
+                Tip("Give the matmuls more work each: a bigger batch, fused projections.", when="gemm_below_roofline"),
+            ),
+            "jax": (
+                Tip("Keep the step in one `jax.jit` so XLA fuses its elementwise ops.", when="elementwise_heavy"),
+                Tip("Compute in bfloat16 (`jnp.bfloat16` inputs and parameters).", when="wide_dtype"),
+                Tip("Give the matmuls more work each: a bigger batch, fused projections.", when="gemm_below_roofline"),
+            ),
+        },
+        kind=EFFICIENCY,
+        max_severity="medium",
+    ),
+    Rule(
         "communication",
         "Communication not overlapped with compute",
         "Collective kernel time not hidden under compute kernels, ranked by its share of the step like every stall",
@@ -985,7 +1081,7 @@ def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[st
     def text(tip: str | Tip) -> str | None:
         if isinstance(tip, str):
             return tip
-        return tip.text.format(**context) if tip.applies(seen, cc) else None
+        return tip.text.format(**context) if tip.applies(seen, cc, evidence) else None
 
     own = _tips_for(rule, analysis)
     if own:

@@ -167,6 +167,77 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComputeClass:
+    """One kernel class (`analysis/kernel_classes.py`): its time, and what the kernels whose work is counted
+    achieve against the roofline."""
+
+    name: str  # matmul, conv, attention, elementwise, communication, copy, other
+    count: int
+    time_ns: int
+    share: float  # of all kernel time
+    counted_ns: int  # time of its kernels whose op's FLOPs are counted
+    flops: float
+    bytes: float | None
+    tflops: float | None  # achieved over counted_ns
+    tbps: float | None
+    intensity: float | None  # FLOP per byte
+    bound: str | None  # "compute" | "memory" by the roofline; None without the device's peaks
+    roofline_fraction: float | None  # achieved / attainable at this intensity
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflineOp:
+    """One counted op (its calls summed) as a point of the roofline."""
+
+    name: str
+    op_class: str  # matmul, conv, attention, other
+    dtype: str | None
+    calls: int
+    time_ns: int  # its kernels' time
+    flops: float
+    bytes: float | None
+    tflops: float | None
+    tbps: float | None
+    intensity: float | None
+    bound: str | None
+    roofline_fraction: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeStep:
+    id: int
+    start_ns: int  # the step's window: device-side where the trace has one (`ComputeEfficiency.window`)
+    dur_ns: int
+    flops: float  # counted FLOPs of the kernels that start in it
+    mfu: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeEfficiency:
+    """What the busy time achieves (`analysis/compute.py`): FLOPs from the trace, kernel classes on the roofline,
+    MFU per step and its decomposition, MFU = gpu_util x compute_share x compute_efficiency."""
+
+    flops_source: str = "none"  # "shapes" (our formulas), "profiler" (the trace's own counts), "none"
+    note: str | None = None  # why there is no MFU, and how to get one
+    device: str | None = None  # the hardware table's entry for the device (None: unknown, no peak ratio)
+    peak_source: str | None = None
+    dtype: str | None = None  # the dtype that carries most of the counted FLOPs
+    peak_tflops: float | None = None  # one device's dense peak in that dtype
+    memory_tbps: float | None = None
+    counted_ops: int = 0
+    not_counted: dict[str, int] = field(default_factory=dict)  # FLOP-carrying ops the trace does not tell, by why
+    flops: float = 0.0  # counted FLOPs of the analyzed kernels
+    classes: list[ComputeClass] = field(default_factory=list)
+    ops: list[RooflineOp] = field(default_factory=list)
+    window: str = "step"  # "device step" (the steps' device-side ranges) or "step"
+    steps: list[ComputeStep] = field(default_factory=list)
+    mfu: float | None = None
+    gpu_util: float | None = None  # kernel busy / step windows
+    compute_share: float | None = None  # matmul, conv, attention (and other counted) kernel time / kernel busy
+    compute_efficiency: float | None = None  # counted FLOPs / (that time x peak)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Input:
     path: str
     format: str
@@ -496,6 +567,7 @@ class RunReport:
     graph_replays: GraphReplays = field(default_factory=GraphReplays)
     waits: Waits = field(default_factory=Waits)
     ranks: Ranks | None = None  # None with a single input
+    compute: ComputeEfficiency = field(default_factory=ComputeEfficiency)
     projection: RunProjection | None = None  # None when nothing fires
     host_ops: HostOps = field(default_factory=HostOps)
     bottlenecks: list[Bottleneck]
@@ -517,3 +589,49 @@ def from_document(doc: dict[str, Any]) -> RunReport:
         return msgspec.convert(doc, RunReport, strict=False)
     except msgspec.ValidationError as error:
         raise ValueError(str(error)) from None
+
+
+def schema_outline() -> str:
+    """The JSON report's fields as an indented outline generated from the model (`name: type`, `name[]` for a
+    list of objects, `name{}` for a map of them): the README's schema section is this text, checked by a test."""
+    import types
+    import typing
+
+    def type_name(kind: Any) -> str:
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        if origin in (typing.Union, types.UnionType):
+            return " | ".join("null" if a is type(None) else type_name(a) for a in args)
+        if origin in (list, tuple):
+            return f"list[{type_name(args[0])}]"
+        if origin is dict:
+            return f"map[{type_name(args[0])}, {type_name(args[1])}]"
+        if kind is Any:
+            return "any"
+        return {str: "str", int: "int", float: "float", bool: "bool"}.get(kind, getattr(kind, "__name__", str(kind)))
+
+    def record(kind: Any) -> tuple[Any, str] | None:
+        """The dataclass `kind` holds (itself, in a list, a map or an optional) and the suffix its field gets."""
+        origin, args = typing.get_origin(kind), [a for a in typing.get_args(kind) if a is not type(None)]
+        if origin in (typing.Union, types.UnionType) and len(args) == 1:
+            found = record(args[0])
+            return None if found is None else (found[0], found[1] + "?")
+        if origin in (list, tuple) and args and hasattr(args[0], "__dataclass_fields__"):
+            return args[0], "[]"
+        if origin is dict and hasattr(args[1], "__dataclass_fields__"):
+            return args[1], "{}"
+        return (kind, "") if hasattr(kind, "__dataclass_fields__") else None
+
+    lines: list[str] = []
+
+    def walk(cls: Any, depth: int) -> None:
+        hints = typing.get_type_hints(cls)
+        for name in cls.__dataclass_fields__:
+            found = record(hints[name])
+            if found is None:
+                lines.append(f"{'  ' * depth}{name}: {type_name(hints[name])}")
+            else:
+                lines.append(f"{'  ' * depth}{name}{found[1]}: {found[0].__name__}")
+                walk(found[0], depth + 1)
+
+    walk(RunReport, 0)
+    return "\n".join(lines)

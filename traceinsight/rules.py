@@ -630,3 +630,26 @@ KERNEL_CLASS_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("elementwise", _KERNEL_ELEMENTWISE),
     )
 )
+
+# --------------------------------------------------------------------------- compute efficiency (analysis/compute.py)
+# The kernel classes that carry a model's FLOPs: MFU's "matmul-class share of busy time" is their kernel time.
+COMPUTE_CLASSES = ("matmul", "conv", "attention")
+# A device is busy enough for its speed, not its idle time, to be what is left: step GPU-Util at least this.
+EFFICIENCY_BUSY_MIN = 0.8
+# `low_compute_efficiency` fires only below this MFU: above it the device does most of what its peak allows.
+LOW_MFU_MAX = 0.5
+# Advice: fuse elementwise and norm kernels when they hold at least this share of kernel time.
+ELEMENTWISE_HEAVY_SHARE = 0.3
+# Advice: larger or fused GEMMs when matmul kernels reach under this share of the roofline.
+GEMM_LOW_EFFICIENCY = 0.6
+# Ops shown as roofline points (JSON `compute.ops`, the HTML chart): the longest, by kernel time.
+ROOFLINE_OPS = 40
+# The op names of unfused attention: a batched matmul and a softmax in place of one SDPA / flash kernel.
+UNFUSED_ATTENTION_OPS = ("aten::softmax", "aten::_softmax")
+FUSED_ATTENTION_OPS = re.compile(r"scaled_dot_product|flash|efficient_attention", re.IGNORECASE)
+# Where the trace records no FLOPs, what to do to get them, per framework.
+FLOPS_HOW_TO = {
+    "pytorch": "profile with `torch.profiler.profile(record_shapes=True)` (or `with_flops=True`)",
+    "tensorflow": "TensorFlow GPU traces carry no op FLOPs; XLA on TPU records them",
+    "jax": "JAX GPU traces carry no op FLOPs; XLA on TPU records them",
+}

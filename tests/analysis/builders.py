@@ -23,6 +23,7 @@ def table(rows: list[dict[str, Any]]) -> Any:
         "name": "op",
         "stream": -1,
         "correlation": -1,
+        "external_id": -1,
         "bytes": -1,
         "copy_kind": None,
         "src_memory": None,

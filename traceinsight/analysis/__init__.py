@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
+from traceinsight.analysis.compute import Compute, compute_efficiency
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
@@ -49,6 +50,7 @@ class Analysis:
     capture: Capture  # what kind of capture the trace is, and whether its warm-up was left out
     graphs: GraphReplays  # CUDA / HIP graph replays
     waits: Waits  # blocking calls that waited far longer than their own device work
+    compute: Compute  # what the busy time achieves: FLOPs, kernel classes on the roofline, MFU (the step input's)
 
     @property
     def window_ns(self) -> int:
@@ -95,7 +97,18 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         capture=captures[steps.input_id] if captures else UNKNOWN,
         graphs=graph_replays(events, work),
         waits=waits,
+        compute=_compute(profile, usages, steps),
     )
+
+
+def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps) -> Compute:
+    """Compute efficiency over the step input alone (its devices, its ops), as the step model is: the same figures
+    whether a run's inputs are analyzed together or apart (`merge_analyses`)."""
+    if len(profile.inputs) <= 1:
+        return compute_efficiency(profile, usages, steps)
+    mine = profile.ops["input_id"].to_numpy() == steps.input_id
+    alone = replace(profile, events=rows_of_input(profile.events, steps.input_id), ops=profile.ops[mine])
+    return compute_efficiency(alone, [u for u in usages if u.input_id == steps.input_id], steps)
 
 
 def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame | None]:
@@ -195,6 +208,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
             ]
         ),
         waits=_merged_waits(parts),
+        compute=parts[run_input].compute,
     )
 
 

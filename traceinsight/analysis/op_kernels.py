@@ -50,23 +50,66 @@ def kernel_ops(events: pd.DataFrame, ops: pd.DataFrame, kinds: tuple[str, ...] =
     return found
 
 
+def kernel_owners(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
+    """Per event row: the position in `ops` of the counted op (`flops.op_costs`) whose work the kernel did, the op
+    that launched it or the counted op it is nested in; -1 for rows no counted op owns. A device op of the op
+    table (XSpace: an XLA op's own execution) owns the kernel row it is: same input, device, start and name."""
+    owner = np.full(len(events), -1, np.int64)
+    counted = np.flatnonzero(np.isfinite(costs["flops"].to_numpy()))
+    if not len(counted):
+        return owner
+    launcher = kernel_ops(events, ops)
+    rows = np.flatnonzero(launcher >= 0)
+    if len(rows):
+        op = launcher[rows]
+        input_id, thread = ops["input_id"].to_numpy().astype(np.int64), ops["thread"].to_numpy()
+        # Counted ops nest in no other counted op: on a thread they follow one another.
+        owner[rows] = _innermost(ops, input_id[op], thread[op], ops["ts_ns"].to_numpy()[op], among=counted)
+    on_device = counted[ops["device"].cat.codes.to_numpy()[counted] >= 0]
+    if len(on_device):
+        found = _same_rows(events, ops, on_device)
+        owner[found[found >= 0]] = on_device[found >= 0]
+    return owner
+
+
+def _same_rows(events: pd.DataFrame, ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For device ops `rows` of the op table: the kernel row of the event table that is each one (same input,
+    device, start and name), -1 where none is; names are compared by the event table's category codes."""
+    kernels = np.flatnonzero(kind_mask(events, "kernel"))
+
+    def codes(column: str) -> np.ndarray:
+        categories = events[column].cat.categories
+        return pd.Categorical(ops[column].to_numpy()[rows], categories=categories).codes.astype(np.int64)
+
+    left = pd.DataFrame(
+        {
+            "input_id": ops["input_id"].to_numpy()[rows],
+            "device": codes("device"),
+            "ts_ns": ops["ts_ns"].to_numpy()[rows],
+            "name": codes("name"),
+        }
+    )
+    right = pd.DataFrame(
+        {
+            "input_id": events["input_id"].to_numpy()[kernels],
+            "device": events["device"].cat.codes.to_numpy()[kernels].astype(np.int64),
+            "ts_ns": events["ts_ns"].to_numpy()[kernels],
+            "name": events["name"].cat.codes.to_numpy()[kernels].astype(np.int64),
+            "row": kernels,
+        }
+    ).drop_duplicates(["input_id", "device", "ts_ns", "name"])
+    found = left.merge(right, on=["input_id", "device", "ts_ns", "name"], how="left")["row"]
+    return found.fillna(-1).to_numpy(np.int64)
+
+
 def counted_kernel_ns(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
     """Per op: the summed duration (ns) of the kernels launched by it or the ops nested in it, for the ops
     `costs` (`flops.op_costs`) counts; NaN for the others."""
-    launcher = kernel_ops(events, ops)
-    rows = np.flatnonzero(launcher >= 0)
-    counted = np.flatnonzero(np.isfinite(costs["flops"].to_numpy()))
+    owner = kernel_owners(events, ops, costs)
     total = np.full(len(ops), np.nan)
-    total[counted] = 0.0
-    if not len(rows) or not len(counted):
-        return total
-    op = launcher[rows]
-    input_id, thread = ops["input_id"].to_numpy().astype(np.int64), ops["thread"].to_numpy()
-    # Counted ops nest in no other counted op: on a thread they follow one another.
-    owner = _innermost(ops, input_id[op], thread[op], ops["ts_ns"].to_numpy()[op], among=counted)
-    device_op = thread[op] < 0  # a device op (XSpace) is its own owner
-    owner[device_op] = np.where(np.isin(op[device_op], counted), op[device_op], -1)
-    np.add.at(total, owner[owner >= 0], events["dur_ns"].to_numpy()[rows][owner >= 0].astype(np.float64))
+    total[np.isfinite(costs["flops"].to_numpy())] = 0.0
+    mine = owner >= 0
+    np.add.at(total, owner[mine], events["dur_ns"].to_numpy()[mine].astype(np.float64))
     return total
 
 

@@ -34,7 +34,7 @@ _VERSION = re.compile(r"^v?\d+(?:\.\d+)+(?:[-+._]?[0-9A-Za-z.+-]*)?$")
 _MAX_VERSIONS = 24
 # Kineto's top-level numbers (CUDA writes 12090 for 12.9) and what they are called in `versions`.
 _CUDA_NUMBERS = {"cuda_runtime_version": "cuda_runtime", "cuda_driver_version": "cuda_driver"}
-# Framework names as `report["framework"]` has them, and the package names run_info files use for them.
+# Framework names as `RunReport.framework` has them, and the package names run_info files use for them.
 _FRAMEWORK_PACKAGES = {"pytorch": ("pytorch", "torch"), "tensorflow": ("tensorflow",), "jax": ("jax", "jaxlib")}
 # The summaries' runs line names this many other runs at most (`meta.runs` has them all).
 _OTHER_RUNS_NAMED = 5
