@@ -42,7 +42,7 @@ from traceinsight.report.meta import add_invocation
 from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
-from traceinsight.result import Bottleneck, BottleneckProjection, RunReport
+from traceinsight.result import Bottleneck, BottleneckProjection, ComputeClass, RooflineOp, RunReport
 from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
 from traceinsight.workflow import (
     Analyzed,
@@ -85,6 +85,8 @@ _REPLAY_COLUMNS = (
     "busy_share",
 )
 _WAIT_COLUMNS = ("name", "start_ns", "dur_ns", "own_device_ns", "seen_device_ns", "outside_trace", "waited_for")
+_CLASS_COLUMNS = tuple(f.name for f in fields(ComputeClass))
+_OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
 _CHARTS_MODULE = "traceinsight.report.charts"
 
 
@@ -315,6 +317,21 @@ class Report:
         `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
         rows = [{**asdict(w), "waited_for": "; ".join(w.waited_for)} for w in self._analyzed.report.waits.items]
         return _frame(rows, _WAIT_COLUMNS)
+
+    @property
+    def kernel_classes(self) -> pd.DataFrame:
+        """One row per kernel class that ran (the JSON's ``compute.classes``): `name` (matmul, conv, attention,
+        elementwise, communication, copy, other), `count`, `time_ns`, `share` (of kernel time), `counted_ns` (time of
+        kernels whose FLOPs are counted), `flops`, `bytes`, `tflops`, `tbps`, `intensity` (FLOP/byte), `bound`
+        (compute or memory, by the roofline), `roofline_fraction`."""
+        return _frame([asdict(k) for k in self._analyzed.report.compute.classes], _CLASS_COLUMNS)
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """Every op whose FLOPs the trace tells, its calls summed by `name`, `op_class` and `dtype`, longest kernel
+        time first (the JSON's ``compute.ops`` lists the first ones): `calls`, `time_ns` (its kernels'), `flops`,
+        `bytes`, `tflops`, `tbps`, `intensity`, `bound`, `roofline_fraction`."""
+        return _frame([asdict(o) for o in self.analysis.compute.ops], _OP_COLUMNS)
 
     # ----------------------------------------------------------------------------------------- documents
 

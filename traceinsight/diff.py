@@ -35,6 +35,7 @@ from typing import Any
 from traceinsight import __version__
 from traceinsight.gating import ExpressionError, change, lookup
 from traceinsight.result import Bottleneck, Device, Projection, RunProjection, RunReport
+from traceinsight.rules import COMPUTE_CLASSES, KERNEL_CLASSES
 
 SCHEMA = "traceinsight.diff/1"
 UP, DOWN = "up", "down"
@@ -48,7 +49,7 @@ class Metric:
 
     path: str  # dotted path in the report; for DEVICE_METRICS relative to one `devices[]` item
     worse_when: str | None  # UP, DOWN, or None where neither direction is bad in itself
-    unit: str  # "ns" | "fraction" | "percent" | "bytes" | "count"
+    unit: str  # "ns" | "fraction" | "percent" | "bytes" | "count" | "flop" | "tflops"
 
 
 RUN_METRICS: tuple[Metric, ...] = (
@@ -76,6 +77,13 @@ RUN_METRICS: tuple[Metric, ...] = (
     Metric("totals.d2h_ns", UP, "ns"),
     Metric("totals.d2h_bytes", UP, "bytes"),
     Metric("totals.device_count", None, "count"),
+    Metric("compute.mfu", DOWN, "fraction"),
+    Metric("compute.gpu_util", DOWN, "fraction"),
+    Metric("compute.compute_share", DOWN, "fraction"),
+    Metric("compute.compute_efficiency", DOWN, "fraction"),
+    Metric("compute.flops", None, "flop"),
+    *(Metric(f"compute.classes.{name}.share", None, "fraction") for name in KERNEL_CLASSES),
+    *(Metric(f"compute.classes.{name}.tflops", DOWN, "tflops") for name in COMPUTE_CLASSES),
 )
 
 DEVICE_METRICS: tuple[Metric, ...] = (

@@ -1,8 +1,8 @@
 """`--fail-on` expressions: CI thresholds over the report (`result.RunReport`), or over two of them (`diff`).
 
 ``PATH OP NUMBER`` compares a value of the report (dotted path of its JSON names, resolved against the model by
-`lookup`, the only place a path names a field; list items by
-index or by `id`, e.g. ``devices.GPU:0.idle_fraction``) with a number, OP one of
+`lookup`, the only place a path names a field; list items by index, or by their `id` or `name`, e.g.
+``devices.GPU:0.idle_fraction``, ``compute.classes.matmul.share``) with a number, OP one of
 ``> >= < <= == !=``; ``bottleneck=ID`` is crossed when that bottleneck is present
 with severity medium or high. A malformed expression is a usage error (exit 2).
 
@@ -154,7 +154,7 @@ def lookup(report: Any, path: str) -> Any:
         if found:
             node = value
         elif isinstance(node, list | tuple):
-            by_id = [item for item in node if _field(item, "id") == (True, part)]
+            by_id = [item for item in node if part in (_field(item, "id")[1], _field(item, "name")[1])]
             if by_id:
                 node = by_id[0]
             elif part.isdigit() and int(part) < len(node):

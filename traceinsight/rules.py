@@ -617,6 +617,8 @@ _KERNEL_ELEMENTWISE = (
     r"|^%?(?:add|subtract|multiply|divide|maximum|minimum|exponential|log|negate|rsqrt|sqrt|select|compare|convert"
     r"|broadcast|reduce|transpose|iota)(?:\.\d+)?\s*="
 )
+# The kernel classes, in the order tables list them (`analysis/kernel_classes.py`; copy is memcpy / memset by kind).
+KERNEL_CLASSES = ("matmul", "conv", "attention", "elementwise", "communication", "copy", "other")
 KERNEL_CLASS_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kernel_class, re.compile(pattern, re.IGNORECASE))
     for kernel_class, pattern in (

@@ -10,10 +10,11 @@ import pytest
 
 from tests.analysis.builders import kernel, table
 from tests.conftest import REPO, shared_trace
-from traceinsight.analysis.kernel_classes import KERNEL_CLASSES, class_of_name, kernel_classes
+from traceinsight.analysis.kernel_classes import class_of_name, kernel_classes
 from traceinsight.discover import choose_run
 from traceinsight.events import kind_mask
 from traceinsight.load import load_run
+from traceinsight.rules import KERNEL_CLASSES
 
 # Class, then the kernel name as the trace gives it (cut after 104 characters where longer), by trace.
 CASES = """

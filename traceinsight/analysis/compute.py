@@ -32,13 +32,13 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage
 from traceinsight.analysis.flops import NESTED, NO_FORMULA, op_costs
 from traceinsight.analysis.hardware import DevicePeaks, device_peaks
-from traceinsight.analysis.kernel_classes import KERNEL_CLASSES, kernel_classes
+from traceinsight.analysis.kernel_classes import kernel_classes
 from traceinsight.analysis.op_kernels import kernel_owners
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import Profile, kind_mask
 from traceinsight.intervals import union
 from traceinsight.result import ComputeClass, ComputeEfficiency, ComputeStep, RooflineOp
-from traceinsight.rules import COMPUTE_CLASSES, FLOPS_HOW_TO, PROFILER_STEP_PATTERN, ROOFLINE_OPS
+from traceinsight.rules import COMPUTE_CLASSES, FLOPS_HOW_TO, KERNEL_CLASSES, PROFILER_STEP_PATTERN, ROOFLINE_OPS
 
 # XLA's HLO text names its result type (`%fusion.3 = bf16[8,128]{1,0} fusion(...)`): the op's dtype on TPU.
 _HLO_DTYPE = re.compile(r"=\s*\(?([a-z]+\d*)\[")
@@ -62,6 +62,7 @@ class Compute:
 
     summary: ComputeEfficiency
     over_roofline_ns: np.ndarray
+    ops: list[RooflineOp]  # every counted op (by name, class and dtype), longest first: the summary lists the first
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class _Kernels:
     device: np.ndarray
     start: np.ndarray
     dur: np.ndarray
+    # The time its work is rated over: its duration, except for an XSpace op, timed by the device itself
+    # (`device_duration_ps`, as XProf rates it; the event's span can be longer).
+    work_ns: np.ndarray
     kernel_class: np.ndarray  # index into KERNEL_CLASSES
     owner: np.ndarray  # counted op (position in the op table), -1
     flops: np.ndarray  # the kernel's share of its op's FLOPs, 0 where not counted
@@ -88,11 +92,12 @@ def compute_efficiency(profile: Profile, usages: list[DeviceUsage], steps: Steps
     flops_source = _source(ops, costs, kernels)
     dtype = _dtype(ops, costs, kernels, peaks)
     peak = _op_peak(peaks, dtype)
+    points = _op_points(ops, costs, kernels, peaks)
     windows, window_kind = _windows(events, steps)
     in_step = _step_of(kernels.start, windows)
     summary_steps, mfu, util, share, efficiency = _steps(kernels, in_step, windows, steps, peak)
     over = np.zeros(len(windows[0]))
-    np.add.at(over, in_step[in_step >= 0], (kernels.dur - kernels.roofline_ns)[in_step >= 0])
+    np.add.at(over, in_step[in_step >= 0], (kernels.work_ns - kernels.roofline_ns)[in_step >= 0])
     summary = ComputeEfficiency(
         flops_source=flops_source,
         note=None if flops_source != "none" else _note(profile),
@@ -105,7 +110,7 @@ def compute_efficiency(profile: Profile, usages: list[DeviceUsage], steps: Steps
         not_counted=_not_counted(ops, costs),
         flops=float(kernels.flops.sum()),
         classes=_classes(kernels, peaks, dtype),
-        ops=_op_points(ops, costs, kernels, peaks),
+        ops=points[:ROOFLINE_OPS],
         window=window_kind,
         steps=summary_steps,
         mfu=mfu,
@@ -113,7 +118,7 @@ def compute_efficiency(profile: Profile, usages: list[DeviceUsage], steps: Steps
         compute_share=share,
         compute_efficiency=efficiency,
     )
-    return Compute(summary, np.clip(over, 0, None))
+    return Compute(summary, np.clip(over, 0, None), points)
 
 
 def _peaks(profile: Profile, usages: list[DeviceUsage]) -> list[DevicePeaks]:
@@ -152,14 +157,16 @@ def _kernels(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None
     classes = kernel_classes(events).codes[rows].astype(np.int64)
     classes[classes < 0] = KERNEL_CLASSES.index("other")
     owner = np.full(len(rows), -1, np.int64)
-    flops, nbytes, roofline = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy()
+    flops, nbytes, roofline, work = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy(), dur.copy()
     if costs is not None and len(rows):
         owner = kernel_owners(events, ops, costs)[rows]
         mine = owner >= 0
+        device_op = mine & (ops["thread"].to_numpy()[np.where(mine, owner, 0)] < 0)
+        work[device_op] = ops["dur_ns"].to_numpy()[owner[device_op]]
         op_ns = np.zeros(len(ops))
-        np.add.at(op_ns, owner[mine], dur[mine])
+        np.add.at(op_ns, owner[mine], work[mine])
         op_total = op_ns[np.where(mine, owner, 0)]
-        share = np.divide(dur, op_total, out=np.zeros(len(rows)), where=mine & (op_total > 0))
+        share = np.divide(work, op_total, out=np.zeros(len(rows)), where=mine & (op_total > 0))
         op_flops = costs["flops"].to_numpy()
         traced_bytes = ops["bytes_accessed"].to_numpy()
         op_bytes = np.where(np.isfinite(traced_bytes), traced_bytes, costs["bytes"].to_numpy())
@@ -170,7 +177,7 @@ def _kernels(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None
         op_peak = np.array([_op_peak(peaks, d) or np.nan for d in dtypes], np.float64)
         bandwidth = peaks[0].memory_tbps * 1e3 if peaks else np.nan  # TB/s = 1e3 bytes per ns
         need = np.fmax(flops / op_peak[at], np.where(np.isfinite(nbytes), nbytes, 0.0) / bandwidth)
-        roofline = np.where(mine & np.isfinite(need), np.minimum(need, dur), dur)
+        roofline = np.where(mine & np.isfinite(need), np.minimum(need, work), work)
         # A counted op's kernels do its kind of work whatever their names (cuDNN runs convolutions as `sgemm`
         # kernels): they take the op's class, so a class's rate is its ops' work over their kernels' time.
         op_class = costs["op_class"].astype(str).to_numpy()[at]
@@ -181,6 +188,7 @@ def _kernels(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None
         device=events["device"].cat.codes.to_numpy()[rows],
         start=events["ts_ns"].to_numpy()[rows],
         dur=dur,
+        work_ns=work,
         kernel_class=classes,
         owner=owner,
         flops=np.nan_to_num(flops),
@@ -297,7 +305,8 @@ def _steps(
 
 
 def _ratio(numerator: float, denominator: float | None) -> float | None:
-    return round(numerator / denominator, 6) if denominator else None
+    """The ratio to 6 significant digits (an MFU of 0.2 % keeps its precision), None without a denominator."""
+    return float(f"{numerator / denominator:.6g}") if denominator else None
 
 
 def _classes(kernels: _Kernels, peaks: list[DevicePeaks], dtype: str | None) -> list[ComputeClass]:
@@ -311,7 +320,7 @@ def _classes(kernels: _Kernels, peaks: list[DevicePeaks], dtype: str | None) -> 
         if not mine.any():
             continue
         counted = mine & (kernels.owner >= 0)
-        counted_ns = float(kernels.dur[counted].sum())
+        counted_ns = float(kernels.work_ns[counted].sum())
         flops = float(kernels.flops[counted].sum())
         known_bytes = counted & np.isfinite(kernels.bytes)
         nbytes = float(kernels.bytes[known_bytes].sum()) if known_bytes.any() else None
@@ -330,9 +339,7 @@ def _classes(kernels: _Kernels, peaks: list[DevicePeaks], dtype: str | None) -> 
     return out
 
 
-def _rates(
-    flops: float, nbytes: float | None, ns: float, peak: float | None, bandwidth: float | None
-) -> _Rates:
+def _rates(flops: float, nbytes: float | None, ns: float, peak: float | None, bandwidth: float | None) -> _Rates:
     """Achieved TFLOP/s and TB/s over `ns`, arithmetic intensity, the roofline's bound and the share of it reached."""
     if ns <= 0 or flops <= 0 and not nbytes:
         return {"tflops": None, "tbps": None, "intensity": None, "bound": None, "roofline_fraction": None}
@@ -343,7 +350,7 @@ def _rates(
         attainable = min(peak, intensity * bandwidth)
         bound = "compute" if intensity * bandwidth >= peak else "memory"
     return {
-        "tflops": round(flops / ns / 1e3, 3),
+        "tflops": round(flops / ns / 1e3, 4),
         "tbps": None if not nbytes else round(nbytes / ns / 1e3, 4),
         "intensity": None if intensity is None else round(intensity, 2),
         "bound": bound,
@@ -354,7 +361,7 @@ def _rates(
 def _op_points(
     ops: pd.DataFrame, costs: pd.DataFrame | None, kernels: _Kernels, peaks: list[DevicePeaks]
 ) -> list[RooflineOp]:
-    """The longest counted ops by kernel time (`ROOFLINE_OPS`), grouped by name and dtype: the roofline's points."""
+    """The counted ops grouped by name, class and dtype, longest kernel time first: the roofline's points."""
     mine = kernels.owner >= 0
     if costs is None or not mine.any():
         return []
@@ -368,7 +375,7 @@ def _op_points(
             "op_class": costs["op_class"].astype(str).to_numpy()[owner],
             "dtype": dtypes,
             "owner": owner,
-            "dur": kernels.dur[mine],
+            "dur": kernels.work_ns[mine],
             "flops": kernels.flops[mine],
             "bytes": kernels.bytes[mine],
         }
@@ -378,7 +385,7 @@ def _op_points(
     )
     bandwidth = peaks[0].memory_tbps * 1e3 if peaks else None
     points = []
-    for (name, op_class, dtype), row in grouped.nlargest(ROOFLINE_OPS, "time_ns").iterrows():
+    for (name, op_class, dtype), row in grouped.sort_values("time_ns", ascending=False, kind="stable").iterrows():
         nbytes = float(row["bytes"]) if row["bytes"] > 0 else None
         points.append(
             RooflineOp(

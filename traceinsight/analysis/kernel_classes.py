@@ -8,10 +8,9 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, kind_mask
-from traceinsight.rules import KERNEL_CLASS_RULES
+from traceinsight.rules import KERNEL_CLASS_RULES, KERNEL_CLASSES
 
 # Every class, in the order reports list them.
-KERNEL_CLASSES = ("matmul", "conv", "attention", "elementwise", "communication", "copy", "other")
 _CODE = {name: code for code, name in enumerate(KERNEL_CLASSES)}
 
 

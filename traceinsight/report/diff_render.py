@@ -21,6 +21,8 @@ _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "percent": lambda v: "-" if v is None else f"{v:.1f} %",
     "bytes": fmt_bytes,
     "count": fmt_count,
+    "flop": lambda v: "-" if v is None else f"{v / 1e12:,.3f} TFLOP",
+    "tflops": lambda v: "-" if v is None else f"{v:,.1f} TF/s",
 }
 KERNEL_ROWS_HTML, KERNEL_ROWS_MARKDOWN, KERNEL_ROWS_TERMINAL = 30, 10, 5
 _RED, _GREEN, _BOLD, _RESET = "\033[31m", "\033[32m", "\033[1m", "\033[0m"

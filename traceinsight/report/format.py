@@ -133,3 +133,24 @@ def fmt_iso(moment: str | None) -> str:
     if not moment:
         return "-"
     return f"{moment[:19].replace('T', ' ')} UTC" if moment.endswith("Z") else moment
+
+
+def fmt_rate(value: float | None) -> str:
+    """A TFLOP/s, TB/s or FLOP/byte figure: whole from 1,000 up (2,250), one decimal from 10 (989.5, 622.6), 3
+    significant digits below (3.35, 0.48): a peak reads as its data sheet writes it, and a slow op is not '0.0'."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+_FLOP_UNITS = ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"))
+
+
+def fmt_flop(n: float) -> str:
+    """A count of FLOPs for people: 5.76 TFLOP, 35,776 FLOP."""
+    for scale, unit in _FLOP_UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:,.0f} FLOP"

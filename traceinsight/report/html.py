@@ -27,9 +27,11 @@ from traceinsight.report.format import (
     fmt_bytes,
     fmt_count,
     fmt_evidence,
+    fmt_flop,
     fmt_iso,
     fmt_ns,
     fmt_pct,
+    fmt_rate,
     fmt_trace_ms,
     plural,
 )
@@ -79,6 +81,8 @@ _FILTERS = {
     "trace_ms": fmt_trace_ms,
     "shell_join": shlex.join,
     "when": fmt_iso,
+    "rate": fmt_rate,
+    "flop": fmt_flop,
 }
 
 

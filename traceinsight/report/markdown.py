@@ -6,6 +6,7 @@ from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fm
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
     capture_sentence,
+    compute_sentence,
     input_verdict,
     partial_notes,
     projection_sentence,
@@ -81,6 +82,11 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
         *(_device_rows(totals) if totals.device_count else []),
         f"| steps | {steps.count} ({steps.source}), mean {fmt_ns(steps.mean_ns)}{_spread(steps)} |",
         f"| input pipeline | {markdown_cell(input_verdict(report))} |",
+        *(
+            [f"| compute | {markdown_cell(compute.removeprefix('Compute: '))} |"]
+            if (compute := compute_sentence(report))
+            else []
+        ),
         "",
     ]
     if report.bottlenecks:

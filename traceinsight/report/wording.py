@@ -7,7 +7,7 @@ the wording and the figures are the same everywhere.
 from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
-from traceinsight.report.format import fmt_ns, fmt_pct, fmt_step_change, plural
+from traceinsight.report.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
 from traceinsight.result import Bottleneck, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
 
@@ -138,3 +138,26 @@ def partial_notes(report: RunReport) -> list[str]:
 def other_warnings(report: RunReport) -> dict[str, int]:
     """The report's warnings that `partial_notes` does not say."""
     return {k: v for k, v in report.warnings.items() if not is_truncation_warning(k)}
+
+
+def compute_sentence(report: RunReport) -> str | None:
+    """What the busy time achieves, in one line: 'Compute: MFU 16.7 % of the H100 SXM's bf16 peak = GPU-Util 91.0 %
+    x compute share 36.5 % x their efficiency 50.3 %; matmul 28.2 % of kernel time at 622.6 TFLOP/s, elementwise
+    57.0 %.', or why there is no MFU; None for a run without devices."""
+    c = report.compute
+    if not report.devices:
+        return None
+    if c.note:
+        return f"Compute: {c.note}."
+    classes = sorted(c.classes, key=lambda k: -k.share)[:3]
+    held = ", ".join(
+        f"{k.name} {fmt_pct(k.share)}" + (f" at {fmt_rate(k.tflops)} TFLOP/s" if k.tflops else "") for k in classes
+    )
+    if c.mfu is None:
+        lead = f"{fmt_flop(c.flops)} counted; no MFU: the device is not in the hardware table"
+    else:
+        lead = (
+            f"MFU {fmt_pct(c.mfu)} of the {c.device}'s {c.dtype} peak = GPU-Util {fmt_pct(c.gpu_util)} x compute share "
+            f"{fmt_pct(c.compute_share)} x their efficiency {fmt_pct(c.compute_efficiency)}"
+        )
+    return f"Compute: {lead}; kernel time: {held}."
