@@ -192,6 +192,20 @@ def choose_run(path: Path, run: str | None = None) -> RunChoice:
     return RunChoice(runs[0], runs, tuple(capture), NEWEST_RUN)  # capture passes only
 
 
+def capture_pass_beside(choice: RunChoice) -> Run | None:
+    """The graph capture pass recorded beside the chosen run (in a folder of its own, or next to it), newest first:
+    the ops that launched a replay's nodes are there (`analysis.with_graph_capture`); None when there is none or
+    the chosen run is a capture pass itself."""
+    chosen = choice.run
+    for run, known in zip(choice.runs, choice.capture_pass, strict=True):
+        if run == chosen:
+            continue
+        near = chosen.root in run.root.parents or run.root.parent == chosen.root.parent
+        if near and (known if known is not None else is_capture_pass(run)):
+            return run
+    return None
+
+
 def discover(path: Path, run: str | None = None) -> Run:
     """The run to report on (`choose_run`'s choice), for callers that need not say why."""
     return choose_run(path, run).run

@@ -435,6 +435,11 @@ def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None
     return pd.DataFrame({col: data[col] for col in OP_COLUMNS}, copy=False)
 
 
+def concat_op_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Op tables one after another (rows renumbered), their categorical columns kept categorical."""
+    return tables[0] if len(tables) == 1 else _concat_tables(tables, OP_COLUMNS, _OP_CATEGORY_COLUMNS)
+
+
 def empty_op_table() -> pd.DataFrame:
     """An op table without rows: the trace records no op costs (no shapes, no FLOP counts)."""
     return make_op_table({}, 0)
@@ -553,7 +558,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         tables.append(table)
     events = tables[0] if len(tables) == 1 else _concat_tables(tables)
     memory = memories[0] if len(memories) == 1 else _concat_tables(memories, MEMORY_COLUMNS, _MEMORY_CATEGORY_COLUMNS)
-    ops = op_tables[0] if len(op_tables) == 1 else _concat_tables(op_tables, OP_COLUMNS, _OP_CATEGORY_COLUMNS)
+    ops = concat_op_tables(op_tables)
     frameworks = {r.framework for r in reads} - {"unknown"}
     framework = frameworks.pop() if len(frameworks) == 1 else "unknown"
     return Profile(

@@ -70,6 +70,10 @@ GRAPH_CAPTURE_PATTERN = re.compile(
     r"|^torch/cuda/graphs\.py\(\d+\): capture_begin$"
 )
 GRAPH_CAPTURE_BYTES = b"StreamBeginCapture"
+# The calls that open and close the recording of one graph on a stream: the kernel launches between them, in order,
+# are its nodes (`analysis/op_kernels.replay_owners` maps a replay's nodes to the ops that launched them here).
+GRAPH_CAPTURE_BEGIN = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
+GRAPH_CAPTURE_END = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
 
 # --------------------------------------------------------------------------- reading in parallel
 

@@ -20,9 +20,9 @@ from typing import TextIO
 
 import orjson
 
-from traceinsight.analysis import Analysis, analyze, merge_analyses
+from traceinsight.analysis import Analysis, analyze, merge_analyses, with_graph_capture
 from traceinsight.assemble import assemble
-from traceinsight.discover import Run, RunChoice, choose_run
+from traceinsight.discover import Run, RunChoice, capture_pass_beside, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
 from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.findings import Findings, evaluate
@@ -101,8 +101,16 @@ def analyze_path(
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit)
-        analysis = analyze(profile, small_kernel_ns=small_kernel_ns)
+        analysis = _with_capture(analyze(profile, small_kernel_ns=small_kernel_ns), choice, path, limit)
     return _reported(analysis, choice, path, on_analyzed)
+
+
+def _with_capture(analysis: Analysis, choice: RunChoice, path: Path, limit: MemoryLimit | None) -> Analysis:
+    """A graph replay's analysis with its kernels' work counted through the capture pass beside it, when there is
+    one (its launches name the ops the replay's nodes ran for); the analysis as it is otherwise."""
+    if not analysis.graphs.count or not (capture := capture_pass_beside(choice)):
+        return analysis
+    return with_graph_capture(analysis, load_run(capture, path, limit=limit))
 
 
 def analyze_profile(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analyzed:

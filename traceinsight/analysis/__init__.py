@@ -101,14 +101,20 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     )
 
 
-def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps) -> Compute:
+def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps, capture: Profile | None = None) -> Compute:
     """Compute efficiency over the step input alone (its devices, its ops), as the step model is: the same figures
     whether a run's inputs are analyzed together or apart (`merge_analyses`)."""
     if len(profile.inputs) <= 1:
-        return compute_efficiency(profile, usages, steps)
+        return compute_efficiency(profile, usages, steps, capture)
     mine = profile.ops["input_id"].to_numpy() == steps.input_id
     alone = replace(profile, events=rows_of_input(profile.events, steps.input_id), ops=profile.ops[mine])
-    return compute_efficiency(alone, [u for u in usages if u.input_id == steps.input_id], steps)
+    return compute_efficiency(alone, [u for u in usages if u.input_id == steps.input_id], steps, capture)
+
+
+def with_graph_capture(analysis: Analysis, capture: Profile) -> Analysis:
+    """The analysis of a graph replay with its compute efficiency redone through the capture pass beside it (the
+    ops that launched each node, `op_kernels.replay_owners`); the analysis must still hold its event table."""
+    return replace(analysis, compute=_compute(analysis.profile, analysis.devices, analysis.steps, capture))
 
 
 def _steady_part(profile: Profile) -> tuple[Profile, list[Capture], pd.DataFrame | None]:

@@ -33,9 +33,9 @@ from traceinsight.analysis.devices import DeviceUsage
 from traceinsight.analysis.flops import NESTED, NO_FORMULA, op_costs
 from traceinsight.analysis.hardware import DevicePeaks, device_peaks
 from traceinsight.analysis.kernel_classes import kernel_classes
-from traceinsight.analysis.op_kernels import kernel_owners
+from traceinsight.analysis.op_kernels import kernel_owners, replay_owners
 from traceinsight.analysis.steps import Steps
-from traceinsight.events import Profile, kind_mask
+from traceinsight.events import Profile, concat_op_tables, kind_mask
 from traceinsight.intervals import union
 from traceinsight.result import ComputeClass, ComputeEfficiency, ComputeStep, RooflineOp
 from traceinsight.rules import COMPUTE_CLASSES, FLOPS_HOW_TO, KERNEL_CLASSES, PROFILER_STEP_PATTERN, ROOFLINE_OPS
@@ -83,12 +83,14 @@ class _Kernels:
     roofline_ns: np.ndarray  # the time its share of the work needs at the peaks (its duration where not counted)
 
 
-def compute_efficiency(profile: Profile, usages: list[DeviceUsage], steps: Steps) -> Compute:
-    """The run's compute efficiency (module docstring); `profile.events` is the analyzed (steady) part."""
-    events, ops = profile.events, profile.ops
-    costs = op_costs(ops) if len(ops) else None
+def compute_efficiency(
+    profile: Profile, usages: list[DeviceUsage], steps: Steps, capture: Profile | None = None
+) -> Compute:
+    """The run's compute efficiency (module docstring); `profile.events` is the analyzed (steady) part. `capture`:
+    the graph capture pass beside a replay, whose launches give the replayed kernels their ops."""
+    events, ops, costs, owner = _owned(profile, capture)
     peaks = _peaks(profile, usages)
-    kernels = _kernels(events, ops, costs, peaks)
+    kernels = _kernels(events, ops, costs, peaks, owner)
     flops_source = _source(ops, costs, kernels)
     dtype = _dtype(ops, costs, kernels, peaks)
     peak = _op_peak(peaks, dtype)
@@ -122,8 +124,13 @@ def compute_efficiency(profile: Profile, usages: list[DeviceUsage], steps: Steps
 
 
 def _peaks(profile: Profile, usages: list[DeviceUsage]) -> list[DevicePeaks]:
-    """Each device's entry of the hardware table; empty when one is unknown (no peak ratio is then given)."""
+    """Each device's entry of the hardware table; empty when one is unknown (no peak ratio is then given). A trace
+    that describes one device only while its kernels ran on one other id (ROCm servers: properties for device 0,
+    kernels on the physical id) is taken to describe that device."""
+    described = [info for info in profile.devices.values() if info.name or info.compute_capability]
     found = [device_peaks(info) if (info := profile.devices.get(u.id)) else None for u in usages]
+    if len(usages) == 1 and found == [None] and len(described) == 1:
+        found = [device_peaks(described[0])]
     return [] if not found or any(p is None for p in found) else [p for p in found if p is not None]
 
 
@@ -151,7 +158,30 @@ def _op_peak(peaks: list[DevicePeaks], dtype: str | None) -> float | None:
     return None if tflops is None else tflops * 1e3  # TFLOP/s = 1e3 FLOP per ns
 
 
-def _kernels(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None, peaks: list[DevicePeaks]) -> _Kernels:
+def _owned(
+    profile: Profile, capture: Profile | None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None, np.ndarray]:
+    """The events, the op table and its costs (the capture pass's ops after the run's own, where one is given),
+    and per event row the counted op whose work it is (-1: none): launched by it or nested in it, an XSpace op's
+    own kernel, or a replayed node of a graph whose capture launched it from that op."""
+    events, ops = profile.events, profile.ops
+    costs = op_costs(ops) if len(ops) else None
+    owner = np.full(len(events), -1, np.int64) if costs is None else kernel_owners(events, ops, costs)
+    if capture is None or not len(capture.ops):
+        return events, ops, costs, owner
+    captured = op_costs(capture.ops)
+    counted = np.flatnonzero(np.isfinite(captured["flops"].to_numpy()))
+    replayed = replay_owners(events, capture.events, capture.ops, counted)
+    fill = (owner < 0) & (replayed >= 0)
+    owner[fill] = replayed[fill] + len(ops)
+    both = concat_op_tables([ops, capture.ops])
+    costs = pd.concat([c for c in (costs, captured) if c is not None], ignore_index=True)
+    return events, both, costs, owner
+
+
+def _kernels(
+    events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None, peaks: list[DevicePeaks], owners: np.ndarray
+) -> _Kernels:
     rows = np.flatnonzero(kind_mask(events, "kernel") & (events["device"].cat.codes.to_numpy() >= 0))
     dur = events["dur_ns"].to_numpy()[rows].astype(np.float64)
     classes = kernel_classes(events).codes[rows].astype(np.int64)
@@ -159,7 +189,7 @@ def _kernels(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None
     owner = np.full(len(rows), -1, np.int64)
     flops, nbytes, roofline, work = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy(), dur.copy()
     if costs is not None and len(rows):
-        owner = kernel_owners(events, ops, costs)[rows]
+        owner = owners[rows]
         mine = owner >= 0
         device_op = mine & (ops["thread"].to_numpy()[np.where(mine, owner, 0)] < 0)
         work[device_op] = ops["dur_ns"].to_numpy()[owner[device_op]]

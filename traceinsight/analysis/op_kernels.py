@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.flops import thread_order
-from traceinsight.events import kind_mask
+from traceinsight.events import kind_mask, names_matching
+from traceinsight.rules import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH, KERNEL_LAUNCH
 
 _ID_BITS = 47  # ids below 2**47, input ids above them, in one int64 key
 # Share of launches whose External id is their correlation id, beyond which an input's ids are taken as
@@ -31,23 +32,44 @@ def kernel_ops(events: pd.DataFrame, ops: pd.DataFrame, kinds: tuple[str, ...] =
     input_id = events["input_id"].to_numpy().astype(np.int64)
     correlation = events["correlation"].to_numpy()
     launch = _lookup(_key(input_id[runtime], correlation[runtime]), runtime, _key(input_id[work], correlation[work]))
-    work, launch = work[launch >= 0], launch[launch >= 0]
+    found[work[launch >= 0]] = launch_ops(events, ops, launch[launch >= 0])
+    return found
+
+
+def launch_ops(events: pd.DataFrame, ops: pd.DataFrame, launches: np.ndarray) -> np.ndarray:
+    """Per host launch call (rows `launches` of the event table): the position in `ops` of the op that made it,
+    by its External id, or where an input's External ids repeat its correlation ids, the innermost op running
+    on its thread when it started; -1 where none is found."""
+    runtime = np.flatnonzero(kind_mask(events, "runtime", "sync") & (events["correlation"].to_numpy() >= 0))
+    input_id = events["input_id"].to_numpy().astype(np.int64)
     external = events["external_id"].to_numpy()
     by_id = _lookup(
         _key(ops["input_id"].to_numpy().astype(np.int64), ops["external_id"].to_numpy()),
         np.arange(len(ops)),
-        _key(input_id[launch], external[launch]),
+        _key(input_id[launches], external[launches]),
     )
+    correlation = events["correlation"].to_numpy()
     repeated = _repeated_ids(input_id[runtime], external[runtime], correlation[runtime])
-    contained = np.isin(input_id[launch], repeated)
+    contained = np.isin(input_id[launches], repeated)
     by_id[contained] = _innermost(
         ops,
-        input_id[launch[contained]],
-        events["thread"].to_numpy()[launch[contained]],
-        events["ts_ns"].to_numpy()[launch[contained]],
+        input_id[launches[contained]],
+        events["thread"].to_numpy()[launches[contained]],
+        events["ts_ns"].to_numpy()[launches[contained]],
     )
-    found[work] = by_id
-    return found
+    return by_id
+
+
+def counted_owner(ops: pd.DataFrame, op: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Per op position in `op` (-1 allowed): the counted op (of `counted`) whose work it is, the op itself or the
+    counted op it is nested in; -1 for none. Counted ops nest in no other counted op: on a thread they follow
+    one another, so the innermost counted op containing the op's start is the one."""
+    owner = np.full(len(op), -1, np.int64)
+    known = op >= 0
+    input_id, thread = ops["input_id"].to_numpy().astype(np.int64), ops["thread"].to_numpy()
+    at = op[known]
+    owner[known] = _innermost(ops, input_id[at], thread[at], ops["ts_ns"].to_numpy()[at], among=counted)
+    return owner
 
 
 def kernel_owners(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame) -> np.ndarray:
@@ -58,18 +80,73 @@ def kernel_owners(events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame) 
     counted = np.flatnonzero(np.isfinite(costs["flops"].to_numpy()))
     if not len(counted):
         return owner
-    launcher = kernel_ops(events, ops)
-    rows = np.flatnonzero(launcher >= 0)
-    if len(rows):
-        op = launcher[rows]
-        input_id, thread = ops["input_id"].to_numpy().astype(np.int64), ops["thread"].to_numpy()
-        # Counted ops nest in no other counted op: on a thread they follow one another.
-        owner[rows] = _innermost(ops, input_id[op], thread[op], ops["ts_ns"].to_numpy()[op], among=counted)
+    owner = counted_owner(ops, kernel_ops(events, ops), counted)
     on_device = counted[ops["device"].cat.codes.to_numpy()[counted] >= 0]
     if len(on_device):
         found = _same_rows(events, ops, on_device)
         owner[found[found >= 0]] = on_device[found >= 0]
     return owner
+
+
+def replay_owners(
+    events: pd.DataFrame, capture: pd.DataFrame, capture_ops: pd.DataFrame, counted: np.ndarray
+) -> np.ndarray:
+    """Per event row of a replay: the counted op (position in `capture_ops`, of `counted`) of the graph capture
+    pass (`capture`: its event table) that launched the node the row is, -1 for rows of no replay or none found.
+
+    A graph's nodes are the kernels launched on its stream between the capture's begin and end calls, in launch
+    order; a replay runs them all under its launch's correlation id, in that order. A replay of N nodes takes the
+    captured graphs of N launches in turn (a piecewise server captures many alike), its i-th kernel the i-th
+    launch's op.
+    """
+    owner = np.full(len(events), -1, np.int64)
+    graphs = _captured_graphs(capture, capture_ops, counted)
+    if not graphs:
+        return owner
+    by_size: dict[int, list[np.ndarray]] = {}
+    for nodes in graphs:
+        by_size.setdefault(len(nodes), []).append(nodes)
+    used = dict.fromkeys(by_size, 0)
+    runtime = np.flatnonzero(names_matching(events, GRAPH_LAUNCH.pattern, kind_mask(events, "runtime")))
+    kernels = np.flatnonzero(kind_mask(events, "kernel"))
+    input_id = events["input_id"].to_numpy().astype(np.int64)
+    correlation = events["correlation"].to_numpy()
+    launch_of = _lookup(
+        _key(input_id[runtime], correlation[runtime]), runtime, _key(input_id[kernels], correlation[kernels])
+    )
+    replayed = kernels[launch_of >= 0]
+    launch_of = launch_of[launch_of >= 0]
+    order = np.lexsort((events["ts_ns"].to_numpy()[replayed], events["ts_ns"].to_numpy()[launch_of]))
+    replayed, launch_of = replayed[order], launch_of[order]
+    starts = np.flatnonzero(np.r_[True, launch_of[1:] != launch_of[:-1]])
+    for begin, end in zip(starts.tolist(), [*starts[1:].tolist(), len(replayed)], strict=True):
+        candidates = by_size.get(end - begin)
+        if candidates:
+            owner[replayed[begin:end]] = candidates[used[end - begin] % len(candidates)]
+            used[end - begin] += 1
+    return owner
+
+
+def _captured_graphs(capture: pd.DataFrame, ops: pd.DataFrame, counted: np.ndarray) -> list[np.ndarray]:
+    """Each graph the capture pass records: per node (kernel launch between a begin and an end capture call on one
+    thread, in order) the counted op whose work it is, -1 where none."""
+    host = kind_mask(capture, "runtime", "sync")
+    begins = np.flatnonzero(names_matching(capture, GRAPH_CAPTURE_BEGIN, host))
+    ends = np.flatnonzero(names_matching(capture, GRAPH_CAPTURE_END, host))
+    launches = np.flatnonzero(names_matching(capture, KERNEL_LAUNCH.pattern, host))
+    if not len(begins) or not len(launches):
+        return []
+    ts, thread = capture["ts_ns"].to_numpy(), capture["thread"].to_numpy()
+    launches = launches[np.argsort(ts[launches], kind="stable")]
+    owners = counted_owner(ops, launch_ops(capture, ops, launches), counted)
+    graphs = []
+    for begin in begins[np.argsort(ts[begins], kind="stable")].tolist():
+        closing = ends[(thread[ends] == thread[begin]) & (ts[ends] > ts[begin])]
+        if not len(closing):
+            continue
+        inside = (thread[launches] == thread[begin]) & (ts[launches] > ts[begin]) & (ts[launches] < ts[closing].min())
+        graphs.append(owners[inside])
+    return graphs
 
 
 def _same_rows(events: pd.DataFrame, ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
