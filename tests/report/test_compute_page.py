@@ -127,7 +127,7 @@ def test_roofline_has_one_hover_per_op_it_places(qwen: tuple[str, dict[str, Any]
     assert len(roof) == 1 and len(shown) == len(placed) + 1
 
 
-@pytest.mark.parametrize("where", ["sample:synthetic_gpu/input_bound", "shared:inference/sglang_decode"])
+@pytest.mark.parametrize("where", ["sample:synthetic_gpu/input_bound", "shared:kineto/gpu_metrics"])
 def test_without_flops_the_note_and_the_classes_only(where: str, tmp_path: Path) -> None:
     kind, relative = where.split(":")
     trace = SAMPLE_TRACES / relative if kind == "sample" else shared_trace(relative)
