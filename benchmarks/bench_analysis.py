@@ -24,6 +24,7 @@ from typing import Any
 from benchmarks.replicate import DEFAULT_SOURCE, Replicator
 from benchmarks.replicate_xspace import XSpaceReplicator
 from traceinsight import analysis
+from traceinsight.analysis.compute import compute_efficiency
 from traceinsight.analysis.devices import device_usage
 from traceinsight.analysis.host_ops import host_op_rows
 from traceinsight.analysis.steps import find_steps
@@ -60,6 +61,7 @@ def timings(profile: Profile, repeat: int) -> dict[str, float]:
         "step_model": lambda: analysis.step_model(events, usages, result.gaps, steps),
         "host_ops": lambda: analysis.host_ops(events, steps.input_id),
         "host_op_rows": lambda: host_op_rows(events, steps.input_id),
+        "compute_efficiency": lambda: compute_efficiency(profile, usages, steps),
         "analyze (all)": lambda: analysis.analyze(profile),
         "findings + JSON": lambda: report_of(result),
         "HTML": lambda: render_html(report, result),

@@ -653,6 +653,29 @@ ROOFLINE_OPS = 40
 # The op names of unfused attention: a batched matmul and a softmax in place of one SDPA / flash kernel.
 UNFUSED_ATTENTION_OPS = ("aten::softmax", "aten::_softmax")
 FUSED_ATTENTION_OPS = re.compile(r"scaled_dot_product|flash|efficient_attention", re.IGNORECASE)
+# Kineto's `Input type` names and XLA's HLO result types -> the compute dtype (`analysis/hardware.DTYPES` names) and
+# its bytes an element (Kineto; the HLO text holds the shape, not used).
+KINETO_DTYPES: dict[str, tuple[str, float]] = {
+    "double": ("fp64", 8),
+    "float": ("fp32", 4),
+    "c10::Half": ("fp16", 2),
+    "c10::BFloat16": ("bf16", 2),
+    "c10::Float8_e4m3fn": ("fp8", 1),
+    "c10::Float8_e5m2": ("fp8", 1),
+    "c10::Float8_e4m3fnuz": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1),
+    "signed char": ("int8", 1),
+    "unsigned char": ("uint8", 1),
+    "c10::Float4_e2m1fn_x2": ("fp4", 0.5),
+}
+# XLA's HLO text names its result type (`%fusion.3 = bf16[8,128]{1,0} fusion(...)`): the op's dtype on a TPU.
+HLO_RESULT_TYPE = re.compile(r"=\s*\(?([a-z]+\d*)\[")
+HLO_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "s8": "int8", "u8": "int8", "f8e4m3fn": "fp8"}
+# A TPU's matrix units multiply f32 in bf16 passes and publish no f32 peak: its work is measured against bf16.
+TPU_MATMUL_DTYPE = "bf16"
+# Share of an input's launches whose External id is their correlation id beyond which its External ids are taken
+# as repeats (2022-era Kineto), and launches are given the op around them on their thread instead.
+REPEATED_EXTERNAL_ID_SHARE = 0.5
 # Where the trace records no FLOPs, what to do to get them, per framework.
 FLOPS_HOW_TO = {
     "pytorch": "profile with `torch.profiler.profile(record_shapes=True)` (or `with_flops=True`)",

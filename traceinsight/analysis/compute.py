@@ -22,7 +22,6 @@ saying how to record them, never a made-up MFU.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -38,13 +37,16 @@ from traceinsight.analysis.steps import Steps
 from traceinsight.events import Profile, concat_op_tables, kind_mask
 from traceinsight.intervals import union
 from traceinsight.result import ComputeClass, ComputeEfficiency, ComputeStep, RooflineOp
-from traceinsight.rules import COMPUTE_CLASSES, FLOPS_HOW_TO, KERNEL_CLASSES, PROFILER_STEP_PATTERN, ROOFLINE_OPS
-
-# XLA's HLO text names its result type (`%fusion.3 = bf16[8,128]{1,0} fusion(...)`): the op's dtype on TPU.
-_HLO_DTYPE = re.compile(r"=\s*\(?([a-z]+\d*)\[")
-_HLO_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "s8": "int8", "u8": "int8", "f8e4m3fn": "fp8"}
-# A TPU's matrix units multiply f32 in bf16 passes and publish no f32 peak: its work is measured against bf16.
-_TPU_DTYPE = "bf16"
+from traceinsight.rules import (
+    COMPUTE_CLASSES,
+    FLOPS_HOW_TO,
+    HLO_DTYPES,
+    HLO_RESULT_TYPE,
+    KERNEL_CLASSES,
+    PROFILER_STEP_PATTERN,
+    ROOFLINE_OPS,
+    TPU_MATMUL_DTYPE,
+)
 
 
 class _Rates(TypedDict):
@@ -142,8 +144,8 @@ def _op_dtypes(ops: pd.DataFrame, costs: pd.DataFrame | None) -> np.ndarray:
     device_ops = ops["device"].cat.codes.to_numpy() >= 0
     if device_ops.any():
         names = ops["name"].astype(str).to_numpy()[device_ops]
-        found = [_HLO_DTYPE.search(n) for n in names]
-        dtypes[device_ops] = [_HLO_DTYPES.get(m.group(1)) if m else None for m in found]
+        found = [HLO_RESULT_TYPE.search(n) for n in names]
+        dtypes[device_ops] = [HLO_DTYPES.get(m.group(1)) if m else None for m in found]
     return dtypes
 
 
@@ -154,7 +156,7 @@ def _op_peak(peaks: list[DevicePeaks], dtype: str | None) -> float | None:
     part = peaks[0]
     tflops = part.peak(dtype) if dtype else None
     if tflops is None and part.vendor == "google":
-        tflops = part.peak(_TPU_DTYPE)
+        tflops = part.peak(TPU_MATMUL_DTYPE)
     return None if tflops is None else tflops * 1e3  # TFLOP/s = 1e3 FLOP per ns
 
 
@@ -244,9 +246,9 @@ def _dtype(ops: pd.DataFrame, costs: pd.DataFrame | None, kernels: _Kernels, pea
     by = pd.Series(kernels.flops[mine]).groupby(dtypes.to_numpy()).sum()
     top = str(by.idxmax()) if len(by) and by.max() > 0 else None
     if top in (None, "unknown"):
-        return _TPU_DTYPE if peaks and peaks[0].vendor == "google" else None
+        return TPU_MATMUL_DTYPE if peaks and peaks[0].vendor == "google" else None
     if peaks and peaks[0].vendor == "google" and peaks[0].peak(top) is None:
-        return _TPU_DTYPE
+        return TPU_MATMUL_DTYPE
     return top
 
 

@@ -51,22 +51,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceinsight.rules import KINETO_DTYPES
+
 OP_CLASSES = ("matmul", "conv", "attention", "other")
 
 # Kineto ``Input type`` -> compute dtype, and bytes an element.
-_DTYPES: dict[str, tuple[str, float]] = {
-    "double": ("fp64", 8),
-    "float": ("fp32", 4),
-    "c10::Half": ("fp16", 2),
-    "c10::BFloat16": ("bf16", 2),
-    "c10::Float8_e4m3fn": ("fp8", 1),
-    "c10::Float8_e5m2": ("fp8", 1),
-    "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1),
-    "signed char": ("int8", 1),
-    "unsigned char": ("uint8", 1),
-    "c10::Float4_e2m1fn_x2": ("fp4", 0.5),
-}
 _FP8_OUT_BYTES = 2
 _NEXT_OPS = 4  # ops after a convolution searched for its output (`_conv_output`)
 
@@ -136,7 +125,7 @@ def _flag(text: str) -> bool | None:
 def _dtype(types: Any, i: int) -> tuple[str | None, float]:
     """Compute dtype of input `i` and its bytes an element (NaN unknown)."""
     name = types[i] if isinstance(types, list) and i < len(types) and isinstance(types[i], str) else ""
-    return _DTYPES.get(name, (None, math.nan))
+    return KINETO_DTYPES.get(name, (None, math.nan))
 
 
 def _numel(shape: Sequence[int]) -> int:

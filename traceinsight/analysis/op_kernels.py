@@ -13,12 +13,15 @@ import pandas as pd
 
 from traceinsight.analysis.flops import thread_order
 from traceinsight.events import kind_mask, names_matching
-from traceinsight.rules import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH, KERNEL_LAUNCH
+from traceinsight.rules import (
+    GRAPH_CAPTURE_BEGIN,
+    GRAPH_CAPTURE_END,
+    GRAPH_LAUNCH,
+    KERNEL_LAUNCH,
+    REPEATED_EXTERNAL_ID_SHARE,
+)
 
 _ID_BITS = 47  # ids below 2**47, input ids above them, in one int64 key
-# Share of launches whose External id is their correlation id, beyond which an input's ids are taken as
-# repeats (a few may agree by chance).
-_REPEATED_IDS = 0.5
 
 
 def kernel_ops(events: pd.DataFrame, ops: pd.DataFrame, kinds: tuple[str, ...] = ("kernel",)) -> np.ndarray:
@@ -210,7 +213,7 @@ def _repeated_ids(input_id: np.ndarray, external: np.ndarray, correlation: np.nd
     inputs, inverse = np.unique(input_id, return_inverse=True)
     launches = np.bincount(inverse, minlength=len(inputs))
     useless = np.bincount(inverse, weights=(external == correlation) | (external < 0), minlength=len(inputs))
-    return inputs[useless > _REPEATED_IDS * launches]
+    return inputs[useless > REPEATED_EXTERNAL_ID_SHARE * launches]
 
 
 def _innermost(
