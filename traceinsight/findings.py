@@ -40,6 +40,7 @@ from traceinsight.rules import (
     DEFAULT_INPUT_FIX_PARALLELISM,
     DRAINED_QUEUE_LAUNCH_DELAY_NS,
     EFFICIENCY_BUSY_MIN,
+    EFFICIENCY_MAX_TRANSFER_SHARE,
     ELEMENTWISE_HEAVY_SHARE,
     FUSED_ATTENTION_OPS,
     GEMM_LOW_EFFICIENCY,
@@ -476,6 +477,8 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     if c.mfu is None or c.mfu >= LOW_MFU_MAX or (m.gpu_util or 0.0) < EFFICIENCY_BUSY_MIN or len(over) != m.count:
         return None
     classes = {k.name: k for k in c.classes}
+    if sum(classes[k].share for k in ("copy", "communication") if k in classes) >= EFFICIENCY_MAX_TRANSFER_SHARE:
+        return None
     matmul = classes.get("matmul")
     elementwise_share = classes["elementwise"].share if "elementwise" in classes else 0.0
     attention_ops = set(a.profile.ops["name"].astype(str).unique()) if len(a.profile.ops) else set()
@@ -844,8 +847,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "low_compute_efficiency",
         "The device is busy but its work runs far below what it can do",
-        f"step GPU-Util >= {_pct(EFFICIENCY_BUSY_MIN)} and MFU < {_pct(LOW_MFU_MAX)} (FLOPs from the trace, peaks "
-        "from the device's data sheet); the win is each counted op's time above its roofline",
+        f"step GPU-Util >= {_pct(EFFICIENCY_BUSY_MIN)}, MFU < {_pct(LOW_MFU_MAX)} and copies and collectives under "
+        f"{_pct(EFFICIENCY_MAX_TRANSFER_SHARE)} of kernel time (FLOPs from the trace, peaks from the device's data "
+        "sheet); the win is each counted op's time above its roofline",
         _low_compute_efficiency,
         {
             "pytorch": (

@@ -644,6 +644,9 @@ COMPUTE_CLASSES = ("matmul", "conv", "attention")
 EFFICIENCY_BUSY_MIN = 0.8
 # `low_compute_efficiency` fires only below this MFU: above it the device does most of what its peak allows.
 LOW_MFU_MAX = 0.5
+# ... and only where copies and collectives (bound by a link, not by the device) hold less than this share of the
+# kernel time: a device busy moving data is not slow at computing.
+EFFICIENCY_MAX_TRANSFER_SHARE = 0.5
 # Advice: fuse elementwise and norm kernels when they hold at least this share of kernel time.
 ELEMENTWISE_HEAVY_SHARE = 0.3
 # Advice: larger or fused GEMMs when matmul kernels reach under this share of the roofline.

@@ -151,3 +151,21 @@ def test_graph_replays_count_their_work_through_the_capture_pass(folder: str) ->
     assert c.flops == pytest.approx(float((aten["GFLOPS_first"] * aten["name_count"]).sum()) * 1e9, rel=5e-3)
     matmul = sum(o.flops for o in c.ops if o.op_class == "matmul")
     assert matmul == pytest.approx(c.flops, rel=1e-6)  # all of it GEMMs, as TraceLens finds
+
+
+def test_fp32_work_on_tensor_cores_is_rated_against_tf32() -> None:
+    """HTA's A100 control run multiplies FP32 tensors in `cutlass_80_tensorop_s1688gemm` kernels: TF32 Tensor Core
+    GEMMs. Rated against the FP32 peak (19.5 TFLOP/s) they would exceed it; against TF32's (156) they do not."""
+    c = analyze_path(shared_trace("hta/trace_diff"), "trace_diff/control").report.compute
+    assert c.device == "A100 SXM4 40GB" and c.dtype == "tf32" and c.peak_tflops == 156.0
+    assert all(k.roofline_fraction is None or k.roofline_fraction <= 1 for k in c.classes)
+    assert all(o.roofline_fraction is None or o.roofline_fraction <= 1 for o in c.ops if o.dtype == "tf32")
+
+
+def test_a_device_busy_moving_data_is_not_called_slow_at_computing() -> None:
+    """The TPU run is 96 % host-offload copies (XProf: transfer-dominated): its MFU is near 0, but no compute fix
+    is claimed."""
+    report = analyze_path(shared_trace("xprof/test_xplanes")).report
+    shares = {k.name: k.share for k in report.compute.classes}
+    assert shares["copy"] > 0.9 and report.compute.mfu < 1e-4
+    assert "low_compute_efficiency" not in {b.id for b in report.bottlenecks}

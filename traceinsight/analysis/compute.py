@@ -34,6 +34,7 @@ from traceinsight.analysis.hardware import DevicePeaks, device_peaks
 from traceinsight.analysis.kernel_classes import kernel_classes
 from traceinsight.analysis.op_kernels import kernel_owners, replay_owners
 from traceinsight.analysis.steps import Steps
+from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import Profile, concat_op_tables, kind_mask
 from traceinsight.intervals import union
 from traceinsight.result import ComputeClass, ComputeEfficiency, ComputeStep, RooflineOp
@@ -80,6 +81,7 @@ class _Kernels:
     work_ns: np.ndarray
     kernel_class: np.ndarray  # index into KERNEL_CLASSES
     owner: np.ndarray  # counted op (position in the op table), -1
+    op_dtype: np.ndarray  # per op of the table: its compute dtype (`_op_dtypes`), TF32 where FP32 ran on Tensor Cores
     flops: np.ndarray  # the kernel's share of its op's FLOPs, 0 where not counted
     bytes: np.ndarray  # NaN where not known
     roofline_ns: np.ndarray  # the time its share of the work needs at the peaks (its duration where not counted)
@@ -149,6 +151,18 @@ def _op_dtypes(ops: pd.DataFrame, costs: pd.DataFrame | None) -> np.ndarray:
     return dtypes
 
 
+def _tensor_core_fp32(dtypes: np.ndarray, kernel_names: np.ndarray, owner: np.ndarray) -> None:
+    """FP32 ops whose kernels ran on Tensor Cores computed in TF32 (Ampere's default for convolutions, and for
+    matmuls where allowed; `cutlass_80_tensorop_s1688gemm` is one): their peak is TF32's, in place."""
+    mine = owner >= 0
+    if not mine.any():
+        return
+    names = pd.Series(kernel_names[mine]).astype("category")
+    on_tensor_cores = classify_kernel_names(names)["tensor_core"].to_numpy(bool)
+    ran = np.unique(owner[mine][on_tensor_cores])
+    dtypes[ran[dtypes[ran] == "fp32"]] = "tf32"
+
+
 def _op_peak(peaks: list[DevicePeaks], dtype: str | None) -> float | None:
     """One device's peak (FLOP per ns) for `dtype`: a TPU's bf16 for its f32 work."""
     if not peaks:
@@ -190,6 +204,7 @@ def _kernels(
     classes[classes < 0] = KERNEL_CLASSES.index("other")
     owner = np.full(len(rows), -1, np.int64)
     flops, nbytes, roofline, work = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy(), dur.copy()
+    dtypes = np.full(len(ops), None, dtype=object)
     if costs is not None and len(rows):
         owner = owners[rows]
         mine = owner >= 0
@@ -206,10 +221,15 @@ def _kernels(
         flops = np.where(mine, op_flops[at] * share, 0.0)
         nbytes = np.where(mine, op_bytes[at] * share, np.nan)
         dtypes = _op_dtypes(ops, costs)
+        _tensor_core_fp32(dtypes, events["name"].to_numpy()[rows], owner)
         op_peak = np.array([_op_peak(peaks, d) or np.nan for d in dtypes], np.float64)
         bandwidth = peaks[0].memory_tbps * 1e3 if peaks else np.nan  # TB/s = 1e3 bytes per ns
         need = np.fmax(flops / op_peak[at], np.where(np.isfinite(nbytes), nbytes, 0.0) / bandwidth)
         roofline = np.where(mine & np.isfinite(need), np.minimum(need, work), work)
+        # Copies and collectives are bound by a link (PCIe, host memory, the network), not by the device's memory:
+        # no time above the device's roofline is claimed for them.
+        linked = np.isin(classes, [KERNEL_CLASSES.index("copy"), KERNEL_CLASSES.index("communication")])
+        roofline[linked] = work[linked]
         # A counted op's kernels do its kind of work whatever their names (cuDNN runs convolutions as `sgemm`
         # kernels): they take the op's class, so a class's rate is its ops' work over their kernels' time.
         op_class = costs["op_class"].astype(str).to_numpy()[at]
@@ -223,6 +243,7 @@ def _kernels(
         work_ns=work,
         kernel_class=classes,
         owner=owner,
+        op_dtype=dtypes,
         flops=np.nan_to_num(flops),
         bytes=nbytes,
         roofline_ns=roofline,
@@ -242,7 +263,7 @@ def _dtype(ops: pd.DataFrame, costs: pd.DataFrame | None, kernels: _Kernels, pea
     mine = kernels.owner >= 0
     if costs is None or not mine.any():
         return None
-    dtypes = pd.Series(_op_dtypes(ops, costs)[kernels.owner[mine]], dtype=object).fillna("unknown")
+    dtypes = pd.Series(kernels.op_dtype[kernels.owner[mine]], dtype=object).fillna("unknown")
     by = pd.Series(kernels.flops[mine]).groupby(dtypes.to_numpy()).sum()
     top = str(by.idxmax()) if len(by) and by.max() > 0 else None
     if top in (None, "unknown"):
@@ -400,7 +421,7 @@ def _op_points(
     owner = kernels.owner[mine]
     names = ops["name"].astype(str).to_numpy()[owner]
     names = np.array([n.split(" = ", 1)[0].lstrip("%") for n in names], dtype=object)  # an HLO op by its name
-    dtypes = pd.Series(_op_dtypes(ops, costs)[owner], dtype=object).fillna("unknown").to_numpy()
+    dtypes = pd.Series(kernels.op_dtype[owner], dtype=object).fillna("unknown").to_numpy()
     table = pd.DataFrame(
         {
             "name": names,
