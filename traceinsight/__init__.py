@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load", "analyze", "Report", "Profile", "TraceError", "__version__"]
+__all__ = ["load", "analyze", "runs", "Report", "Profile", "TraceError", "__version__"]
 
 if TYPE_CHECKING:  # imported on first use (`__getattr__`)
-    from traceinsight.api import Report, analyze, load
+    from traceinsight.api import Report, analyze, load, runs
     from traceinsight.errors import TraceError
     from traceinsight.events import Profile
 
-_LAZY = {"load": "api", "analyze": "api", "Report": "api", "Profile": "events", "TraceError": "errors"}
+_LAZY = {"load": "api", "analyze": "api", "runs": "api", "Report": "api", "Profile": "events", "TraceError": "errors"}
 
 
 def __getattr__(name: str) -> Any:

@@ -34,6 +34,7 @@ from traceinsight.analysis.gaps import CAUSES
 from traceinsight.errors import TraceError
 from traceinsight.events import Profile
 from traceinsight.limits import MemoryLimit
+from traceinsight.listing import ReportCache, list_runs, summaries
 from traceinsight.report.format import plural
 from traceinsight.report.html import render_html, render_notebook
 from traceinsight.report.json import dumps
@@ -42,7 +43,14 @@ from traceinsight.report.meta import add_invocation
 from traceinsight.report.output import relative_link, write_outputs
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.wording import projection_sentence, verdict_sentence
-from traceinsight.result import Bottleneck, BottleneckProjection, ComputeClass, RooflineOp, RunReport
+from traceinsight.result import (
+    Bottleneck,
+    BottleneckProjection,
+    ComputeClass,
+    RooflineOp,
+    RunReport,
+    RunSummary,
+)
 from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
 from traceinsight.workflow import (
     Analyzed,
@@ -55,7 +63,7 @@ from traceinsight.workflow import (
 if TYPE_CHECKING:
     from traceinsight.report.painter import Painter
 
-__all__ = ["Profile", "Report", "TraceError", "analyze", "load"]
+__all__ = ["Profile", "Report", "TraceError", "analyze", "load", "runs"]
 
 PathLike = str | os.PathLike[str]
 # The JSON's invocation fields in `meta`: how the CLI was asked (`Report.record_invocation`), never in `to_dict()`.
@@ -87,6 +95,7 @@ _REPLAY_COLUMNS = (
 _WAIT_COLUMNS = ("name", "start_ns", "dur_ns", "own_device_ns", "seen_device_ns", "outside_trace", "waited_for")
 _CLASS_COLUMNS = tuple(f.name for f in fields(ComputeClass))
 _OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
+_RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
 _CHARTS_MODULE = "traceinsight.report.charts"
 
 
@@ -144,6 +153,21 @@ def analyze(
     limit = MemoryLimit.of(max_memory)
     analyzed = analyze_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit)
     return Report(analyzed, path)
+
+
+def runs(path: PathLike, jobs: int = 1, *, cache: bool = True, max_memory: str | int | None = None) -> pd.DataFrame:
+    """One row per run under `path` (a trace file, a profile run folder or a TensorBoard logdir), newest first and
+    named as `run` takes them: the rows of ``traceinsight runs PATH --json``, its `RunSummary` fields as columns
+    (`traceinsight.result.RunSummary` says what each holds). `jobs` runs are analysed at a time, one process each;
+    with `cache`, a run whose files have not changed since it was last analysed is not analysed again (its report
+    is kept under ``$TRACEINSIGHT_CACHE``, else ``~/.cache/traceinsight/reports``). A run that cannot be analysed is
+    a row with its `error`; a path without any run raises `TraceError`. `max_memory`: as for `load`, split among
+    the runs analysed at once."""
+    _check_jobs(jobs)
+    path = Path(path)
+    found = list_runs(path)
+    rows = summaries(path, found, jobs, ReportCache() if cache else None, MemoryLimit.of(max_memory))
+    return _frame([asdict(row) for row in rows], _RUN_COLUMNS)
 
 
 def _check_jobs(jobs: int) -> None:

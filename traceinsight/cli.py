@@ -23,12 +23,14 @@ from collections.abc import Sequence
 from traceinsight import __version__
 from traceinsight.commands.diff import DiffCommand
 from traceinsight.commands.report import ReportCommand
+from traceinsight.commands.runs import RunsCommand
+from traceinsight.commands.trend import TrendCommand
 from traceinsight.errors import TraceError
 from traceinsight.gating import ExpressionError
 from traceinsight.parallel import exit_now
 from traceinsight.report.format import escape_control
 
-COMMANDS = (ReportCommand, DiffCommand)
+COMMANDS = (ReportCommand, DiffCommand, RunsCommand, TrendCommand)
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # 128 + SIGINT / SIGPIPE / SIGTERM, as a shell reports them
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 130, 141, 143

@@ -14,14 +14,19 @@ idle fraction down more than 0.1). Without a sign the comparison is on the NEW v
 ``bottleneck=ID`` is crossed when ID is new in NEW or present there with severity
 medium or high. A change that cannot be computed (a value null on either side, a
 relative change from 0) crosses nothing.
+
+`traceinsight trend` compares its last run with the previous K (`check_window`): a change with the median of
+their K values, so one noisy run among them moves nothing; ``bottleneck=ID`` is crossed when ID is new in the
+last run (none of the K had it) or present there with severity medium or high. `check_diff` is the window of one.
 """
 
 from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
+from statistics import median
 from typing import Any
 
 from traceinsight.result import RunReport
@@ -82,8 +87,14 @@ class Threshold:
 
     def check_diff(self, base: RunReport, new: RunReport) -> str | None:
         """A message when the threshold is crossed going from the `base` report to the `new` one, else None."""
+        return self.check_window([base], new)
+
+    def check_window(self, previous: Sequence[RunReport], new: RunReport) -> str | None:
+        """A message when the threshold is crossed going from the `previous` reports to the `new` one, else None: a
+        change is measured from the median of their values, so one outlier among them does not decide it (with none
+        before, or no value among them, a change crosses nothing)."""
         if self.bottleneck is not None:
-            if not any(b.id == self.bottleneck for b in base.bottlenecks):
+            if not any(b.id == self.bottleneck for report in previous for b in report.bottlenecks):
                 for b in new.bottlenecks:
                     if b.id == self.bottleneck:
                         return f"{self.text}: bottleneck {b.id} is new ({b.severity})"
@@ -91,13 +102,22 @@ class Threshold:
         if self.change is None:
             return self.check(new)
         assert self.path is not None and self.op is not None and self.number is not None
-        old_value, new_value = lookup_pair(base, new, self.path)
+        *values, new_value = lookup_all([*previous, new], self.path)
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        old_value = median(known)
+        if all(isinstance(v, int) for v in known):  # ns, bytes, counts: a whole one (an even K's median ends in .5)
+            old_value = round(old_value)
         delta, relative = change(old_value, new_value)
         measured = delta if self.change == "abs" else relative
         if measured is None or not OPERATORS[self.op](measured, self.number):
             return None
         shown = f"{_number(measured)}" if self.change == "abs" else f"{measured * 100:.1f} %"
-        return f"{self.text}: {self.path} {_number(old_value)} -> {_number(new_value)} ({'+' * (measured > 0)}{shown})"
+        of = f" (median of {len(known)} runs)" if len(previous) > 1 else ""
+        return (
+            f"{self.text}: {self.path} {_number(old_value)}{of} -> {_number(new_value)} ({'+' * (measured > 0)}{shown})"
+        )
 
 
 def _number(value: float) -> str:
@@ -168,18 +188,18 @@ def lookup(report: Any, path: str) -> Any:
     return node
 
 
-def lookup_pair(base: Any, new: Any, path: str) -> tuple[Any, Any]:
-    """The value at `path` in both reports, None on the side that lacks it (a device only one run has).
+def lookup_all(reports: Sequence[Any], path: str) -> list[Any]:
+    """The value at `path` in each report, None in those that lack it (a device only some runs have).
 
-    Raises ExpressionError when neither report has it.
+    Raises ExpressionError when none has it.
     """
     values, errors = [], []
-    for report in (base, new):
+    for report in reports:
         try:
             values.append(lookup(report, path))
         except ExpressionError as error:
             values.append(None)
             errors.append(error)
-    if len(errors) == 2:
+    if len(errors) == len(reports):
         raise errors[0]
-    return values[0], values[1]
+    return values

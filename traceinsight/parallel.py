@@ -168,9 +168,18 @@ def map_files(
     return outcomes
 
 
-def _call(func: Callable[[Path], R], path: Path) -> R | _Failed:
+def map_outcomes(func: Callable[[U], R], items: Sequence[U], jobs: int = 1) -> list[R | TraceError]:
+    """``[func(x) for x in items]``, `jobs` processes at a time (here with one job or one item), in the items'
+    order; a `TraceError` raised for an item is its outcome, so one bad input leaves the others' results (`traceinsight
+    runs`: one row each). `func` must pickle, as for `map_files`."""
+    call = partial(_call, func)
+    outcomes = [call(x) for x in items] if jobs <= 1 or len(items) <= 1 else _pool_map(call, items, jobs, None)
+    return [TraceError(o.path, o.reason) if isinstance(o, _Failed) else o for o in outcomes]
+
+
+def _call(func: Callable[[U], R], item: U) -> R | _Failed:
     try:
-        return func(path)
+        return func(item)
     except TraceError as error:
         return _Failed(error.path, error.reason)
 
@@ -602,9 +611,9 @@ def _portable(error: BaseException) -> BaseException | _Failed:
 
 
 def _pool_map(
-    call: Callable[[Path], Any], paths: Sequence[Path], jobs: int, on_done: Callable[[int], None] | None
+    call: Callable[[Any], Any], paths: Sequence[Any], jobs: int, on_done: Callable[[int], None] | None
 ) -> list[Any]:
-    """One process per file, at most `jobs` at a time."""
+    """One process per file (or item), at most `jobs` at a time."""
     with worker_pool(min(jobs, len(paths))) as pool:
         futures = {pool.submit(call, path): i for i, path in enumerate(paths)}
         outcomes: list[Any] = [None] * len(paths)

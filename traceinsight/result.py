@@ -575,6 +575,32 @@ class RunReport:
     meta: Meta = field(default_factory=Meta)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One run in a line (`traceinsight runs`, the `trend` page, `ti.runs`, the TensorBoard tab's first view): what
+    it is and its headline figures, from its report (`listing.summarize`)."""
+
+    name: str  # as `--run` takes it (a saved report: its file name)
+    format: str | None = None  # xspace, kineto, chrome (several: joined by "+")
+    framework: str | None = None
+    files: int = 0
+    bytes: int = 0
+    hosts: int = 0
+    ranks: int = 0
+    capture_kind: str | None = None
+    capture_time: str | None = None  # ISO 8601 UTC on the trace's own clock (copied files share modification times)
+    modified: float | None = None  # the newest file's modification time (s since the epoch)
+    steps: int = 0
+    mean_step_ns: int | None = None
+    gpu_util: float | None = None  # over the steps (`totals.step_gpu_util`)
+    mfu: float | None = None
+    input_wait_fraction: float | None = None  # `input_pipeline.fraction`
+    top_bottleneck: str | None = None
+    top_severity: str | None = None
+    top_step_ns_after: int | None = None  # the mean step once the top bottleneck is fixed (None: nothing projected)
+    error: str | None = None  # why the run could not be analysed (its figures are then empty)
+
+
 def to_document(report: RunReport) -> dict[str, Any]:
     """The report as plain JSON values (what `--json` writes)."""
     return asdict(report)

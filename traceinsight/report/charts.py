@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -22,8 +23,16 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
-from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
-from traceinsight.result import ComputeEfficiency, Memory, RooflineOp, RunReport, Step, StepMemory  # noqa: E402
+from traceinsight.report.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
+from traceinsight.result import (  # noqa: E402
+    ComputeEfficiency,
+    Memory,
+    RooflineOp,
+    RunReport,
+    RunSummary,
+    Step,
+    StepMemory,
+)
 from traceinsight.rules import BREAKDOWN, GPU_UTIL_TARGET, KERNEL_CLASSES  # noqa: E402
 
 TIMELINE_BINS = 200
@@ -571,6 +580,91 @@ def mfu_chart(report: RunReport) -> str | None:
         ax.set_yticks(rows, ["GPU-Util", "x compute share", "x their efficiency", "= MFU"])
         ax.set_xlim(0, 100)
         ax.set_xlabel("% (MFU = GPU-Util x compute share x their efficiency)")
+        return _svg(fig, hovers)
+
+
+# `traceinsight trend`: one panel per figure, over the runs in their order (figures as `RunSummary` has them).
+# (panel, axis label, `RunSummary` field, top of the axis: None, a little above the highest point).
+TREND_PANELS = (
+    ("steps", "mean step (ms)", "mean_step_ns", None),
+    ("gpu_util", "GPU-Util (%)", "gpu_util", 100.0),
+    ("mfu", "MFU (%)", "mfu", None),
+    ("input_wait", "input wait (% of step)", "input_wait_fraction", 100.0),
+)
+_TREND_LINE = "#1565c0"
+_TREND_CHANGE = "#8e24aa"
+TREND_LABEL_CHARS = 28
+
+
+def _trend_value(row: RunSummary, attribute: str) -> float | None:
+    """A row's figure in its panel's unit: ms for the step, % for the shares."""
+    value = getattr(row, attribute)
+    if value is None:
+        return None
+    return value / 1e6 if attribute == "mean_step_ns" else value * 100
+
+
+def _trend_title(row: RunSummary, label: str, attribute: str) -> str:
+    """'run-7: mean step 22.4 ms; top bottleneck input_bound (high)'."""
+    value = getattr(row, attribute)
+    shown = _ms(value) if attribute == "mean_step_ns" else fmt_pct(value)
+    top = f"{row.top_bottleneck} ({row.top_severity})" if row.top_bottleneck else "none"
+    return f"{row.name}: {label.split(' (')[0]} {shown}; top bottleneck {top}"
+
+
+def bottleneck_changes(rows: Sequence[RunSummary]) -> list[int]:
+    """The positions of the runs whose top bottleneck differs from the run's before them."""
+    return [i for i in range(1, len(rows)) if rows[i].top_bottleneck != rows[i - 1].top_bottleneck]
+
+
+def trend_chart(rows: Sequence[RunSummary]) -> str | None:
+    """Step time, GPU-Util, MFU and input-wait share over the runs, one small panel each on one run axis, each
+    point titled with its run; a dashed line marks each run whose top bottleneck differs from the one before it
+    (named at the top), so a jump in step time shows beside what changed. A panel no run has a figure for says so.
+    Each panel's line has the id ``trend-<panel>-line``: its points are the runs' figures, in order."""
+    if not rows:
+        return None
+    x = np.arange(len(rows))
+    changes = bottleneck_changes(rows)
+    hovers = _Hovers("trend")
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(TREND_PANELS), 1, figsize=(8, 1.7 * len(TREND_PANELS)), sharex=True)
+        for ax, (panel, label, attribute, top_value) in zip(axes, TREND_PANELS, strict=True):
+            values = [_trend_value(row, attribute) for row in rows]
+            known = [(i, v) for i, v in enumerate(values) if v is not None]
+            ax.set_ylabel(label)
+            for i in changes:
+                ax.axvline(i, color=_TREND_CHANGE, linestyle="--", linewidth=1)
+            if not known:
+                ax.text(0.5, 0.5, "no run has this figure", transform=ax.transAxes, ha="center", color="#666")
+                ax.set_yticks([])
+                continue
+            y = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            (line,) = ax.plot(x, y, color=_TREND_LINE, linewidth=1.5)
+            line.set_gid(f"trend-{panel}-line")
+            for i, v in known:
+                point = ax.scatter([i], [v], s=24, color=_TREND_LINE, zorder=3, clip_on=False)
+                hovers.add(point, _trend_title(rows[i], label, attribute))
+            ax.set_ylim(0, top_value or max(v for _, v in known) * 1.15 or 1)
+        top = axes[0]
+        for i in [0, *changes]:
+            before = f"{rows[i - 1].top_bottleneck or 'none'} -> " if i else ""
+            mark = top.annotate(
+                rows[i].top_bottleneck or "none",
+                (i, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, 2),
+                textcoords="offset points",
+                color=_TREND_CHANGE,
+                rotation=20,
+            )
+            hovers.add(mark, f"{rows[i].name}: top bottleneck {before}{rows[i].top_bottleneck or 'none'}")
+        every = _tick_every(len(rows))
+        ticks = x[::every]
+        labels = [clip(rows[i].name, TREND_LABEL_CHARS) for i in ticks]
+        axes[-1].set_xticks(ticks, labels, rotation=30, ha="right")
+        axes[-1].set_xlim(-0.5, len(rows) - 0.5)
+        axes[-1].set_xlabel("run (dashed: the top bottleneck changes)")
         return _svg(fig, hovers)
 
 

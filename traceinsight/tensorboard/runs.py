@@ -18,6 +18,7 @@ from typing import Any
 
 from traceinsight.discover import RUN_INFO, Run, find_runs, is_trace
 from traceinsight.errors import TraceError
+from traceinsight.listing import FilesKey, files_key
 
 # What TensorBoard calls a run at the root of the logdir.
 ROOT_RUN = "."
@@ -37,17 +38,10 @@ class ProfileRun:
     name: str
     run: Run
 
-    def key(self) -> tuple[tuple[str, int, int], ...]:
-        """Each file's path, size and mtime: a report is stale once this changes (a run still being written)."""
-        key = []
-        for f in self.run.files:
-            try:
-                st = f.stat()
-            except OSError:  # deleted since the walk: a different run now
-                key.append((str(f), -1, -1))
-                continue
-            key.append((str(f), st.st_size, st.st_mtime_ns))
-        return tuple(key)
+    def key(self) -> FilesKey:
+        """Each file's path, size and mtime (`listing.files_key`): a report is stale once this changes (a run still
+        being written)."""
+        return files_key(self.run.files)
 
     def describe(self) -> dict[str, Any]:
         """The run as the `runs` route lists it (no paths: the name is all the tab needs)."""
