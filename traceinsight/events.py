@@ -96,6 +96,33 @@ model_flops       float64     FLOP    XSpace ``model_flops`` (the model's FLOPs,
 input_id          int16               index into `Profile.inputs`
 ================  ==========  ======  ==========================================================
 
+Collectives' args are a third side table, `Profile.collectives` (`make_collective_table`): one row per event
+that is a collective or enqueues one (Kineto: a ``Collective name`` arg, or a name of `rules.COLLECTIVE_*`:
+NCCL / RCCL kernels, ``gloo:all_reduce``, ``c10d::allreduce_``, ``record_param_comms``), with what the event
+table has no column for: the process group, the sequence number and the message. Other events add nothing. Columns:
+
+============  ==========  ======  ==========================================================
+column        dtype       unit    meaning
+============  ==========  ======  ==========================================================
+ts_ns         int64       ns      start, on the event table's clock (joins the event's row)
+dur_ns        int64       ns      duration
+thread        int64               host thread; -1 for a device event
+device        category            the device of a kernel (prefixed like the event table's);
+                                  NaN for host events
+stream        int64               device stream; -1 for host events
+name          category            event name as the profiler wrote it
+collective    category            Kineto ``Collective name`` (``allreduce``); NaN unknown
+group         category            ``Process Group Name`` (``0``); NaN unknown
+group_size    int32               ``Group size``; -1 unknown
+seq           int64               ``Seq``: the collective's sequence number in its group; -1
+in_nelems     int64               ``In msg nelems``, else the elements of the first input's
+                                  ``Input Dims`` (a tensor list: summed); -1 unknown
+out_nelems    int64               ``Out msg nelems``; -1 unknown
+dtype         category            ``dtype`` (``Float``), else the first ``Input type``
+                                  (``float``); NaN unknown
+input_id      int16               index into `Profile.inputs`
+============  ==========  ======  ==========================================================
+
 Kinds: ``kernel``, ``memcpy``, ``memset`` are device work (the only kinds that make a
 device busy); ``sync`` is a synchronisation (host API or device wait: never work);
 ``runtime`` a CUDA/HIP runtime or driver call on the host; ``cpu_op`` a framework op on
@@ -342,6 +369,15 @@ MEMORY_COLUMNS = (
 )
 
 
+def _strings(values: Any, n: int) -> pd.Categorical:
+    """A side table's string column as a categorical (all unknown when None); without any value, of the dtype
+    pandas gives strings, so tables of several inputs concatenate."""
+    if values is None:
+        return pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=_NO_STRINGS)
+    column = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
+    return column if len(column.categories) else pd.Categorical.from_codes(column.codes, categories=_NO_STRINGS)
+
+
 def make_memory_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
     """Build a memory side table (module docstring) from whichever columns a reader has, sorted by time
     (stably: events at one instant keep the reader's order). Missing columns get their "unknown" value."""
@@ -353,14 +389,7 @@ def make_memory_table(columns: Mapping[str, Any] | None = None, n: int | None = 
         values = columns.get(col)
         data[col] = np.full(n, _MEMORY_UNKNOWN.get(col, -1), dtype) if values is None else narrowed_ints(values, dtype)
     for col in _MEMORY_CATEGORY_COLUMNS:
-        values = columns.get(col)
-        if values is None:
-            values = pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=_NO_STRINGS)
-        elif not isinstance(values, pd.Categorical):
-            values = pd.Categorical(values)
-        if not len(values.categories):  # strings' default dtype, so tables of several inputs concatenate
-            values = pd.Categorical.from_codes(values.codes, categories=_NO_STRINGS)
-        data[col] = values
+        data[col] = _strings(columns.get(col), n)
     fragmentation = columns.get("fragmentation")
     data["fragmentation"] = np.full(n, np.nan) if fragmentation is None else np.asarray(fragmentation, np.float64)
     absolute = columns.get("absolute")
@@ -413,14 +442,7 @@ def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None
         values = columns.get(col)
         data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
     for col in _OP_CATEGORY_COLUMNS:
-        values = columns.get(col)
-        if values is None:
-            values = pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=_NO_STRINGS)
-        elif not isinstance(values, pd.Categorical):
-            values = pd.Categorical(values)
-        if not len(values.categories):
-            values = pd.Categorical.from_codes(values.codes, categories=_NO_STRINGS)
-        data[col] = values
+        data[col] = _strings(columns.get(col), n)
     for col in _OP_OBJECT_COLUMNS:
         values = columns.get(col)
         column = np.empty(n, dtype=object)
@@ -443,6 +465,65 @@ def concat_op_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
 def empty_op_table() -> pd.DataFrame:
     """An op table without rows: the trace records no op costs (no shapes, no FLOP counts)."""
     return make_op_table({}, 0)
+
+
+# --------------------------------------------------------------------------- collectives' args
+
+_COLLECTIVE_INT_COLUMNS: dict[str, Any] = {
+    "ts_ns": np.int64,
+    "dur_ns": np.int64,
+    "thread": np.int64,
+    "stream": np.int64,
+    "group_size": np.int32,
+    "seq": np.int64,
+    "in_nelems": np.int64,
+    "out_nelems": np.int64,
+}
+_COLLECTIVE_CATEGORY_COLUMNS: dict[str, tuple[str, ...] | None] = {
+    "device": None,
+    "name": None,
+    "collective": None,
+    "group": None,
+    "dtype": None,
+}
+COLLECTIVE_COLUMNS = (
+    "ts_ns",
+    "dur_ns",
+    "thread",
+    "device",
+    "stream",
+    "name",
+    "collective",
+    "group",
+    "group_size",
+    "seq",
+    "in_nelems",
+    "out_nelems",
+    "dtype",
+    "input_id",
+)
+
+
+def make_collective_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
+    """Build a collectives' args side table (module docstring) from whichever columns a reader has; missing
+    columns get their "unknown" value."""
+    columns = columns or {}
+    if n is None:
+        n = len(next(iter(columns.values()))) if columns else 0
+    data: dict[str, Any] = {}
+    for col, dtype in _COLLECTIVE_INT_COLUMNS.items():
+        values = columns.get(col)
+        data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
+    for col in _COLLECTIVE_CATEGORY_COLUMNS:
+        data[col] = _strings(columns.get(col), n)
+    input_id = columns.get("input_id")
+    data["input_id"] = np.zeros(n, np.int16) if input_id is None else np.asarray(input_id, np.int16)
+    return pd.DataFrame({col: data[col] for col in COLLECTIVE_COLUMNS}, copy=False)
+
+
+def empty_collective_table() -> pd.DataFrame:
+    """A collectives' args table without rows: the trace records no collective."""
+    return make_collective_table({}, 0)
 
 
 @dataclass
@@ -468,6 +549,7 @@ class TraceRead:
     warnings: Counter[str] = field(default_factory=Counter)
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
     ops: pd.DataFrame = field(default_factory=empty_op_table)  # framework ops' cost basis (`make_op_table`)
+    collectives: pd.DataFrame = field(default_factory=empty_collective_table)  # `make_collective_table`
 
 
 @dataclass
@@ -483,6 +565,7 @@ class Profile:
     name: str = ""
     memory: pd.DataFrame = field(default_factory=empty_memory_table)  # device memory levels (`make_memory_table`)
     ops: pd.DataFrame = field(default_factory=empty_op_table)  # framework ops' cost basis (`make_op_table`)
+    collectives: pd.DataFrame = field(default_factory=empty_collective_table)  # `make_collective_table`
 
 
 def take_rows(table: pd.DataFrame, rows: np.ndarray, columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -532,6 +615,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     tables = []
     memories = []
     op_tables = []
+    collective_tables = []
     devices: dict[str, DeviceInfo] = {}
     warnings: Counter[str] = Counter()
     metadata: dict[str, Any] = {}
@@ -550,6 +634,11 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         if several:
             _prefix_devices(ops, labels[i])
         op_tables.append(ops)
+        collectives = read.collectives
+        collectives["input_id"] = np.int16(i)
+        if several:
+            _prefix_devices(collectives, labels[i])
+        collective_tables.append(collectives)
         for dev_id, info in read.devices.items():
             key = f"{labels[i]}/{dev_id}" if several else dev_id
             devices[key] = DeviceInfo(**{**info.__dict__, "id": key})
@@ -559,6 +648,11 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
     events = tables[0] if len(tables) == 1 else _concat_tables(tables)
     memory = memories[0] if len(memories) == 1 else _concat_tables(memories, MEMORY_COLUMNS, _MEMORY_CATEGORY_COLUMNS)
     ops = concat_op_tables(op_tables)
+    collectives = (
+        collective_tables[0]
+        if len(collective_tables) == 1
+        else _concat_tables(collective_tables, COLLECTIVE_COLUMNS, _COLLECTIVE_CATEGORY_COLUMNS)
+    )
     frameworks = {r.framework for r in reads} - {"unknown"}
     framework = frameworks.pop() if len(frameworks) == 1 else "unknown"
     return Profile(
@@ -571,6 +665,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         name=name,
         memory=memory,
         ops=ops,
+        collectives=collectives,
     )
 
 

@@ -685,3 +685,86 @@ FLOPS_HOW_TO = {
     "tensorflow": "TensorFlow GPU traces carry no op FLOPs; XLA on TPU records them",
     "jax": "JAX GPU traces carry no op FLOPs; XLA on TPU records them",
 }
+
+# --------------------------------------------------------------------------- collectives (analysis/collectives.py)
+# Events that are collectives, by name: NCCL / RCCL kernels (device side; `ncclKernel_AllReduce_RING_LL_Sum_float`,
+# `ncclDevKernel_AllGather_RING_LL`) and a process-group backend's own ranges on the host (`gloo:all_reduce` on a gloo
+# worker thread, `nccl:all_reduce`, `mpi:`, `ucc:`), which span a rank's arrival to its completion. The c10d ops
+# (`c10d::allreduce_`) and `record_param_comms` only enqueue the work: read for their args, never timed as instances.
+COLLECTIVE_KERNEL_PATTERN = re.compile(r"^(?:void\s+)?(?:nccl|rccl)\w*(?:Kernel|_)|^multimem_all_reduce", re.IGNORECASE)
+COLLECTIVE_HOST_PATTERN = re.compile(r"^(?:gloo|nccl|rccl|mpi|ucc|xccl):[a-z_]+$")
+COLLECTIVE_ENQUEUE_PATTERN = re.compile(r"^c10d::|^record_param_comms$")
+# Waits and barriers are synchronisation, not collectives with a payload of their own.
+COLLECTIVE_EXCLUDED = re.compile(r"barrier|wait", re.IGNORECASE)
+# Collective kinds, by the first pattern that the name (or Kineto's `Collective name` arg) holds once lower-cased with
+# everything but letters removed ("gloo:all_reduce", "ncclKernel_AllReduce", "allreduce" all read "allreduce").
+COLLECTIVE_KINDS = (
+    ("all_reduce", "allreduce"),
+    ("reduce_scatter", "reducescatter"),
+    ("all_gather", "allgather"),
+    ("all_to_all", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("send_recv", "sendrecv"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("send", "send"),
+    ("recv", "recv"),
+)
+# NCCL's bus-bandwidth factors (nccl-tests doc/PERFORMANCE.md): busbw = algbw * factor(n), algbw = S / t with S the
+# full message (all-gather: the output; reduce-scatter: the input), so busbw compares with the link's peak whatever
+# the number of ranks. Collectives not listed (send / recv, broadcast and reduce: factor 1) are algbw.
+BUS_BANDWIDTH_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+# Bytes an element of Kineto's `dtype` arg (c10::toString: "Float", "BFloat16") and `Input type` ("float",
+# "c10::Half"), lower-cased.
+COLLECTIVE_DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "half": 2,
+    "c10::half": 2,
+    "bfloat16": 2,
+    "c10::bfloat16": 2,
+    "long": 8,
+    "long int": 8,
+    "int64": 8,
+    "int": 4,
+    "int32": 4,
+    "short": 2,
+    "short int": 2,
+    "byte": 1,
+    "unsigned char": 1,
+    "char": 1,
+    "signed char": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+}
+# A rank is the straggler when it arrives last at this share of the matched collectives at least ...
+STRAGGLER_MIN_LAST_SHARE = 0.6
+# ... and the others wait for it at least this share of the median step (or, without steps, of the median time
+# between collectives) and at least STRAGGLER_MIN_LATE_NS a step: a rank last by a few µs is noise.
+STRAGGLER_MIN_STEP_SHARE = 0.1
+STRAGGLER_MIN_LATE_NS = 200_000
+# The straggler's phases named with it: those where it spends at least this share of its lateness a step more than
+# the median of the other ranks.
+STRAGGLER_PHASE_MIN_SHARE = 0.2
+# Step phases when the step thread holds no user ranges (`record_function`) of its own: the framework's ranges, by
+# name, outermost first (a phase name is searched in each outermost range on the step's thread).
+FRAMEWORK_PHASES = (
+    (
+        "forward",
+        re.compile(r"^DistributedDataParallel\.forward|^## forward|^nn\.Module: |^FullyShardedDataParallel\.forward"),
+    ),
+    ("backward", re.compile(r"^autograd::engine::evaluate_function|^## backward|^torch/autograd")),
+    ("optimizer", re.compile(r"^Optimizer\.(?:step|zero_grad)|^## optimizer")),
+    ("data", re.compile(r"^enumerate\(DataLoader\)|DataLoader.*__next__|^## data")),
+)

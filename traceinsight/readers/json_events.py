@@ -98,6 +98,14 @@ class Args(msgspec.Struct, gc=False):
     addr: Number = msgspec.field(name="Addr", default=-1)
     device_id: Number = msgspec.field(name="Device Id", default=-1)
     device_type: Number = msgspec.field(name="Device Type", default=-1)
+    # Collectives (Kineto's `record_param_comms` ops and NCCL kernels; kineto.py keeps them for those rows only).
+    collective_name: str | None = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: Number = msgspec.field(name="In msg nelems", default=-1)
+    out_msg_nelems: Number = msgspec.field(name="Out msg nelems", default=-1)
+    group_size: Number = msgspec.field(name="Group size", default=-1)
+    dtype: str | None = None
+    process_group: Number = msgspec.field(name="Process Group Name", default=None)
+    seq: Number = msgspec.field(name="Seq", default=-1)
     # XProf's trace_viewer export.
     name: Any = None
     correlation_id: Number = -1

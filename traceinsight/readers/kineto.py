@@ -47,9 +47,11 @@ from traceinsight.events import (
     InputInfo,
     TraceRead,
     kind_mask,
+    make_collective_table,
     make_event_table,
     make_memory_table,
     make_op_table,
+    take_rows,
 )
 from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
@@ -60,6 +62,7 @@ from traceinsight.readers.json_events import NO_ARGS, Args, Event, TraceDoc, gc_
 from traceinsight.readers.json_files import CHUNK_BYTES, json_size_guess
 from traceinsight.readers.json_stream import StreamFallback, StreamRestart, TraceStream
 from traceinsight.readers.json_times import complete_and_instants, timed_of
+from traceinsight.rules import COLLECTIVE_ENQUEUE_PATTERN, COLLECTIVE_HOST_PATTERN, COLLECTIVE_KERNEL_PATTERN
 
 # Kineto cat (lower-cased) -> (kind, runs on the device). Anything else is host "other".
 _CATEGORIES: dict[str, tuple[str, bool]] = {
@@ -164,6 +167,7 @@ class _Chunk:
     kineto_cats: bool
     warnings: Counter[str]
     ops: dict[str, np.ndarray]  # `_op_columns`: row numbers within the chunk, shapes, FLOPs
+    collectives: dict[str, np.ndarray]  # `_collective_columns`: row numbers within the chunk, group, message
 
 
 def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
@@ -223,7 +227,59 @@ def _convert(events: list[Event], exact_ts: bool) -> _Chunk:
     }
     first_ts = int(complete.ts_ns.min()) if len(complete.ts_ns) else None
     ops = _op_columns(_select(args, kind == _KIND_CPU_OP), rows[kind == _KIND_CPU_OP])
-    return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings, ops)
+    collective = names.lookup(_is_collective_name, False, bool)[name_codes]
+    collectives = _collective_columns(_select(args, collective), rows[collective])
+    return _Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings, ops, collectives)
+
+
+def _is_collective_name(name: str) -> bool:
+    """A collective or its enqueue, by name (`rules.COLLECTIVE_*`): the events that carry `Collective name` args
+    (NCCL kernels, ``record_param_comms``) are among them, so no other event's args are looked at."""
+    return bool(
+        COLLECTIVE_KERNEL_PATTERN.search(name)
+        or COLLECTIVE_HOST_PATTERN.match(name)
+        or COLLECTIVE_ENQUEUE_PATTERN.search(name)
+    )
+
+
+def _collective_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The collectives' args of a chunk's collective rows (their `args`, at `rows`). Where Kineto wrote no ``In msg
+    nelems`` (gloo's ranges carry only ``record_shapes``' ``Input Dims``), the message is the first input's
+    elements and its dtype the first ``Input type``."""
+    nelems = int_column([a.in_msg_nelems for a in args])
+    dtype = np.array([a.dtype for a in args], dtype=object)
+    for i in np.flatnonzero(nelems < 0).tolist():
+        nelems[i], shape_dtype = _first_input(args[i])
+        if dtype[i] is None:
+            dtype[i] = shape_dtype
+    return {
+        "row": rows,
+        "collective": np.array([a.collective_name for a in args], dtype=object),
+        "group": np.array([None if a.process_group is None else str(a.process_group) for a in args], dtype=object),
+        "group_size": int_column([a.group_size for a in args]),
+        "seq": int_column([a.seq for a in args]),
+        "in_nelems": nelems,
+        "out_nelems": int_column([a.out_msg_nelems for a in args]),
+        "dtype": dtype,
+    }
+
+
+def _first_input(args: Args) -> tuple[int, str | None]:
+    """Elements and dtype of an op's first input from ``Input Dims`` / ``Input type`` (a tensor list: its tensors'
+    elements summed, dtype unknown); (-1, None) when they do not say."""
+    try:
+        dims = msgspec.json.decode(bytes(args.input_dims)) if bytes(args.input_dims) else None
+        types = msgspec.json.decode(bytes(args.input_types)) if bytes(args.input_types) else None
+    except msgspec.DecodeError:
+        return -1, None
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
+        return -1, None
+    first = dims[0]
+    tensors = first if all(isinstance(d, list) for d in first) else [first]
+    if not all(isinstance(size, int) for tensor in tensors for size in tensor):
+        return -1, None
+    dtype = types[0] if isinstance(types, list) and types and isinstance(types[0], str) and types[0] else None
+    return sum(int(np.prod(tensor)) for tensor in tensors), None if dtype == "TensorList" else dtype
 
 
 def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -308,6 +364,7 @@ class _Rows:
         self.first_ts: int | None = None
         self.rows = 0
         self.ops: list[dict[str, np.ndarray]] = []  # each chunk's `_op_columns`, rows made file-wide
+        self.collectives: list[dict[str, np.ndarray]] = []  # each chunk's `_collective_columns`, rows file-wide
 
     @classmethod
     def of_doc(cls, doc: TraceDoc) -> _Rows:
@@ -364,6 +421,9 @@ class _Rows:
         if len(chunk.ops["row"]):
             chunk.ops["row"] += self.rows
             self.ops.append(chunk.ops)
+        if len(chunk.collectives["row"]):
+            chunk.collectives["row"] += self.rows
+            self.collectives.append(chunk.collectives)
         self.columns.append(**columns)
         self.rows += chunk.rows
         if chunk.first_ts is not None:
@@ -415,6 +475,7 @@ class _Rows:
             },
             n,
         )
+        collectives = self.collective_table(table)
         table = drop_duplicates(table, self.warnings, "kineto")
         metadata = _metadata(self.top, clock, offset)
         span_start, span_dur = column("span_start", np.int64), column("span_dur", np.int64)
@@ -431,6 +492,24 @@ class _Rows:
             warnings=self.warnings,
             memory=self.memory(offset, table),
             ops=self.op_table(ts_ns),
+            collectives=collectives,
+        )
+
+    def collective_table(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The collectives' args table of the collectives met (`table`: the events, row for row as read)."""
+        if not self.collectives:
+            return make_collective_table()
+        rows = np.concatenate([part["row"] for part in self.collectives])
+        taken = take_rows(table, rows, ["ts_ns", "dur_ns", "thread", "device", "stream", "name"])
+        return make_collective_table(
+            {
+                **{key: taken[key].to_numpy() for key in ("ts_ns", "dur_ns", "thread", "stream")},
+                **{key: taken[key].array.remove_unused_categories() for key in ("device", "name")},
+                **{
+                    key: np.concatenate([part[key] for part in self.collectives])
+                    for key in ("collective", "group", "group_size", "seq", "in_nelems", "out_nelems", "dtype")
+                },
+            }
         )
 
     def op_table(self, ts_ns: np.ndarray) -> pd.DataFrame:

@@ -1,0 +1,179 @@
+"""Who waits for whom (analysis/collectives.py) on real captures whose answer is known.
+
+`sample_traces/distributed/` holds 2-rank DDP runs (gloo on the CPU, `tools/capture_distributed.py`) with rank 1
+slowed on purpose, and each run's wait measured by the script itself with `time.perf_counter` (`run_info.json`).
+The NCCL trace of HTA (one rank of two) has no other rank to match: its all-reduces are split against the shortest
+instance of the same size.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, shared_trace
+from traceinsight.analysis.collectives import (
+    SINGLE_RANK_NOTE,
+    Collectives,
+    RankCollectives,
+    bandwidths,
+    collective_kind,
+    collectives,
+)
+from traceinsight.events import Profile
+from traceinsight.workflow import load_path
+
+CAPTURES = REPO / "sample_traces" / "distributed"
+NCCL = "hta/nccl_parser_config/nccl_data.json.gz"
+STEPS, BUCKETS = 8, 2  # profiled steps; DDP's gradient buckets a step
+
+
+@cache
+def _load(scenario: str) -> tuple[Profile, Collectives, dict]:
+    _, profile = load_path(CAPTURES / scenario)
+    info = json.loads((CAPTURES / scenario / "run_info.json").read_text())
+    return profile, collectives(profile), info
+
+
+def _rank(view: Collectives, rank: int) -> RankCollectives:
+    (found,) = [r for r in view.ranks if r.rank == rank]
+    return found
+
+
+@pytest.mark.parametrize("scenario", ["balanced", "sleep_rank1", "big_batch_rank1"])
+def test_every_all_reduce_is_matched_on_both_ranks(scenario: str) -> None:
+    profile, view, _ = _load(scenario)
+    assert sorted(i.rank for i in profile.inputs) == [0, 1]
+    assert (view.scope, view.side, view.unmatched) == ("matched", "host", 0)
+    assert view.phase_source == "record_function ranges"
+    assert len(view.instances) == STEPS * BUCKETS
+    for instance in view.instances:
+        assert instance.collective == "all_reduce" and instance.group_size == 2
+        assert sorted(a.rank for a in instance.arrivals) == [0, 1]
+        latest = max(a.arrival_ns for a in instance.arrivals)
+        for a in instance.arrivals:
+            assert a.wait_ns == latest - a.arrival_ns >= 0
+            assert instance.transfer_ns <= a.dur_ns
+        assert instance.transfer_ns == min(a.dur_ns for a in instance.arrivals)
+        last = max(instance.arrivals, key=lambda a: a.arrival_ns)
+        assert instance.last_rank == last.rank and last.wait_ns == 0
+        # gloo's range carries the bucket's shape and dtype (record_shapes): float32 elements.
+        assert instance.bytes is not None and instance.bytes % 4 == 0
+        assert instance.busbw_gbps == pytest.approx(instance.bytes / instance.transfer_ns)  # 2(n-1)/n = 1 at n=2
+        assert instance.link_peak_gbps is None  # a CPU has no NVLink
+    for rank in view.ranks:
+        assert rank.steps == STEPS and rank.instances == STEPS * BUCKETS
+        assert set(rank.phases) == {"data", "forward", "backward", "optimizer"}
+
+
+def test_sleeping_rank_is_the_straggler_in_its_data_phase() -> None:
+    _, view, info = _load("sleep_rank1")
+    straggler = view.straggler
+    assert straggler is not None and straggler.rank == 1 and straggler.phase == "data"
+    assert straggler.last_share == 1.0
+    sleep_ns = info["settings"]["sleep_s"] * 1e9
+    assert straggler.phase_excess_ns == pytest.approx(sleep_ns, rel=0.15)
+    assert [p for p, _ in straggler.phases] == ["data"]
+    assert "rank1" in straggler.message and "`data`" in straggler.message
+    assert _rank(view, 1).wait_per_step_ns < 0.05 * _rank(view, 0).wait_per_step_ns
+
+
+def test_big_batch_rank_is_the_straggler_in_forward_and_backward() -> None:
+    _, view, _ = _load("big_batch_rank1")
+    straggler = view.straggler
+    assert straggler is not None and straggler.rank == 1
+    assert straggler.phase in ("forward", "backward")
+    assert {p for p, _ in straggler.phases} == {"forward", "backward"}
+    # Rank 0's backward range holds its wait for rank 1 (DDP waits at the end of backward); taken out, its own
+    # backward is the shorter.
+    assert _rank(view, 0).phases["backward"] < _rank(view, 1).phases["backward"]
+
+
+@pytest.mark.parametrize("scenario", ["sleep_rank1", "big_batch_rank1"])
+def test_rank0_wait_per_step_matches_the_script_measurement(scenario: str) -> None:
+    _, view, info = _load(scenario)
+    measured_ns = info["rank0_mean_wait_ms"] * 1e6
+    assert _rank(view, 0).wait_per_step_ns == pytest.approx(measured_ns, rel=0.15)
+
+
+def test_balanced_run_names_no_straggler_and_waits_near_zero() -> None:
+    _, view, info = _load("balanced")
+    assert view.straggler is None and view.note
+    for rank in view.ranks:
+        assert rank.step_ns is not None
+        assert rank.wait_per_step_ns is not None and rank.wait_per_step_ns < 0.15 * rank.step_ns
+    assert _rank(view, 0).wait_per_step_ns == pytest.approx(info["rank0_mean_wait_ms"] * 1e6, abs=1e6)
+
+
+def test_gloo_side_table_keeps_message_size() -> None:
+    profile, _, _ = _load("sleep_rank1")
+    table = profile.collectives
+    gloo = table[(table["name"] == "gloo:all_reduce").to_numpy()]
+    assert len(gloo) == 2 * STEPS * BUCKETS
+    assert (gloo["in_nelems"] > 0).all() and set(gloo["dtype"].astype(str)) == {"float"}
+    assert (gloo["group_size"] == -1).all() and (gloo["seq"] == -1).all()  # torch 2.13's gloo writes no args
+
+
+def test_nccl_single_rank_all_reduces_split_into_waiting_and_transfer() -> None:
+    _, profile = load_path(shared_trace(NCCL).parent)
+    view = collectives(profile)
+    assert (view.scope, view.side, view.straggler) == ("single_rank", "device", None)
+    assert SINGLE_RANK_NOTE in view.note
+    kernels = profile.collectives[profile.collectives["name"].astype(str).str.startswith("ncclKernel").to_numpy()]
+    assert len(kernels) == 21
+    assert set(kernels["group"].astype(str)) == {"0"} and (kernels["group_size"] == 2).all()
+    all_reduces = [i for i in view.instances if i.collective == "all_reduce"]
+    assert len(all_reduces) == 15
+    sizes = {i.bytes for i in all_reduces}
+    assert len(sizes) == 5  # five gradient buckets, each reduced once in each of the 3 steps
+    biggest = [i for i in all_reduces if i.bytes == max(sizes)]  # 7,875,584 floats
+    durations = sorted(i.arrivals[0].dur_ns for i in biggest)
+    assert len(biggest) == 3
+    assert all(i.transfer_ns == durations[0] for i in biggest)
+    assert durations[0] == pytest.approx(2.4e6, rel=0.05)  # the shortest bounds the transfer
+    assert 5.5e6 < durations[-1] < 6.5e6  # the longest waits most of its 6 ms
+    for instance in biggest:
+        (arrival,) = instance.arrivals
+        assert arrival.wait_ns == arrival.dur_ns - instance.transfer_ns and arrival.late_ns == 0
+        assert instance.link_peak_gbps == 300.0  # A100 SXM4 NVLink, a direction
+        assert instance.busbw_gbps == pytest.approx(instance.bytes / instance.transfer_ns)
+    (rank,) = view.ranks
+    assert rank.wait_ns == pytest.approx(sum(a.wait_ns for i in view.instances for a in i.arrivals), rel=1e-6)
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests() -> None:
+    algbw, busbw = bandwidths("all_reduce", 8_000, 1_000, 4)
+    assert (algbw, busbw) == (8.0, pytest.approx(8.0 * 2 * 3 / 4))
+    for collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert bandwidths(collective, 8_000, 1_000, 8)[1] == pytest.approx(8.0 * 7 / 8)
+    assert bandwidths("broadcast", 8_000, 1_000, 8) == (8.0, None)
+    assert bandwidths("all_reduce", -1, 1_000, 8) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("gloo:all_reduce", "all_reduce"),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"),
+        ("_allgather_base", "all_gather"),
+        ("all_to_allv", "all_to_all"),
+        ("ncclDevKernel_SendRecv", "send_recv"),
+        ("gloo:broadcast", "broadcast"),
+        ("aten::mm", None),
+    ],
+)
+def test_collective_kind(name: str, kind: str | None) -> None:
+    assert collective_kind(name) == kind
+
+
+def test_waits_are_unions_not_sums() -> None:
+    """Both buckets of a step wait for rank 1 at once: the step's wait counts that time once."""
+    _, view, _ = _load("sleep_rank1")
+    rank0 = _rank(view, 0)
+    summed = sum(a.wait_ns for i in view.instances for a in i.arrivals if a.rank == 0)
+    assert rank0.wait_ns < 0.75 * summed
+    assert np.isclose(rank0.wait_ns / STEPS, rank0.wait_per_step_ns, rtol=1e-6)
