@@ -20,7 +20,7 @@ from traceinsight.report.html import render_html
 from traceinsight.report.markdown import render_markdown
 from traceinsight.report.terminal import render_terminal
 from traceinsight.report.trace_export import write_annotated_trace
-from traceinsight.workflow import analyze_path
+from traceinsight.workflow import analyze_path, load_path
 
 
 def _marked(i: int, t: float, dur: float) -> dict:
@@ -147,6 +147,11 @@ def _low_compute_efficiency() -> Profile:
     return p
 
 
+def _straggler() -> Profile:
+    """Two DDP ranks (gloo, CPU) where rank 1 sleeps 30 ms in its data step: tools/capture_distributed.py."""
+    return load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")[1]
+
+
 def _communication() -> Profile:
     rows = []
     for i in range(2):
@@ -184,6 +189,7 @@ FIRES: dict[str, Callable[[], Profile]] = {
     "fp32_compute": _fp32_compute,
     "low_compute_efficiency": _low_compute_efficiency,
     "communication": _communication,
+    "straggler": _straggler,
     "small_batch": _launch_bound,
     "idle_other": _idle_other,
     "warmup_in_window": _warmup,

@@ -14,6 +14,7 @@ import numpy as np
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.capture import Capture as CaptureAnalysis
+from traceinsight.analysis.collectives import CollectiveInstance, Collectives, RankCollectives
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
@@ -26,6 +27,8 @@ from traceinsight.findings import Findings, evaluate
 from traceinsight.report.meta import capture_date, trace_versions
 from traceinsight.result import (
     Capture,
+    CollectiveGroup,
+    CollectivesSummary,
     Copies,
     Device,
     Gaps,
@@ -46,6 +49,7 @@ from traceinsight.result import (
     RunReport,
     Step,
     Steps,
+    StragglerRank,
     Totals,
     Waits,
     Window,
@@ -260,7 +264,7 @@ def _waits(w: WaitsAnalysis) -> Waits:
     )
 
 
-def _rank(r: RankStats) -> Rank:
+def _rank(r: RankStats, collective: RankCollectives | None) -> Rank:
     return Rank(
         input=r.input_id,
         label=r.label,
@@ -279,6 +283,13 @@ def _rank(r: RankStats) -> Rank:
             median_ns=r.steps.median_ns,
             total_ns=r.steps.total_ns,
         ),
+        wait_ns=None if collective is None else collective.wait_ns,
+        transfer_ns=None if collective is None else collective.transfer_ns,
+        late_ns=None if collective is None else collective.late_ns,
+        wait_per_step_ns=None if collective is None else collective.wait_per_step_ns,
+        late_per_step_ns=None if collective is None else collective.late_per_step_ns,
+        last_count=None if collective is None else collective.last_count,
+        phases={} if collective is None else collective.phases,
     )
 
 
@@ -287,14 +298,60 @@ def _ranks(a: Analysis) -> Ranks | None:
     view = rank_view(a)
     if view is None:
         return None
+    by_input = {r.input_id: r for r in a.collectives.ranks} if a.collectives.scope == "matched" else {}
     return Ranks(
         count=len(view.ranks),
-        items=[_rank(r) for r in view.ranks],
+        items=[_rank(r, by_input.get(r.input_id)) for r in view.ranks],
         step_mean_min_ns=view.step_mean_min_ns,
         step_mean_max_ns=view.step_mean_max_ns,
         step_mean_spread_ns=view.step_mean_spread_ns,
         step_mean_spread_fraction=view.step_mean_spread_fraction,
-        slowest=None if view.slowest is None else _rank(view.slowest),
+        slowest=None if view.slowest is None else _rank(view.slowest, by_input.get(view.slowest.input_id)),
+    )
+
+
+def _collectives(c: Collectives) -> CollectivesSummary:
+    """The collectives of the run, grouped by kind and message size, with the straggler."""
+    groups: dict[tuple[str, int | None], list[CollectiveInstance]] = {}
+    for instance in c.instances:
+        groups.setdefault((instance.collective, instance.bytes), []).append(instance)
+    s = c.straggler
+    return CollectivesSummary(
+        scope=c.scope,
+        side=c.side,
+        note=c.note,
+        phase_source=c.phase_source,
+        count=len(c.instances),
+        unmatched=c.unmatched,
+        wait_ns=sum(x.wait_ns for i in c.instances for x in i.arrivals),
+        transfer_ns=sum(i.transfer_ns * len(i.arrivals) for i in c.instances),
+        groups=[_group(kind, size, members) for (kind, size), members in groups.items()],
+        straggler=None
+        if s is None
+        else StragglerRank(
+            rank=s.rank,
+            label=s.label,
+            last_share=round(s.last_share, 4),
+            late_per_step_ns=s.late_per_step_ns,
+            phase=s.phase,
+            phase_excess_ns=s.phase_excess_ns,
+            phases=s.phases,
+            message=s.message,
+        ),
+    )
+
+
+def _group(kind: str, size: int | None, members: list[CollectiveInstance]) -> CollectiveGroup:
+    shortest = min(members, key=lambda i: i.transfer_ns)
+    return CollectiveGroup(
+        collective=kind,
+        bytes=size,
+        count=len(members),
+        transfer_ns=shortest.transfer_ns,
+        dur_max_ns=max(x.dur_ns for i in members for x in i.arrivals),
+        wait_ns=sum(x.wait_ns for i in members for x in i.arrivals),
+        busbw_gbps=None if shortest.busbw_gbps is None else round(shortest.busbw_gbps, 3),
+        link_peak_gbps=shortest.link_peak_gbps,
     )
 
 
@@ -334,6 +391,7 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         waits=_waits(a.waits),
         ranks=_ranks(a),
         compute=a.compute.summary,
+        collectives=_collectives(a.collectives),
         projection=findings.headline,
         host_ops=HostOps(top=a.host_ops.top, input_functions=a.host_ops.input_functions),
         bottlenecks=findings.bottlenecks,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, fix, project
@@ -59,6 +60,8 @@ from traceinsight.rules import (
     SMALL_BATCH_FIXED_SHARE,
     SMALL_BATCH_KERNEL_SHARE,
     SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND,
+    STRAGGLER_MIN_LAST_SHARE,
+    STRAGGLER_MIN_STEP_SHARE,
     TENSOR_CORE_UNUSED_SHARE,
     UNFUSED_ATTENTION_OPS,
     VERDICT_SEVERITY,
@@ -507,16 +510,52 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     )
 
 
-def _communication(a: Analysis) -> Finding | None:
+def _straggler(a: Analysis) -> Finding | None:
+    """Ranks wait in collectives for one rank that arrives late (`analysis/collectives.py`): the fix is every rank
+    at the median rank's pace, so the run's steps lose the wait the step input spends for the straggler."""
+    c = a.collectives
+    s = c.straggler
+    if s is None:
+        return None
     m = a.step_model
-    return Finding(
-        {
-            "communication_kernel_ns": sum(k.communication_ns for k in a.kernels),
-            "exposed_ns": sum(k.communication_exposed_ns for k in a.kernels),
-            "exposed_per_step_ns": _mean_stall(m, Stall.COMMUNICATION_EXPOSED),
-        },
-        fix(m, device_ns=m.stalls[Stall.COMMUNICATION_EXPOSED], kernel_ns=m.stalls[Stall.COMMUNICATION_EXPOSED]),
-    )
+    starts = np.array([x.start_ns for x in a.steps.items], np.int64)
+    ends = starts + np.array([x.dur_ns for x in a.steps.items], np.int64)
+    wait = waits_in(c, a.steps.input_id, starts, ends).astype(np.float64)
+    if len(wait) != m.count:
+        return None
+    evidence = {
+        "straggler": s.label,
+        "late_phase": s.phase,
+        "phase_excess_per_step_ns": s.phase_excess_ns,
+        "late_per_step_ns": s.late_per_step_ns,
+        "arrives_last_share": round(s.last_share, 4),
+        "wait_per_step_ns": m.mean(wait),
+        "message": s.message,
+    }
+    if c.side == "device":  # the collective's kernel runs while it waits: device time, not idle
+        return Finding(evidence, fix(m, device_ns=wait, kernel_ns=wait))
+    return Finding(evidence, fix(m, idle_ns=wait, host_ns=wait))
+
+
+def _communication(a: Analysis) -> Finding | None:
+    """Collective time not hidden under compute, its transfer part only: the waiting part is the straggler's (or,
+    with one rank in the trace, waiting for ranks not in it), and overlapping a transfer does not shorten a wait."""
+    m = a.step_model
+    exposed = m.stalls[Stall.COMMUNICATION_EXPOSED]
+    starts = np.array([x.start_ns for x in a.steps.items], np.int64)
+    waiting = waits_in(a.collectives, a.steps.input_id, starts, starts + np.array([x.dur_ns for x in a.steps.items]))
+    waiting = np.minimum(waiting, exposed) if len(waiting) == len(exposed) else np.zeros(len(exposed))
+    transfer = exposed - waiting
+    evidence: dict[str, Any] = {
+        "communication_kernel_ns": sum(k.communication_ns for k in a.kernels),
+        "exposed_ns": sum(k.communication_exposed_ns for k in a.kernels),
+        "exposed_per_step_ns": _mean_stall(m, Stall.COMMUNICATION_EXPOSED),
+        "exposed_waiting_per_step_ns": m.mean(waiting),
+        "exposed_transfer_per_step_ns": m.mean(transfer),
+    }
+    if a.collectives.scope == "single_rank":
+        evidence["waiting"] = a.collectives.note
+    return Finding(evidence, fix(m, device_ns=transfer, kernel_ns=transfer))
 
 
 def _idle_other(a: Analysis) -> Finding | None:
@@ -893,9 +932,32 @@ RULES: tuple[Rule, ...] = (
         max_severity="medium",
     ),
     Rule(
+        "straggler",
+        "Ranks wait in collectives for a slower rank",
+        "collectives matched across ranks: one rank arrives last at "
+        f">= {_pct(STRAGGLER_MIN_LAST_SHARE)} of them, late by >= {_pct(STRAGGLER_MIN_STEP_SHARE)} of the step; the "
+        "fix is every rank at the median rank's pace (its wait removed)",
+        _straggler,
+        {
+            "pytorch": (
+                "Even out the late rank's slow phase (the evidence names it): its data loading (more DataLoader "
+                "workers, the same shard sizes on every rank), its batch (the same per-rank batch, or sequence "
+                "lengths bucketed alike), or its host (a busier or slower machine).",
+                "Find what differs on that rank: profile all ranks together and compare the phase the evidence "
+                "names (`traceinsight runs` lists them).",
+            ),
+            "tensorflow": (
+                "Even out the late worker's slow phase: the same input pipeline settings and shard sizes on every "
+                "worker (`tf.data` with `num_parallel_calls` and `prefetch`).",
+            ),
+            "jax": ("Even out the late host's slow phase: the same input pipeline and shard sizes on every host.",),
+        },
+    ),
+    Rule(
         "communication",
         "Communication not overlapped with compute",
-        "Collective kernel time not hidden under compute kernels, ranked by its share of the step like every stall",
+        "Collective kernel time not hidden under compute kernels, its transfer part (the waiting part is the "
+        "straggler's, or for ranks not in the trace), ranked by its share of the step like every stall",
         _communication,
         {
             "pytorch": (

@@ -501,6 +501,59 @@ class Rank:
     idle_ns: int
     idle_fraction: float | None
     steps: RankSteps
+    # Its collectives (`analysis/collectives.py`); None where the run has none matched across ranks.
+    wait_ns: int | None = None  # waiting inside collectives for later ranks (a union)
+    transfer_ns: int | None = None  # the collectives' transfers (the shortest duration of each across ranks)
+    late_ns: int | None = None  # how late it arrives at collectives, after the first rank (a union)
+    wait_per_step_ns: int | None = None
+    late_per_step_ns: int | None = None
+    last_count: int | None = None  # collectives at which it arrived last
+    phases: dict[str, int] = field(default_factory=dict)  # mean ns a step per phase, its collective waits out
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveGroup:
+    """The instances of one collective and message size: how long the transfer takes and how long ranks wait."""
+
+    collective: str  # all_reduce, all_gather, reduce_scatter, all_to_all, ...
+    bytes: int | None
+    count: int
+    transfer_ns: int  # the shortest instance's transfer (single-rank: the shortest duration)
+    dur_max_ns: int  # the longest a rank spent in one: its wait and the transfer
+    wait_ns: int  # waiting summed over instances and ranks
+    busbw_gbps: float | None  # at the shortest transfer (nccl-tests' bus bandwidth)
+    link_peak_gbps: float | None  # the device's NVLink a direction, where known
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerRank:
+    """The rank the others wait for, and where its step loses the time."""
+
+    rank: int
+    label: str
+    last_share: float  # of the instances with any spread, the share at which it arrived last
+    late_per_step_ns: int
+    phase: str | None  # the phase where it spends most more than the median of the other ranks
+    phase_excess_ns: int | None
+    phases: list[tuple[str, int]] = field(default_factory=list)
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivesSummary:
+    """Who waits for whom (`analysis/collectives.py`): collectives matched across ranks, split into waiting and
+    transfer; the straggler."""
+
+    scope: str = "none"  # "matched" (2+ ranks in the trace), "single_rank", "none"
+    side: str = ""  # "device" (NCCL / RCCL kernels) or "host" (a backend's host ranges: gloo)
+    note: str = ""
+    phase_source: str = "none"
+    count: int = 0  # instances
+    unmatched: int = 0
+    wait_ns: int = 0  # waiting, summed over ranks (single-rank: beyond the shortest of the same kind and size)
+    transfer_ns: int = 0  # transfer, summed over ranks
+    groups: list[CollectiveGroup] = field(default_factory=list)
+    straggler: StragglerRank | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,6 +621,7 @@ class RunReport:
     waits: Waits = field(default_factory=Waits)
     ranks: Ranks | None = None  # None with a single input
     compute: ComputeEfficiency = field(default_factory=ComputeEfficiency)
+    collectives: CollectivesSummary = field(default_factory=CollectivesSummary)
     projection: RunProjection | None = None  # None when nothing fires
     host_ops: HostOps = field(default_factory=HostOps)
     bottlenecks: list[Bottleneck]

@@ -21,6 +21,7 @@ from typing import TextIO
 import orjson
 
 from traceinsight.analysis import Analysis, analyze, merge_analyses, with_graph_capture
+from traceinsight.analysis.collectives import rows_collectives_read
 from traceinsight.assemble import assemble
 from traceinsight.discover import Run, RunChoice, capture_pass_beside, choose_run
 from traceinsight.errors import TRUNCATED, TraceError, is_truncation_warning
@@ -143,10 +144,13 @@ def _reported(
 def _read_and_analyze(
     path: Path, base: Path, small_kernel_ns: int, limit: MemoryLimit | None
 ) -> tuple[TraceRead, Analysis]:
-    """One input read and analyzed alone (`merge_analyses` puts the run together), without its event table."""
+    """One input read and analyzed alone (`merge_analyses` puts the run together), without its event table but for
+    the rows the cross-rank view reads."""
     read = read_input(path, base, limit=limit)
     analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
-    return replace(read, events=read.events.iloc[:0]), analysis
+    # What goes back is the results and the few rows the cross-rank view of collectives reads, not the table.
+    kept = rows_collectives_read(read.events, 1)
+    return replace(read, events=read.events[kept].reset_index(drop=True)), analysis
 
 
 def refuse_partial(report: RunReport) -> None:

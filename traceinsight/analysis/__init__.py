@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
+from traceinsight.analysis.collectives import Collectives, collectives
 from traceinsight.analysis.compute import Compute, compute_efficiency
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
@@ -51,6 +52,7 @@ class Analysis:
     graphs: GraphReplays  # CUDA / HIP graph replays
     waits: Waits  # blocking calls that waited far longer than their own device work
     compute: Compute  # what the busy time achieves: FLOPs, kernel classes on the roofline, MFU (the step input's)
+    collectives: Collectives  # collectives matched across ranks: who waits for whom, and the straggler
 
     @property
     def window_ns(self) -> int:
@@ -98,6 +100,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         graphs=graph_replays(events, work),
         waits=waits,
         compute=_compute(profile, usages, steps),
+        collectives=collectives(profile),
     )
 
 
@@ -174,7 +177,8 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
     as `merge_reads` does), gap causes per input. The run's steps are those of the
     first input with host step markers, else of the device Steps line first by
     name, else those inferred for the first input with events, as `find_steps`
-    chooses. `profile` is the merged run's; its event table may be empty.
+    chooses. `profile` is the merged run's; its event table holds what each input kept of its own for the
+    cross-rank view (`collectives.rows_collectives_read`), or nothing.
     """
     if len(parts) == 1:
         return replace(parts[0], profile=profile)
@@ -215,6 +219,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         ),
         waits=_merged_waits(parts),
         compute=parts[run_input].compute,
+        collectives=collectives(profile),  # its events: what each input kept for it (`rows_collectives_read`)
     )
 
 

@@ -238,6 +238,22 @@ def collectives(profile: Profile) -> Collectives:
     return Collectives("matched", side, instances, ranks, straggler, source, unmatched, note)
 
 
+def _label(profile: Profile, input_id: int) -> str:
+    """The input's label (`events.input_labels`); `input<N>` for a profile built without its inputs listed."""
+    labels = input_labels(profile.inputs)
+    return labels[input_id] if input_id < len(labels) else f"input{input_id}"
+
+
+def waits_in(c: Collectives, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """An input's waiting inside collectives within each [start, end) window (ns): the union of its waits, so the
+    buckets of one step waiting at once count once. What a straggler costs that input's steps."""
+    mine = [(x.arrival_ns, x.arrival_ns + x.wait_ns) for i in c.instances for x in i.arrivals if x.input_id == input_id]
+    if not mine:
+        return np.zeros(len(starts), np.int64)
+    begin, end = (np.array(v, np.int64) for v in zip(*mine, strict=True))
+    return union(begin, end).covered_between(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+
+
 def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Rows of the instances every rank of their group took part in, `instance` numbering them; and how many rows
     were left out. By (group, seq) where every row has its sequence number, else by (group, collective, bytes, step,
@@ -342,6 +358,44 @@ def _phase_names(names: pd.Series, kinds: pd.Series) -> tuple[np.ndarray, bool]:
     return phase.to_numpy(dtype=object), bool(user.any())
 
 
+def _phase_ranges(events: pd.DataFrame, input_id: int) -> tuple[np.ndarray, pd.DataFrame]:
+    """An input's step markers, and the rows of its phase ranges: the outermost ranges on the markers' thread
+    within its steps (positions in `events`, in time order)."""
+    marks = _step_marks(events, input_id)
+    if marks.empty:
+        return np.zeros(0, np.int64), marks
+    thread = marks["thread"].iloc[0]
+    starts, ends = marks["ts_ns"].to_numpy(), (marks["ts_ns"] + marks["dur_ns"]).to_numpy()
+    mine = np.flatnonzero(
+        (events["input_id"].to_numpy() == input_id)
+        & (events["thread"].to_numpy() == thread)
+        & kind_mask(events, *_PHASE_KINDS)
+        & events["device"].isna().to_numpy()
+        & (events["ts_ns"].to_numpy() >= starts[0])
+        & (events["ts_ns"].to_numpy() < ends[-1])
+    )
+    r_start, r_dur = events["ts_ns"].to_numpy()[mine], events["dur_ns"].to_numpy()[mine]
+    order = np.lexsort((-r_dur, r_start))
+    mine, r_start, r_end = mine[order], r_start[order], (r_start + r_dur)[order]
+    outermost = np.ones(len(mine), bool)
+    outermost[1:] = r_start[1:] >= np.maximum.accumulate(r_end)[:-1]
+    return mine[outermost], marks
+
+
+def rows_collectives_read(events: pd.DataFrame, inputs: int) -> np.ndarray:
+    """The rows `collectives` reads (collectives, step markers, phase ranges): what an input analysed apart keeps
+    of its event table, so that a run read in processes (`merge_analyses`) matches its ranks as one read whole."""
+    names = DistinctNames(events)
+    host = events["device"].isna().to_numpy()
+    keep = (names.rows(COLLECTIVE_KERNEL_PATTERN) & kind_mask(events, "kernel") & ~host) | (
+        names.rows(COLLECTIVE_HOST_PATTERN) & host
+    )
+    keep |= kind_mask(events, "step") & host
+    for input_id in range(max(inputs, 1)):
+        keep[_phase_ranges(events, input_id)[0]] = True
+    return keep
+
+
 def _phases(profile: Profile, waits: dict[int, Intervals]) -> tuple[dict[int, dict[str, int]], str]:
     """Per input, the mean ns a step of each phase: the outermost ranges on the step markers' thread within its
     steps, less the collective waits (`waits`, host collectives only) they hold."""
@@ -349,27 +403,12 @@ def _phases(profile: Profile, waits: dict[int, Intervals]) -> tuple[dict[int, di
     result: dict[int, dict[str, int]] = {}
     any_user = any_framework = False
     for input_id in range(len(profile.inputs)):
-        marks = _step_marks(events, input_id)
+        rows, marks = _phase_ranges(events, input_id)
         if marks.empty:
             continue
-        thread = marks["thread"].iloc[0]
-        starts, ends = marks["ts_ns"].to_numpy(), (marks["ts_ns"] + marks["dur_ns"]).to_numpy()
-        mine = (
-            (events["input_id"].to_numpy() == input_id)
-            & (events["thread"].to_numpy() == thread)
-            & kind_mask(events, *_PHASE_KINDS)
-            & events["device"].isna().to_numpy()
-            & (events["ts_ns"].to_numpy() >= starts[0])
-            & (events["ts_ns"].to_numpy() < ends[-1])
-        )
-        ranges = events.loc[mine, ["ts_ns", "dur_ns", "name", "kind"]].sort_values(
-            ["ts_ns", "dur_ns"], ascending=[True, False]
-        )
+        ranges = events.iloc[rows]
         r_start = ranges["ts_ns"].to_numpy()
         r_end = r_start + ranges["dur_ns"].to_numpy()
-        outermost = np.ones(len(r_start), bool)
-        outermost[1:] = r_start[1:] >= np.maximum.accumulate(r_end)[:-1]
-        ranges, r_start, r_end = ranges[outermost], r_start[outermost], r_end[outermost]
         phase, user = _phase_names(ranges["name"].astype(str), ranges["kind"].astype(str))
         any_user |= user
         any_framework |= not user and len(phase) > 0
@@ -492,7 +531,7 @@ def _single_rank(profile: Profile, rows: pd.DataFrame, side: str) -> Collectives
     rank = RankCollectives(
         rank=int(rows["rank"].iloc[0]),
         input_id=input_id,
-        label=input_labels(profile.inputs)[input_id],
+        label=_label(profile, input_id),
         instances=len(rows),
         wait_ns=int(wait),
         transfer_ns=int(rows["transfer_ns"].sum()),
