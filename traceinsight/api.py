@@ -94,6 +94,10 @@ _REPLAY_COLUMNS = (
 )
 _WAIT_COLUMNS = ("name", "start_ns", "dur_ns", "own_device_ns", "seen_device_ns", "outside_trace", "waited_for")
 _CLASS_COLUMNS = tuple(f.name for f in fields(ComputeClass))
+_COLLECTIVE_COLUMNS = (
+    *("key", "collective", "group", "step_id", "bytes", "group_size", "rank", "arrival_ns", "dur_ns", "wait_ns"),
+    *("late_ns", "transfer_ns", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "last_rank"),
+)
 _OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
 _RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
 _CHARTS_MODULE = "traceinsight.report.charts"
@@ -341,6 +345,23 @@ class Report:
         `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
         rows = [{**asdict(w), "waited_for": "; ".join(w.waited_for)} for w in self._analyzed.report.waits.items]
         return _frame(rows, _WAIT_COLUMNS)
+
+    @property
+    def collectives(self) -> pd.DataFrame:
+        """One row per collective instance per rank (`traceinsight.analysis.collectives`): `key` (how it was
+        matched), `collective`, `group`, `step_id`, `bytes`, `group_size`, `rank`, `arrival_ns`, `dur_ns`, `wait_ns`
+        (latest arrival - this rank's; one rank in the trace: its duration beyond the shortest of its kind and
+        size), `late_ns`, `transfer_ns` (the shortest duration across ranks), `algbw_gbps`, `busbw_gbps`,
+        `link_peak_gbps`, `last_rank`."""
+        rows = [
+            {
+                **{k: v for k, v in asdict(i).items() if k != "arrivals"},
+                **{k: v for k, v in asdict(x).items() if k != "input_id"},
+            }
+            for i in self.analysis.collectives.instances
+            for x in i.arrivals
+        ]
+        return _frame(rows, _COLLECTIVE_COLUMNS)
 
     @property
     def kernel_classes(self) -> pd.DataFrame:

@@ -82,6 +82,8 @@ RUN_METRICS: tuple[Metric, ...] = (
     Metric("compute.compute_share", DOWN, "fraction"),
     Metric("compute.compute_efficiency", DOWN, "fraction"),
     Metric("compute.flops", None, "flop"),
+    Metric("collectives.wait_ns", UP, "ns"),
+    Metric("collectives.transfer_ns", UP, "ns"),
     *(Metric(f"compute.classes.{name}.share", None, "fraction") for name in KERNEL_CLASSES),
     *(Metric(f"compute.classes.{name}.tflops", DOWN, "tflops") for name in COMPUTE_CLASSES),
 )

@@ -177,3 +177,19 @@ def test_waits_are_unions_not_sums() -> None:
     summed = sum(a.wait_ns for i in view.instances for a in i.arrivals if a.rank == 0)
     assert rank0.wait_ns < 0.75 * summed
     assert np.isclose(rank0.wait_ns / STEPS, rank0.wait_per_step_ns, rtol=1e-6)
+
+
+def test_the_report_api_and_diff_carry_the_waits() -> None:
+    """What the analysis finds reaches the JSON, the API frame (one row per instance per rank) and the diff."""
+    import traceinsight as ti
+    from traceinsight.diff import build_diff
+
+    r = ti.analyze(CAPTURES / "sleep_rank1")
+    frame = r.collectives
+    instances = r.analysis.collectives.instances
+    assert len(frame) == sum(len(i.arrivals) for i in instances)
+    assert frame["wait_ns"].sum() == r.result.collectives.wait_ns
+    (straggler,) = [b for b in r.result.bottlenecks if b.id == "straggler"]
+    assert straggler.evidence["straggler"] == "rank1" and straggler.evidence["late_phase"] == "data"
+    changes = {c["metric"]: c for c in build_diff(r.result, r.result)["changes"]}
+    assert changes["collectives.wait_ns"]["base"] == r.result.collectives.wait_ns > 0
