@@ -6,6 +6,7 @@ from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fm
 from traceinsight.report.meta import runs_line
 from traceinsight.report.wording import (
     capture_sentence,
+    collectives_sentence,
     compute_sentence,
     input_verdict,
     partial_notes,
@@ -85,6 +86,11 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
         *(
             [f"| compute | {markdown_cell(compute.removeprefix('Compute: '))} |"]
             if (compute := compute_sentence(report))
+            else []
+        ),
+        *(
+            [f"| collectives | {markdown_cell(text.removeprefix('Collectives '))} |"]
+            if (text := collectives_sentence(report))
             else []
         ),
         "",

@@ -9,6 +9,7 @@ from traceinsight.report.wording import (
     MEMORY_WARNINGS,
     NO_PROJECTION,
     capture_sentence,
+    collectives_sentence,
     compute_sentence,
     input_verdict,
     other_warnings,
@@ -63,6 +64,8 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         lines.append("  " + headline)
     if compute := compute_sentence(report):
         lines.append("  " + escape_control(compute))
+    if collectives := collectives_sentence(report):
+        lines.append("  " + escape_control(collectives))
     lines += [paint("  " + escape_control(note), _SEVERITY_COLOUR["high"]) for note in partial_notes(report)]
     if report.devices:
         lines += ["", f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]

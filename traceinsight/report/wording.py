@@ -161,3 +161,15 @@ def compute_sentence(report: RunReport) -> str | None:
             f"{fmt_pct(c.compute_share)} x their efficiency {fmt_pct(c.compute_efficiency)}"
         )
     return f"Compute: {lead}; kernel time: {held}."
+
+
+def collectives_sentence(report: RunReport) -> str | None:
+    """Who waits for whom, in one line: the straggler's message, or that no rank is one, or what a single rank's
+    trace can say; None without collectives."""
+    c = report.collectives
+    if c.scope == "none":
+        return None
+    split = f"waiting {fmt_ns(c.wait_ns)}, transfer {fmt_ns(c.transfer_ns)} over {plural(c.count, 'collective')}"
+    if c.straggler is not None:
+        return f"Collectives ({split}): {c.straggler.message}."
+    return f"Collectives ({split}): {c.note}."
