@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from dataclasses import asdict
 
 import pytest
 
 from tests.conftest import SAMPLE_TRACES
+from traceinsight import listing, workflow
+from traceinsight.cli import main as cli_main
+from traceinsight.listing import ReportCache
+from traceinsight.report.json import dumps
 
 base_plugin = pytest.importorskip("tensorboard.plugins.base_plugin", reason="TensorBoard not installed")
 werkzeug_test = pytest.importorskip("werkzeug.test")
 from traceinsight.tensorboard.plugin import TraceInsightPlugin, page_csp  # noqa: E402
+from traceinsight.tensorboard.reports import ReportStore  # noqa: E402
+
+INVOCATION_FIELDS = ("generated_at", "command", "options", "input")
 
 
 def plugin_for(logdir: str) -> TraceInsightPlugin:
@@ -57,10 +66,55 @@ def test_unknown_and_bad_names_are_refused_before_any_work(tmp_path):
     assert http.get("/report.json", query_string={"run": "../run"}).status_code == 400
     assert http.get("/report.json", query_string={"run": str(tmp_path / "run")}).status_code == 400
     assert http.get("/report", query_string={"run": "other"}).status_code == 404
-    assert http.post("/report", query_string={"run": "run"}).status_code == 405
+    assert http.get("/report", query_string={"run": "run"}).status_code == 404  # the name is `<logdir>/run`
+    assert http.post("/report", query_string={"run": f"{tmp_path.name}/run"}).status_code == 405
 
 
 def test_the_page_is_served_with_its_own_policy():
     page = '<head><meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:">'
     assert page_csp(page) == "default-src 'none'; img-src data:; frame-ancestors 'self'"
     assert page_csp("<p>no policy</p>").startswith("default-src 'none';")
+
+
+def without_invocation(report: dict) -> dict:
+    return {**report, "meta": {k: v for k, v in report["meta"].items() if k not in INVOCATION_FIELDS}}
+
+
+def test_the_runs_route_lists_as_traceinsight_runs_with_cached_figures_and_never_analyses(
+    tmp_path, monkeypatch, capsys
+):
+    logdir = tmp_path / "logs"
+    for age, folder in enumerate(("cached", "fresh")):
+        shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / folder)
+        for trace in (logdir / folder).glob("*.gz"):
+            os.utime(trace, (1_800_000_000 - age, 1_800_000_000 - age))
+    cached, fresh = listing.list_runs(logdir)
+    (report,) = listing.analyze_runs(logdir, [cached], cache=ReportCache())  # as `traceinsight runs` keeps it
+    plugin = plugin_for(str(logdir))
+    http = client(plugin)
+    with monkeypatch.context() as patch:
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("the listing started an analysis")
+
+        patch.setattr(workflow, "analyze_path", refuse)
+        patch.setattr(ReportStore, "_start", refuse)
+        patch.setattr(ReportStore, "warm_up", staticmethod(lambda: None))
+        rows = http.get("/runs").json
+        assert rows[0] == {**asdict(listing.summarize(cached, report)), "analysed": True}
+        assert rows[0]["steps"] > 0 and rows[0]["mean_step_ns"] == report.steps.mean_ns
+        bare = asdict(listing.summarize(fresh))
+        assert rows[1] == {**{k: bare[k] for k in ("name", "files", "bytes", "modified")}, "analysed": False}
+        # The JSON of a cached report comes from the cache, no job: the CLI's report with the tab's command line.
+        response = http.get("/report.json", query_string={"run": cached.name})
+        assert response.status_code == 200
+        assert response.json["meta"]["command"] == ["traceinsight", "report", str(logdir), "--run", cached.name]
+        assert without_invocation(response.json) == without_invocation(json.loads(dumps(report)))
+
+    assert cli_main(["runs", str(logdir), "-q"]) == 0  # the tab's names are the CLI's, in its order
+    assert [row["name"] for row in rows] == capsys.readouterr().out.splitlines() == [cached.name, fresh.name]
+    out = tmp_path / "runs.json"
+    assert cli_main(["runs", str(logdir), "--json", str(out), "--jobs", "1"]) == 0  # analyses `fresh` only
+    listed = json.loads(out.read_text())["runs"]
+    monkeypatch.setattr(ReportStore, "warm_up", staticmethod(lambda: None))
+    assert http.get("/runs").json == [{**row, "analysed": True} for row in listed]  # the CLI's analyses, shown

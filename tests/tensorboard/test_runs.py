@@ -1,4 +1,5 @@
-"""Which runs the tab offers and how it names them; which names it refuses (no TensorBoard needed)."""
+"""Which runs the tab offers and how it names them (as `traceinsight runs` does); which names it refuses (no
+TensorBoard needed)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLE_TRACES
+from traceinsight import listing
+from traceinsight.discover import discover
 from traceinsight.tensorboard import runs as runs_module
 from traceinsight.tensorboard.runs import RunIndex, has_profiles, is_run_name, list_runs
 
@@ -36,13 +39,12 @@ def make_logdir(root: Path) -> Path:
     return logdir
 
 
-def test_runs_are_named_relative_to_the_logdir_newest_first(tmp_path):
+def test_runs_are_the_listings_newest_first_named_as_run_takes_them(tmp_path):
     logdir = make_logdir(tmp_path)
     found = list_runs(logdir)
-    assert [r.name for r in found] == [".", "torch/cpu", "a_input_bound/2026_12_02_18_12_53"]
-    # traceinsight's own name (what `traceinsight report LOGDIR --run` takes) starts with the logdir's name
-    assert found[2].run.name == "logs/a_input_bound/2026_12_02_18_12_53"
-    assert found[2].describe() == {"run": found[2].name, "files": 1, "bytes": 377095, "modified": 1_800_000_000 - 200}
+    assert [r.name for r in found] == ["logs", "logs/torch/cpu", "logs/a_input_bound/2026_12_02_18_12_53"]
+    assert [r.run for r in found] == listing.list_runs(logdir)  # `traceinsight runs LOGDIR`: same runs, same order
+    assert all(r.name == r.run.name for r in found)
 
 
 def test_a_run_that_links_outside_the_logdir_is_not_offered(tmp_path):
@@ -57,8 +59,19 @@ def test_a_run_that_links_outside_the_logdir_is_not_offered(tmp_path):
     inside_link.mkdir()
     (inside_link / "y.pt.trace.json.gz").symlink_to(next((logdir / "torch" / "cpu").glob("*.gz")))
     names = [r.name for r in list_runs(logdir)]
-    assert "leak" not in names and "torch/cpu" not in names
-    assert "linked" in names
+    assert "logs/leak" not in names and "logs/torch/cpu" not in names
+    assert "logs/linked" in names
+
+
+def test_of_runs_sharing_a_name_the_one_run_opens_is_offered(tmp_path):
+    logdir = tmp_path / "logs"
+    for folder, mtime in (("a/plugins/profile/x", 1_800_000_000), ("a/x", 1_700_000_000)):
+        shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / folder)
+        for trace in (logdir / folder).glob("*.gz"):
+            os.utime(trace, (mtime, mtime))
+    assert [r.name for r in listing.list_runs(logdir)] == ["logs/a/x", "logs/a/x"]
+    (offered,) = list_runs(logdir)
+    assert offered.run == discover(logdir, "logs/a/x")  # what `traceinsight report LOGDIR --run logs/a/x` opens
 
 
 def test_an_empty_or_missing_logdir_has_no_runs(tmp_path):
@@ -90,12 +103,12 @@ def test_is_active_walks_a_bounded_number_of_entries_and_remembers(tmp_path, mon
 
 @pytest.mark.parametrize(
     "name",
-    ["", "..", "../x", "a/../b", "/etc/passwd", "a//b", "a/", "./a", "a\\..\\b", "C:/x", "x\x00", "." * 5000],
+    ["", ".", "..", "../x", "a/../b", "/etc/passwd", "a//b", "a/", "./a", "a\\..\\b", "C:/x", "x\x00", "." * 5000],
 )
 def test_path_tricks_are_not_run_names(name):
     assert not is_run_name(name)
 
 
-@pytest.mark.parametrize("name", [".", "torch/cpu", "a_input_bound/2026_12_02_18_12_53", "..x", "a b/ü"])
+@pytest.mark.parametrize("name", ["logs", "logs/torch/cpu", "logs/a_input_bound/2026_12_02_18_12_53", "..x", "a b/ü"])
 def test_run_names(name):
     assert is_run_name(name)

@@ -1,10 +1,12 @@
 """The TraceInsight tab in a real `tensorboard --logdir`, beside XProf's Profile tab.
 
 One TensorBoard serves a logdir of real TensorFlow (XSpace) and PyTorch (Kineto) profiles from
-`sample_traces/`. The routes are checked as a contract: the run list, 202 then 200, the JSON equal to
-`traceinsight report --json` for the same run (but for the invocation fields), the HTML page with its CSP,
-and 4xx for every path trick. Then headless Chromium opens the tab (DevTools protocol, `cdp.py`) and reads
-the report inside it. `TRACEINSIGHT_UPDATE_SCREENSHOT=1` writes its screenshot to docs/tensorboard-tab.png.
+`sample_traces/`. The routes are checked as a contract: the run list (`traceinsight runs`' names and order), 202
+then 200, the JSON equal to `traceinsight report --json` for the same run (but for the invocation fields), the HTML
+page with its CSP, and 4xx for every path trick. Then headless Chromium opens the tab (DevTools protocol, `cdp.py`):
+its first view is the runs table, a name opens the report, and the table then shows its figures.
+`TRACEINSIGHT_UPDATE_SCREENSHOT=1` writes its screenshot to docs/tensorboard-tab.png. The report cache the tab and
+the CLI share is a temporary folder (`TRACEINSIGHT_CACHE`), in this process and TensorBoard's.
 """
 
 from __future__ import annotations
@@ -19,33 +21,53 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
 from tests.tensorboard.cdp import CHROMIUM, Browser
+from traceinsight import listing
 from traceinsight.cli import main as cli_main
+from traceinsight.commands.runs import _cells
+from traceinsight.result import RunSummary
+from traceinsight.tensorboard.runs import reads_inside
 
 pytest.importorskip("tensorboard", reason="TensorBoard not installed (pip install -e '.[tensorboard]')")
 
-TF_RUN = "a_input_bound/2026_12_02_18_12_53"
-TORCH_RUN = "torch_cpu"
+TORCH_DIR = "torch_cpu"
+# Named as `traceinsight runs LOGDIR` names them (the logdir is `logs`); the oldest is opened in the browser only.
+TF_RUN = "logs/a_input_bound/2026_12_02_18_12_53"
+TORCH_RUN = f"logs/{TORCH_DIR}"
+OLDEST_RUN = "logs/torch_oldest"
 SECRET = "top-secret-outside-the-logdir"
 INVOCATION_FIELDS = ("generated_at", "command", "options", "input")
 SCREENSHOT = REPO / "docs" / "tensorboard-tab.png"
 MAX_SCREENSHOT_BYTES = 300_000
+# A row's figures that come from the run's report.
+FIGURES = (
+    "steps",
+    "mean_step_ns",
+    "gpu_util",
+    "mfu",
+    "capture_time",
+    "top_bottleneck",
+    "top_severity",
+    "top_step_ns_after",
+)
+T = TypeVar("T")
 
 
 class Server:
-    """A running TensorBoard: its base URL and logdir."""
+    """A running TensorBoard: its base URL, logdir and report cache folder."""
 
-    def __init__(self, url: str, logdir: Path) -> None:
+    def __init__(self, url: str, logdir: Path, cache: Path) -> None:
         self.url = url
         self.logdir = logdir
+        self.cache = cache
 
     def get(self, route: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
         """Status, headers and body of `route` (a path with its query, already encoded)."""
@@ -75,19 +97,24 @@ class Server:
 
 def make_logdir(root: Path) -> Path:
     """Real profiles as a training job leaves them: an XSpace session under plugins/profile/ (newest) and a
-    PyTorch trace-handler folder; beside them runs whose trace or run_info.json links to a secret outside."""
+    PyTorch trace-handler folder, and an older one; beside them runs whose trace or run_info.json links to a secret
+    outside."""
     logdir = root / "logs"
     shutil.copytree(SAMPLE_TRACES / "tf_input_bound", logdir / "a_input_bound")
-    shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / TORCH_RUN)
+    shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / TORCH_DIR)
+    shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / "torch_oldest")
     (root / "secret").mkdir()
     (root / "secret" / "run_info.json").write_text(json.dumps({"secret": SECRET}))
-    shutil.copy(next((logdir / TORCH_RUN).glob("*.gz")), root / "secret" / "x.pt.trace.json.gz")
+    shutil.copy(next((logdir / TORCH_DIR).glob("*.gz")), root / "secret" / "x.pt.trace.json.gz")
     (logdir / "leak").mkdir()
     (logdir / "leak" / "x.pt.trace.json.gz").symlink_to(root / "secret" / "x.pt.trace.json.gz")
     shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / "infoleak")
     (logdir / "infoleak" / "run_info.json").unlink()
     (logdir / "infoleak" / "run_info.json").symlink_to(root / "secret" / "run_info.json")
-    traces = [next(logdir.rglob("*.xplane.pb")), next((logdir / TORCH_RUN).glob("*.gz"))]
+    traces = [
+        next(logdir.rglob("*.xplane.pb")),
+        *(next((logdir / d).glob("*.gz")) for d in (TORCH_DIR, "torch_oldest")),
+    ]
     for age, trace in enumerate(traces):
         os.utime(trace, (1_800_000_000 - 100 * age, 1_800_000_000 - 100 * age))
     return logdir
@@ -104,8 +131,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     assert "traceinsight" in names, "the entry point is not installed: pip install -e '.[tensorboard]'"
     root = tmp_path_factory.mktemp("tensorboard")
     logdir = make_logdir(root)
+    cache = root / "cache"
     log = root / "tensorboard.log"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", listing.CACHE_ENV: str(cache)}
     with log.open("wb") as out:
         process = subprocess.Popen(
             [*tensorboard_command(), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0"],
@@ -123,7 +151,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                     url = line.split(" at ", 1)[1].split()[0].rstrip("/")
             time.sleep(0.2)
         assert url is not None, log.read_text(errors="replace")[-3000:]
-        yield Server(url, logdir)
+        yield Server(url, logdir, cache)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -139,13 +167,13 @@ def without_invocation(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def cli_report(logdir: Path, run: str, out: Path) -> dict[str, Any]:
-    """The `--json` of `traceinsight report LOGDIR --run <logdir name>/RUN`."""
+    """The `--json` of `traceinsight report LOGDIR --run RUN`."""
     json_path = out / "cli.json"
     args = [
         "report",
         str(logdir),
         "--run",
-        f"{logdir.name}/{run}",
+        run,
         "-o",
         str(out / "cli.html"),
         "--json",
@@ -167,12 +195,18 @@ def test_the_tab_is_registered_beside_xprof(server):
     assert b"export async function render" in body
 
 
-def test_runs_are_listed_newest_first(server):
+def listed(logdir: Path) -> list[str]:
+    """The names `traceinsight runs LOGDIR` lists, in its order, but for runs that read outside the logdir."""
+    return [run.name for run in listing.list_runs(logdir) if reads_inside(run, logdir)]
+
+
+def test_runs_are_listed_as_traceinsight_runs_lists_them(server):
     status, headers, body = server.get("/data/plugin/traceinsight/runs")
     assert status == 200 and headers["Content-Type"] == "application/json"
     runs = json.loads(body)
-    assert [r["run"] for r in runs] == [TF_RUN, TORCH_RUN]  # `leak`, `infoleak` read outside the logdir
-    assert runs[0]["files"] == 1 and runs[0]["bytes"] == 377095
+    assert [r["name"] for r in runs] == listed(server.logdir) == [TF_RUN, TORCH_RUN, OLDEST_RUN]
+    assert {"logs/leak", "logs/infoleak"} <= {r.name for r in listing.list_runs(server.logdir)}  # refused here
+    assert runs[0] == {"name": TF_RUN, "files": 1, "bytes": 377095, "modified": 1_800_000_000, "analysed": False}
 
 
 @pytest.mark.parametrize("run", [TF_RUN, TORCH_RUN])
@@ -182,7 +216,7 @@ def test_the_json_is_the_clis_and_the_page_keeps_its_csp(server, run, tmp_path):
     assert json.loads(body)["state"] in ("queued", "running")
     _, body = server.wait_ready("report.json", run)
     served = json.loads(body)
-    assert served["meta"]["command"] == ["traceinsight", "report", str(server.logdir), "--run", f"logs/{run}"]
+    assert served["meta"]["command"] == ["traceinsight", "report", str(server.logdir), "--run", run]
     assert without_invocation(served) == without_invocation(cli_report(server.logdir, run, tmp_path))
 
     headers, body = server.wait_ready("report", run)
@@ -191,7 +225,7 @@ def test_the_json_is_the_clis_and_the_page_keeps_its_csp(server, run, tmp_path):
     assert headers["Content-Security-Policy"].startswith("default-src 'none';")
     assert "frame-ancestors 'self'" in headers["Content-Security-Policy"]
     assert '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'' in page
-    assert f"traceinsight: logs/{run}" in page and 'id="verdict"' in page
+    assert f"traceinsight: {run}" in page and 'id="verdict"' in page
 
 
 @pytest.mark.parametrize(
@@ -205,9 +239,12 @@ def test_the_json_is_the_clis_and_the_page_keeps_its_csp(server, run, tmp_path):
         "run=%2e%2e%2fsecret",
         "run=%252e%252e%252fsecret",
         f"run={TORCH_RUN}%2f..%2f..%2fsecret",
+        "run=logs/..%2Fsecret",
         "run=%2Fetc%2Fpasswd",
         "run=leak",
-        "run=infoleak",
+        "run=logs/leak",
+        "run=logs%2Finfoleak",
+        "run=a_input_bound/2026_12_02_18_12_53",
         "run=..%5csecret",
         "run=secret%00",
         "run=nope",
@@ -228,31 +265,107 @@ def test_a_run_outside_the_logdir_by_absolute_path_gets_4xx(server):
     assert 400 <= status < 500
 
 
+# JavaScript that finds the tab's frame (TensorBoard's plugin frame) and the report's frame among the page's frames.
+_FRAMES = """
+  const frames = (w) => [...Array(w.frames.length).keys()].flatMap((i) => [w.frames[i], ...frames(w.frames[i])]);
+  const all = frames(window);
+  const tab = all.find((f) => f.document.getElementById("ti-runs"));
+  const report = all.find((f) => f.location.pathname.endsWith("/report") && f.document.getElementById("verdict"));
+"""
+
+
+def table(browser: Browser) -> list[list[str]] | None:
+    """The runs table's cells, row by row, once the table is the view shown and its rows are in."""
+    return browser.evaluate(
+        f"""(() => {{ {_FRAMES}
+          const rows = tab && !tab.document.getElementById("ti-table").hidden
+            && [...tab.document.querySelectorAll("#ti-runs tbody tr")];
+          return rows && rows.length ? rows.map((r) => [...r.cells].map((c) => c.textContent)) : null;
+        }})()"""
+    )
+
+
+def open_report(browser: Browser, run: str) -> str:
+    """Click `run`'s name in the table; the text of its report page once shown."""
+    name = json.dumps(run)
+    clicked = browser.evaluate(
+        f"""(() => {{ {_FRAMES}
+          const row = [...tab.document.querySelectorAll("#ti-runs tbody tr")].find((r) => r.dataset.run === {name});
+          row.querySelector("button.ti-name").click();
+          return true;
+        }})()"""
+    )
+    assert clicked
+    return browser.wait_for(
+        f"""(() => {{ {_FRAMES}
+          return report && new URLSearchParams(report.location.search).get("run") === {name}
+            && !tab.document.getElementById("ti-report").hidden && report.document.body.innerText;
+        }})()""",
+        timeout=90,
+    )
+
+
+def expected_cells(row: dict[str, Any]) -> list[str]:
+    """The cells `traceinsight runs` prints for the route's `row`; a run not analysed yet: its files only."""
+    if row["analysed"]:
+        return _cells(RunSummary(**{k: v for k, v in row.items() if k != "analysed"}))
+    summary = _cells(RunSummary(name=row["name"], files=row["files"], bytes=row["bytes"]))
+    return [*summary[:5], *["-"] * 9]
+
+
+def runs_route(server: Server) -> list[dict[str, Any]]:
+    status, _, body = server.get("/data/plugin/traceinsight/runs")
+    assert status == 200
+    return json.loads(body)
+
+
+def poll(what: Callable[[], T | None], timeout: float = 60.0) -> T:
+    """`what()` once it is truthy (AssertionError with the last value on timeout)."""
+    deadline = time.monotonic() + timeout
+    while not (value := what()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert value, f"timed out (last value {value!r})"
+    return value
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
-def test_the_tab_shows_the_report_in_chromium(server, tmp_path):
+def test_the_tab_opens_on_the_runs_table_and_each_name_opens_its_report(server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:
         browser.navigate(server.url + "/#traceinsight")
-        # The tab's frame (TensorBoard's plugin frame) holds the run picker and the report's frame.
-        found = browser.wait_for(
-            """(() => {
-              const frames = (w) =>
-                [...Array(w.frames.length).keys()].flatMap((i) => [w.frames[i], ...frames(w.frames[i])]);
-              const all = frames(window);
-              const tab = all.find((f) => f.document.getElementById("ti-run"));
-              const report = all.find(
-                (f) => f.location.pathname.endsWith("/report") && f.document.getElementById("verdict"));
-              return tab && report && {
-                runs: [...tab.document.querySelectorAll("#ti-run option")].map((o) => o.value),
-                shown: new URLSearchParams(report.location.search).get("run"),
-                text: report.document.body.innerText,
-              };
-            })()""",
-            timeout=60,
-        )
-        assert found["runs"] == [TF_RUN, TORCH_RUN] and found["shown"] == TF_RUN
-        assert f"traceinsight: logs/{TF_RUN}" in found["text"]
-        assert "Waiting for input data" in found["text"] and "num_parallel_calls" in found["text"]
+        # The first view: the runs table, the runs `traceinsight runs LOGDIR` lists, in its order, as it prints them.
+        first = poll(lambda: table(browser))
+        assert [cells[0] for cells in first] == listed(server.logdir) == [TF_RUN, TORCH_RUN, OLDEST_RUN]
+        rows = runs_route(server)
+        assert not rows[2]["analysed"]  # opened here only: "-" until then
+        assert first == [expected_cells(row) for row in rows]
+
+        # A name opens its report; the way back is the table.
+        text = open_report(browser, TF_RUN)
+        assert f"traceinsight: {TF_RUN}" in text
+        assert "Waiting for input data" in text and "num_parallel_calls" in text
+        browser.evaluate(f"(() => {{ {_FRAMES} tab.document.getElementById('ti-back').click(); return true; }})()")
+        poll(lambda: table(browser))
+
+        # Once a run's report is made, the table shows its figures: those of `traceinsight report --json`.
+        assert f"traceinsight: {OLDEST_RUN}" in open_report(browser, OLDEST_RUN)
+        browser.evaluate(f"(() => {{ {_FRAMES} tab.document.getElementById('ti-back').click(); return true; }})()")
+        shown = poll(lambda: (cells := table(browser)) and cells[2][8] != "-" and cells)
+        rows = runs_route(server)
+        assert rows[2]["analysed"] and shown == [expected_cells(row) for row in rows]
+        report = cli_report(server.logdir, OLDEST_RUN, tmp_path)
+        top = report["bottlenecks"][0] if report["bottlenecks"] else None
+        after = top["projection"]["step_ns_after"] if top and top["projection"]["basis"] != "none" else None
+        assert {k: rows[2][k] for k in FIGURES} == {
+            "steps": report["steps"]["count"],
+            "mean_step_ns": report["steps"]["mean_ns"],
+            "gpu_util": report["totals"]["step_gpu_util"],
+            "mfu": report["compute"]["mfu"],
+            "capture_time": report["meta"]["capture_date"],
+            "top_bottleneck": top and top["id"],
+            "top_severity": top and top["severity"],
+            "top_step_ns_after": after,
+        }
         # TensorBoard, the tab and the report load everything from this server.
         outside = [u for u in browser.requested_urls() if not u.startswith((server.url + "/", "data:", "about:"))]
         assert outside == []
@@ -264,3 +377,16 @@ def test_the_tab_shows_the_report_in_chromium(server, tmp_path):
     target = SCREENSHOT if os.environ.get("TRACEINSIGHT_UPDATE_SCREENSHOT") == "1" else tmp_path / SCREENSHOT.name
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(png)
+
+
+def test_the_tab_and_traceinsight_runs_share_names_and_reports(server, tmp_path, capsys, monkeypatch):
+    """The CLI lists the tab's runs under the same names, and finds the reports the tab made in the shared cache."""
+    monkeypatch.setenv(listing.CACHE_ENV, str(server.cache))
+    assert cli_main(["runs", str(server.logdir), "-q"]) == 0
+    names = capsys.readouterr().out.splitlines()
+    assert [row["name"] for row in runs_route(server)] == [n for n in names if n in listed(server.logdir)]
+    out = tmp_path / "runs.json"
+    assert cli_main(["runs", str(server.logdir), "--json", str(out), "--jobs", "1"]) == 0
+    cli_rows = {row["name"]: row for row in json.loads(out.read_text())["runs"]}
+    for row in runs_route(server):
+        assert row["analysed"] and {**cli_rows[row["name"]], "analysed": True} == row

@@ -3,19 +3,23 @@ changed run analyzed again, failures and dead workers reported (stand-in jobs: `
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import typed_report
 from tests.tensorboard import jobs
+from traceinsight.listing import ReportCache, report_key
 from traceinsight.tensorboard.reports import Outcome, ReportStore
 from traceinsight.tensorboard.runs import ProfileRun, list_runs
 
 
-def run_named(logdir: Path, name: str) -> ProfileRun:
-    return next(r for r in list_runs(logdir) if r.name == name)
+def run_named(logdir: Path, folder: str) -> ProfileRun:
+    """The run in `folder` of the logdir, named as `traceinsight runs` names it."""
+    return next(r for r in list_runs(logdir) if r.name == f"{logdir.name}/{folder}")
 
 
 def wait(store: ReportStore, run: ProfileRun, timeout: float = 30.0) -> Outcome:
@@ -41,8 +45,8 @@ def logdir(tmp_path: Path) -> Path:
 def store_of(logdir: Path) -> Iterator[Callable[..., ReportStore]]:
     made: list[ReportStore] = []
 
-    def make(job, workers: int = 2) -> ReportStore:
-        made.append(ReportStore(logdir, workers=workers, job=job))
+    def make(job, workers: int = 2, cache: ReportCache | None = None) -> ReportStore:
+        made.append(ReportStore(logdir, workers=workers, job=job, cache=cache))
         return made[-1]
 
     yield make
@@ -86,3 +90,18 @@ def test_a_worker_that_dies_fails_its_run_only(logdir, store_of):
     outcome = wait(store_of(jobs.dying), run_named(logdir, "quick"))
     assert outcome.state == "failed" and "process died" in (outcome.error or "")
     assert wait(store_of(jobs.quick), run_named(logdir, "slow")).state == "ready"
+
+
+def test_the_json_of_a_cached_report_needs_no_job(logdir, store_of, report_cache):
+    cache = ReportCache(report_cache)
+    run = run_named(logdir, "quick")
+    cache.put(report_key(logdir, run.run), typed_report(run=run.name))
+    store = store_of(jobs.failing, cache=cache)
+    outcome = store.get(run, page=False)
+    assert outcome.state == "ready" and outcome.json is not None
+    served = json.loads(outcome.json)
+    assert served["run"] == run.name
+    assert served["meta"]["command"] == ["traceinsight", "report", str(logdir), "--run", run.name]
+    assert store.get(run).state in ("queued", "running")  # the page is drawn from the analysis: a job
+    (logdir / "quick" / "t.pt.trace.json").write_text('{"traceEvents": [] }')  # changed: the cached report is stale
+    assert wait(store, run).state == "failed" and store.get(run, page=False).state == "failed"

@@ -2,14 +2,17 @@
 
 Routes under ``/data/plugin/traceinsight/`` (a contract the tests hold):
 
-* ``runs``: JSON list of the profile runs under the logdir, newest first, each ``{"run": NAME, "files",
-  "bytes", "modified"}``; NAME is relative to the logdir.
+* ``runs``: JSON list of the profile runs under the logdir as ``traceinsight runs LOGDIR`` lists them (newest
+  first, NAME as ``--run`` takes it): each the row ``traceinsight runs --json`` writes (`RunSummary`'s fields) and
+  ``"analysed": true`` when the report cache holds its report, else ``{"name", "files", "bytes", "modified",
+  "analysed": false}`` (listing never analyses).
 * ``report?run=NAME``: the HTML page ``traceinsight report`` writes, served with its own CSP.
 * ``report.json?run=NAME``: the JSON ``traceinsight report --json`` writes.
 
 Both report routes answer 202 with a small JSON progress state while the report is computed (in a worker
-process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analyzed.
-``run`` only selects one of the discovered runs: anything else is a 4xx, and it is never joined into a path.
+process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analyzed; the JSON
+comes straight from the report cache when that holds it. ``run`` only selects one of the listed runs: anything
+else is a 4xx, and it is never joined into a path.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from traceinsight.listing import ReportCache
 from traceinsight.tensorboard.reports import Outcome, ReportStore
-from traceinsight.tensorboard.runs import ProfileRun, RunIndex, is_run_name
+from traceinsight.tensorboard.runs import ProfileRun, RunIndex, RunRows, is_run_name
 
 PLUGIN_NAME = "traceinsight"
 TAB_NAME = "TraceInsight"
@@ -89,7 +93,10 @@ class TraceInsightPlugin(base_plugin.TBPlugin):
         local = bool(logdir) and "://" not in logdir
         self._logdir = Path(logdir).expanduser().absolute() if local else None
         self._index = RunIndex(self._logdir)
-        self._store = ReportStore(self._logdir) if self._logdir is not None else None
+        # The reports `traceinsight runs` keeps: the runs table's figures, and where every report made here goes.
+        cache = ReportCache()
+        self._rows = RunRows(self._logdir, cache) if self._logdir is not None else None
+        self._store = ReportStore(self._logdir, cache=cache) if self._logdir is not None else None
 
     def get_plugin_apps(self) -> dict[str, App]:
         handlers = {route: _static_handler(name, kind) for route, (name, kind) in _STATIC_ROUTES.items()}
@@ -112,9 +119,10 @@ class TraceInsightPlugin(base_plugin.TBPlugin):
 
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
         runs = self._index.runs(fresh=True)
-        if runs and self._store is not None:
-            self._store.warm_up()  # the tab is open: a report will be asked for next
-        return _json([r.describe() for r in runs])
+        if not runs or self._rows is None or self._store is None:
+            return _json([])
+        self._store.warm_up()  # the tab is open: a report will be asked for next
+        return _json([self._rows.row(run) for run in runs])
 
     def _serve_report(self, request: wrappers.Request, as_json: bool) -> wrappers.Response:
         if request.method not in ("GET", "HEAD"):
@@ -123,7 +131,7 @@ class TraceInsightPlugin(base_plugin.TBPlugin):
         if not isinstance(found, ProfileRun):
             return found
         assert self._store is not None  # a run was found, so there is a logdir
-        outcome: Outcome = self._store.get(found)
+        outcome: Outcome = self._store.get(found, page=not as_json)
         if outcome.state != "ready":
             return _json(outcome.progress(found.name), _STATUS[outcome.state])
         if as_json:

@@ -7,7 +7,9 @@ its memory goes back when it ends. Processes start as `parallel.start_context` s
 answers on threads (TensorBoard's server: forking it directly is unsafe; pyplot in threads is unsafe too):
 from a fork server that has imported the analysis on Linux, else spawned. A run whose files change (still
 being written) gets a new job once the running one ends: at most one job per run runs. TensorBoard's exit
-ends the jobs still running.
+ends the jobs still running. Every report a job makes goes to the on-disk report cache `traceinsight runs` reads
+(`listing.ReportCache`), and the tab's runs table reads its figures from there: the tab and the CLI share analyses
+both ways.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from traceinsight.discover import Run
+from traceinsight.listing import ReportCache, report_key
 from traceinsight.parallel import Child, JobSlots, report_workers, start_context, start_fork_server
+from traceinsight.report.json import dumps
+from traceinsight.report.meta import add_invocation
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
 
@@ -32,23 +38,31 @@ MAX_CACHED = 32
 # What the fork server imports once, so each job starts in milliseconds.
 _PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.report.charts"]
 
-Job = Callable[[str, str, str], tuple[str, str]]
+Job = Callable[[str, str, str, str], tuple[str, str]]
 
 
-def compute_report(logdir: Path, run: str) -> tuple[str, str]:
-    """(JSON text, HTML page) of `run` (a name `find_runs(logdir)` gave), as `traceinsight report LOGDIR --run
-    RUN --json` writes them: the one place the tab meets the analysis, through the Python API."""
+def invocation(logdir: Path, run: str) -> tuple[list[str], dict[str, Any]]:
+    """The command line (and its options) that makes the same report from a shell: what the report's `meta` says."""
+    return ["traceinsight", "report", str(logdir), "--run", run], {"run": run}
+
+
+def compute_report(logdir: Path, run: Run, cache: ReportCache) -> tuple[str, str]:
+    """(JSON text, HTML page) of `run` (one `find_runs(logdir)` gave), as `traceinsight report LOGDIR --run NAME
+    --json` writes them: the one place the tab meets the analysis, through the Python API. The report goes to the
+    report `cache` too, so `traceinsight runs LOGDIR` and the tab's runs table show its figures without analysing."""
     import traceinsight
 
-    report = traceinsight.analyze(logdir, DEFAULT_SMALL_KERNEL_US, run=run)  # the CLI's: the tab's reports equal its
-    # The page says how to make the same report from a shell.
-    report.record_invocation(["traceinsight", "report", str(logdir), "--run", run], {"run": run})
+    key = report_key(logdir, run)  # the files as they are before being read: one still being written is stale
+    report = traceinsight.analyze(logdir, DEFAULT_SMALL_KERNEL_US, run=run.name)  # the CLI's: the tab's equal its
+    cache.put(key, report.result)
+    report.record_invocation(*invocation(logdir, run.name))
     return report.to_json() + "\n", report.to_html()
 
 
-def _job(logdir: str, run: str, root: str) -> tuple[str, str]:
-    """A worker's job: the report of `run`, refused if discovery now picks another folder than the one listed
-    or a file that leads outside the logdir (a link made since the listing)."""
+def _job(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
+    """A worker's job: the report of `run`, kept in the report cache folder `cache`; refused if discovery now
+    picks another folder than the one listed or a file that leads outside the logdir (a link made since the
+    listing)."""
     from traceinsight.discover import discover
 
     found = discover(Path(logdir), run)
@@ -56,7 +70,7 @@ def _job(logdir: str, run: str, root: str) -> tuple[str, str]:
         raise RuntimeError(f"run {run!r} is ambiguous under the logdir")
     if not reads_inside(found, Path(logdir)):
         raise RuntimeError(f"run {run!r} links to files outside the logdir")
-    return compute_report(Path(logdir), run)
+    return compute_report(Path(logdir), found, ReportCache(Path(cache)))
 
 
 @dataclass
@@ -93,11 +107,16 @@ class Outcome:
 
 class ReportStore:
     """Starts, tracks and caches report jobs; thread-safe (TensorBoard serves requests on many threads).
-    `job(logdir, run name, run folder)` makes one report (tests pass their own)."""
+    `job(logdir, run name, run folder, cache folder)` makes one report (tests pass their own). `cache`: the on-disk
+    reports `traceinsight runs` shares, where each job's report goes (`compute_report`) and the JSON is looked for
+    first."""
 
-    def __init__(self, logdir: Path, workers: int | None = None, job: Job | None = None) -> None:
+    def __init__(
+        self, logdir: Path, workers: int | None = None, job: Job | None = None, cache: ReportCache | None = None
+    ) -> None:
         self._logdir = logdir
         self._job: Job = job or _job
+        self._cache = cache or ReportCache()
         self._jobs = JobSlots(workers or report_workers())
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -109,9 +128,16 @@ class ReportStore:
         """Start the fork server (it imports the analysis) before the first report is asked for."""
         start_fork_server(_PRELOAD)
 
-    def get(self, run: ProfileRun) -> Outcome:
-        """The report of `run` if ready for its files as they are now, else the job's state (started here)."""
+    def get(self, run: ProfileRun, page: bool = True) -> Outcome:
+        """The report of `run` if ready for its files as they are now, else the job's state (started here). The
+        JSON alone (`page` false) is read from the report cache when no job here is for these files: a run
+        `traceinsight runs` analysed needs none. The page needs one: its charts are drawn from the analysis."""
         key = run.key()
+        if not page:
+            with self._lock:
+                entry = self._entries.get(run.name)
+            if (entry is None or entry.key != key) and (text := self._cached_json(run)) is not None:
+                return Outcome("ready", json=text)
         with self._lock:
             entry = self._entries.get(run.name)
             if entry is not None and entry.key != key and entry.future.done():
@@ -122,14 +148,22 @@ class ReportStore:
             self._trim()
         return self._outcome(entry, key)
 
+    def _cached_json(self, run: ProfileRun) -> str | None:
+        """The JSON of the report the cache holds for `run`'s files as they are now, as a job would write it."""
+        report = self._cache.get(report_key(self._logdir, run.run))
+        if report is None:
+            return None
+        add_invocation(report, *invocation(self._logdir, run.name), self._logdir)
+        return dumps(report) + "\n"
+
     def _start(self, run: ProfileRun, key: tuple[Any, ...]) -> _Entry:
-        args = (str(self._logdir), run.run.name, str(run.run.root))
+        args = (str(self._logdir), run.run.name, str(run.run.root), str(self._cache.directory))
         future = self._jobs.submit(partial(self._in_process, args), "traceinsight-report")
         entry = _Entry(key, future, files=len(key), bytes=sum(max(size, 0) for _, size, _ in key))
         self._entries[run.name] = entry
         return entry
 
-    def _in_process(self, args: tuple[str, str, str]) -> tuple[str, str]:
+    def _in_process(self, args: tuple[str, str, str, str]) -> tuple[str, str]:
         child = Child("analysis", start_context(_PRELOAD, threaded=True))
         with self._lock:
             self._children.add(child)

@@ -1,9 +1,9 @@
-"""The profile runs under a TensorBoard logdir, named the way TensorBoard's users see them.
+"""The profile runs under a TensorBoard logdir, as `traceinsight runs LOGDIR` lists them (`listing.list_runs`).
 
-A run's name is its folder relative to the logdir without TensorBoard's ``plugins/profile/`` (XProf's
-``a_input_bound/2026_12_02_13_47_03``); a ``tensorboard_trace_handler`` folder is a run too. The name
-only ever *selects* one of the runs found here: it is never joined into a path. A run that would read a
-file resolving outside the logdir (a symbolic link) is not offered, so nothing outside it is read.
+A run's name is the one `--run` takes: the logdir's name and the run's folder under it without TensorBoard's
+``plugins/profile/`` (``logs/a_input_bound/2026_12_02_13_47_03``); a ``tensorboard_trace_handler`` folder is a run
+too. The name only ever *selects* one of the runs found here: it is never joined into a path. A run that would read
+a file resolving outside the logdir (a symbolic link) is not offered, so nothing outside it is read.
 """
 
 from __future__ import annotations
@@ -12,28 +12,32 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from traceinsight.discover import RUN_INFO, Run, find_runs, is_trace
+from traceinsight import listing
+from traceinsight.discover import RUN_INFO, Run, is_trace
 from traceinsight.errors import TraceError
-from traceinsight.listing import FilesKey, files_key
+from traceinsight.listing import FilesKey, ReportCache, files_key, report_key, summarize
+from traceinsight.result import RunSummary
 
-# What TensorBoard calls a run at the root of the logdir.
-ROOT_RUN = "."
 # `is_active` looks at this many directory entries at most, so a huge logdir never stalls TensorBoard.
 ACTIVE_WALK_LIMIT = 20_000
 # An inactive answer is looked at again after this long (profiles appear while TensorBoard runs).
 INACTIVE_RECHECK_S = 30.0
 # The run list is reused this long: the tab polls the report routes about once a second.
 RUNS_TTL_S = 3.0
+# Rows of cached reports kept in memory (a few hundred bytes each); all forgotten past this.
+MAX_ROWS = 4096
+# What the `runs` route tells of a run whose report is not cached: its files only.
+_FILES_ONLY = ("name", "files", "bytes", "modified")
 
 
 @dataclass(frozen=True)
 class ProfileRun:
-    """One run the tab offers: its name relative to the logdir and traceinsight's own `Run` (whose name
-    `traceinsight report LOGDIR --run` takes)."""
+    """One run the tab offers: traceinsight's `Run`, checked to read nothing outside the logdir, and its name (the
+    `Run`'s, which `traceinsight report LOGDIR --run` takes)."""
 
     name: str
     run: Run
@@ -42,23 +46,6 @@ class ProfileRun:
         """Each file's path, size and mtime (`listing.files_key`): a report is stale once this changes (a run still
         being written)."""
         return files_key(self.run.files)
-
-    def describe(self) -> dict[str, Any]:
-        """The run as the `runs` route lists it (no paths: the name is all the tab needs)."""
-        sizes, mtimes = [], []
-        for f in self.run.files:
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            sizes.append(st.st_size)
-            mtimes.append(st.st_mtime)
-        return {
-            "run": self.name,
-            "files": len(self.run.files),
-            "bytes": sum(sizes),
-            "modified": max(mtimes, default=0.0),
-        }
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -83,12 +70,6 @@ def reads_inside(run: Run, logdir: Path) -> bool:
     return all(_inside(f, root) for f in readable if f.is_symlink() or f in run.files)
 
 
-def _relative_name(folder: Path, logdir: Path) -> str:
-    """`folder` relative to `logdir`, without `plugins/profile` (as `discover` names runs), or '.'."""
-    parts = [p for p in folder.relative_to(logdir).parts if p not in ("plugins", "profile")]
-    return "/".join(parts) or ROOT_RUN
-
-
 # Longer `run` values are refused before any lookup; so is a Windows drive ('C:').
 _MAX_RUN_NAME = 4096
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -99,31 +80,25 @@ def is_run_name(text: str) -> bool:
     are only compared with the listed ones; this refuses path tricks with a 400 before any lookup."""
     if not text or len(text) > _MAX_RUN_NAME or any(c in text for c in "\x00\\") or text.startswith("/"):
         return False
-    if text == ".":
-        return True
     return all(p not in ("", ".", "..") for p in text.split("/")) and not _DRIVE.match(text)
 
 
 def list_runs(logdir: Path) -> list[ProfileRun]:
-    """Every profile run under `logdir`, newest first, with names unique (a clash keeps the full path)."""
+    """The runs of `traceinsight runs LOGDIR` (`listing.list_runs`: same order, same names) that read nothing
+    outside the logdir. Of runs sharing a name only the first is offered: the one `--run NAME` opens."""
     if not logdir.is_dir():
         return []
     try:
-        runs = find_runs(logdir)
+        runs = listing.list_runs(logdir)
     except TraceError:  # no traces (yet)
         return []
     found: list[ProfileRun] = []
     names: set[str] = set()
-    for run in reversed(runs):  # find_runs: newest last
-        if not reads_inside(run, logdir):
+    for run in runs:
+        if run.name in names or not reads_inside(run, logdir):
             continue
-        name = _relative_name(run.root, logdir)
-        if name in names:
-            name = run.root.relative_to(logdir).as_posix()
-        if name in names:
-            continue
-        names.add(name)
-        found.append(ProfileRun(name, run))
+        names.add(run.name)
+        found.append(ProfileRun(run.name, run))
     return found
 
 
@@ -189,3 +164,32 @@ class RunIndex:
                 if run.name == name:
                     return run
         return None
+
+
+class RunRows:
+    """Each run's row of the `runs` route: its `RunSummary` (`listing.summarize`, the row `traceinsight runs` prints)
+    when the report cache holds the report of its files as they are now, else its files only, `analysed` false.
+    Never an analysis, so listing a large logdir stays fast. A row found is kept by its report key (the same files
+    make the same report): each cached report is read once, not on every listing."""
+
+    def __init__(self, logdir: Path, cache: ReportCache) -> None:
+        self._logdir = logdir
+        self._cache = cache
+        self._lock = threading.Lock()
+        self._found: dict[tuple[Any, ...], RunSummary] = {}
+
+    def row(self, run: ProfileRun) -> dict[str, Any]:
+        key = report_key(self._logdir, run.run)
+        with self._lock:
+            summary = self._found.get(key)
+        if summary is None:
+            report = self._cache.get(key)
+            if report is None:
+                bare = asdict(summarize(run.run))
+                return {**{field: bare[field] for field in _FILES_ONLY}, "analysed": False}
+            summary = summarize(run.run, report)
+            with self._lock:
+                if len(self._found) >= MAX_ROWS:
+                    self._found.clear()
+                self._found[key] = summary
+        return {**asdict(summary), "analysed": True}
