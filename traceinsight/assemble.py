@@ -287,6 +287,9 @@ def _rank(r: RankStats, collective: RankCollectives | None) -> Rank:
         transfer_ns=None if collective is None else collective.transfer_ns,
         late_ns=None if collective is None else collective.late_ns,
         wait_per_step_ns=None if collective is None else collective.wait_per_step_ns,
+        transfer_per_step_ns=None
+        if collective is None or not collective.steps
+        else collective.transfer_ns // collective.steps,
         late_per_step_ns=None if collective is None else collective.late_per_step_ns,
         last_count=None if collective is None else collective.last_count,
         phases={} if collective is None else collective.phases,

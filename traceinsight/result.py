@@ -506,6 +506,7 @@ class Rank:
     transfer_ns: int | None = None  # the collectives' transfers (the shortest duration of each across ranks)
     late_ns: int | None = None  # how late it arrives at collectives, after the first rank (a union)
     wait_per_step_ns: int | None = None
+    transfer_per_step_ns: int | None = None
     late_per_step_ns: int | None = None
     last_count: int | None = None  # collectives at which it arrived last
     phases: dict[str, int] = field(default_factory=dict)  # mean ns a step per phase, its collective waits out

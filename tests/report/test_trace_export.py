@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.analysis import builders as b
-from tests.conftest import shared_trace
+from tests.conftest import SAMPLE_TRACES, shared_trace
 from tests.readers.test_chrome import XSPACE
 from tests.readers.test_chrome import export as xprof_export  # noqa: F401  (a fixture: the XProf export of XSPACE)
 from traceinsight.analysis import Analysis, analyze
@@ -25,11 +25,13 @@ from traceinsight.events import InputInfo, TraceRead, merge_reads
 from traceinsight.findings import evaluate
 from traceinsight.report.trace_export import (
     BOTTLENECKS_TRACK,
+    FINDINGS_PROCESS,
     STEPS_TRACK,
     UTIL_COUNTER,
     gap_track_name,
     parse_steps,
     trace_ts,
+    wait_track_name,
     write_annotated_trace,
 )
 from traceinsight.result import to_document
@@ -272,6 +274,34 @@ def test_several_inputs_are_processes_of_their_own(tmp_path: Path) -> None:
         "traceinsight",
     ]
     assert len(tracks.track(gap_track_name("rank1/GPU:0"))) == 4
+
+
+def test_collective_waits_are_the_analysis_waits_of_the_exported_steps(tmp_path: Path) -> None:
+    """Each rank's waits track holds, per rank, the waits of the analysis that overlap the steps written, a slice
+    each from the arrival; overlapping waits (DDP's buckets) go on further tracks, where none overlaps another."""
+    _, profile = load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")
+    analysis = analyze(profile)
+    chosen = analysis.steps.items[2:4]
+    write_annotated_trace(analysis, evaluate(analysis), tmp_path / "t.json", steps=(chosen[0].id, chosen[-1].id))
+    doc = _load(tmp_path / "t.json")
+    _check_chrome_trace(doc)
+    tracks = Tracks(doc)
+    waits = {name: e for (process, name), e in tracks.slices.items() if name.startswith("collective waits")}
+    assert sorted(waits) == [wait_track_name("rank0"), wait_track_name("rank0", 1)]  # rank 1 waits for nobody
+    assert {process for (process, name) in tracks.slices if name in waits} == {FINDINGS_PROCESS}
+    written: dict[int, int] = defaultdict(int)
+    for slices in waits.values():
+        ordered = sorted(slices, key=lambda e: e["ts"])
+        assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(ordered, ordered[1:], strict=False))
+        for e in slices:
+            assert e["name"] == "all_reduce" and e["args"]["wait_ns"] == _ns(e["dur"]) and e["args"]["key"]
+            written[e["args"]["rank"]] += _ns(e["dur"])
+    expected: dict[int, int] = defaultdict(int)
+    arrivals = [x for instance in analysis.collectives.instances for x in instance.arrivals if x.wait_ns]
+    for x in arrivals:
+        if any(x.arrival_ns < s.start_ns + s.dur_ns and x.arrival_ns + x.wait_ns > s.start_ns for s in chosen):
+            expected[x.rank] += x.wait_ns
+    assert written == expected and 0 < expected[0] < sum(x.wait_ns for x in arrivals)
 
 
 # --------------------------------------------------------------------------- real traces of each format

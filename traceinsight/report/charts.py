@@ -27,6 +27,7 @@ from traceinsight.report.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rat
 from traceinsight.result import (  # noqa: E402
     ComputeEfficiency,
     Memory,
+    Rank,
     RooflineOp,
     RunReport,
     RunSummary,
@@ -583,6 +584,50 @@ def mfu_chart(report: RunReport) -> str | None:
         return _svg(fig, hovers)
 
 
+# The ranks chart's measures: (name, colour, what a hover says it is).
+RANK_MEASURES = (
+    ("wait", "#d84315", "inside collectives, waiting for later ranks"),
+    ("transfer", "#1565c0", "the collectives' own transfers"),
+    ("late", "#8e24aa", "arriving at collectives after the first rank"),
+)
+MAX_RANK_ROWS = 64  # ranks past this share the chart's height (a run of hundreds stays one small drawing)
+
+
+def _rank_values(rank: Rank, per_step: bool) -> list[int]:
+    """A rank's wait, transfer and lateness (ns): a step, or over the capture."""
+    wait, transfer, late = rank.wait_ns or 0, rank.transfer_ns or 0, rank.late_ns or 0
+    if not per_step:
+        return [wait, transfer, late]
+    return [rank.wait_per_step_ns or 0, rank.transfer_per_step_ns or 0, rank.late_per_step_ns or 0]
+
+
+def ranks_chart(report: RunReport) -> str | None:
+    """Per rank, how long it waits in collectives, transfers and arrives late, a step (over the capture where a rank
+    has no steps), as grouped horizontal bars: the ranks that wait and the one they wait for side by side."""
+    ranks = [r for r in report.ranks.items if r.wait_ns is not None] if report.ranks else []
+    if not ranks:
+        return None
+    per_step = all(r.wait_per_step_ns is not None and r.late_per_step_ns is not None and r.steps.count for r in ranks)
+    when = "a step" if per_step else "over the capture"
+    values = np.array([_rank_values(r, per_step) for r in ranks], np.float64)
+    rows = np.arange(len(ranks))[::-1]  # the first rank on top
+    height = 0.8 / len(RANK_MEASURES)
+    hovers = _Hovers("ranks")
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(8, 0.9 + min(len(ranks), MAX_RANK_ROWS) * 0.5))
+        for k, (measure, colour, meaning) in enumerate(RANK_MEASURES):
+            offset = (1 - k) * height  # wait on top of each rank's group
+            bars = ax.barh(rows + offset, values[:, k] / 1e6, height=height, color=colour, label=measure)
+            for bar, rank, ns in zip(bars, ranks, values[:, k], strict=True):
+                hovers.add(bar, f"{rank.label}: {measure} {fmt_ns(int(ns))} {when} ({meaning})")
+        every = _tick_every(len(ranks))
+        ax.set_yticks(rows[::every], [r.label for r in ranks][::every])
+        ax.set_ylim(-0.5, len(ranks) - 0.5)
+        ax.set_xlabel(f"ms {when}")
+        ax.legend(ncols=len(RANK_MEASURES), frameon=False, loc="lower left", bbox_to_anchor=(0, 1))
+        return _svg(fig, hovers)
+
+
 # `traceinsight trend`: one panel per figure, over the runs in their order (figures as `RunSummary` has them).
 # (panel, axis label, `RunSummary` field, top of the axis: None, a little above the highest point).
 TREND_PANELS = (
@@ -669,8 +714,8 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
 
 
 def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
-    """One chart ("timeline", "memory", "steps", "gaps", "kernels", "mfu", "roofline"), as inline SVG; None when the
-    run has nothing to show."""
+    """One chart ("timeline", "memory", "steps", "gaps", "kernels", "mfu", "roofline", "ranks"), as inline SVG; None
+    when the run has nothing to show."""
     if name == "timeline":
         return utilisation_timeline(run)
     if name == "memory":
@@ -681,5 +726,6 @@ def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
         "kernels": kernel_histogram,
         "mfu": mfu_chart,
         "roofline": roofline,
+        "ranks": ranks_chart,
     }
     return charts[name](report)

@@ -15,7 +15,12 @@ gzip when the name ends in ``.gz``). It holds:
 * per device a **GPU-Util** counter: the share of each fixed bin (1 ms) in which some kernel runs, in %;
 * a process ``traceinsight`` with a **steps** track (the run's steps) and a **bottlenecks** track: per step, one
   slice per finding that costs that step time (`Findings.step_costs`), starting at the step's start and as long as that
-  cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's).
+  cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's); and per input
+  with collective waits a **collective waits** track (`wait_track_name`): one slice per wait inside a collective for
+  later ranks (`analysis/collectives.py`), from the rank's arrival for its wait, named after the collective, args
+  ``rank``, ``wait_ns``, ``key`` (the instance: how it was matched across ranks). Waits that overlap (DDP's buckets
+  of one step wait at once) go on further tracks (``collective waits (rank0) 2``): Perfetto drops a slice that
+  overlaps another of its track without nesting in it.
 
 Devices and hosts follow XProf's trace_viewer export (those process and thread names, stats as args
 ``correlation_id``, ``memcpy_details``, ``Memset_details``, ``step_num``), so ``traceinsight report`` reads the
@@ -41,6 +46,7 @@ import io
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,7 +83,7 @@ BOTTLENECKS_TRACK = "bottlenecks"
 UTIL_COUNTER = "GPU-Util"
 HOST_KINDS = ("runtime", "input_wait", "sync", "step")
 _FINDINGS_PID = 1
-_STEPS_TID, _BOTTLENECKS_TID = 1, 2
+_STEPS_TID, _BOTTLENECKS_TID, _WAITS_TID = 1, 2, 3  # _WAITS_TID: the first waits track; one an (input, lane) after
 _FRACTIONS = np.array([f".{i:03d}" for i in range(1000)], dtype=object)
 _SEP = ",\n"
 _ROW_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "stream", "thread", "name", "correlation", "bytes"]
@@ -87,6 +93,13 @@ _ROW_COLUMNS += ["copy_kind", "src_memory", "step_id", "input_id"]
 def gap_track_name(device: str) -> str:
     """The thread (track) of the exported file that holds `device`'s idle gaps (in the device's process)."""
     return f"idle gaps ({device})"
+
+
+def wait_track_name(label: str | None, lane: int = 0) -> str:
+    """The thread (track) of the traceinsight process that holds an input's collective waits (`label`: the input's
+    prefix in a run of several, ``rank1``; None for a run of one); `lane` > 0: its waits that overlap others."""
+    name = "collective waits" if label is None else f"collective waits ({label})"
+    return f"{name} {lane + 1}" if lane else name
 
 
 def trace_ts(ns: int) -> str:
@@ -163,13 +176,15 @@ def _trace_chunks(
         ts = events["ts_ns"].to_numpy()[rows]
         rows = rows[_overlapping(ts, ts + events["dur_ns"].to_numpy()[rows], windows)]
     table = events[_ROW_COLUMNS].take(rows)
-    layout = _Layout(analysis, table)
+    waits = _collective_waits(analysis, windows)
+    layout = _Layout(analysis, table, waits)
     blocks = [
         _row_events(table, layout),
         *(_gap_events(gaps, layout, windows) for gaps in analysis.gaps),
         *_util_counters(analysis, events, layout, windows, util_bin_ns, warnings),
         _step_events(chosen),
         _bottleneck_events(analysis, findings, chosen, warnings),
+        _wait_events(waits, layout),
     ]
     header = '{"displayTimeUnit":"ns","otherData":' + _json({"generator": f"traceinsight {__version__}"})
     return [header + ',"traceEvents":[\n' + layout.metadata(), *blocks, "\n]}\n"], warnings
@@ -255,7 +270,7 @@ def _overlapping(ts: np.ndarray, ends: np.ndarray, windows: Intervals | None) ->
 class _Layout:
     """pid of every device and input, tid of every line, and the ``M`` events that name them."""
 
-    def __init__(self, analysis: Analysis, table: pd.DataFrame) -> None:
+    def __init__(self, analysis: Analysis, table: pd.DataFrame, waits: list[_Wait]) -> None:
         inputs = analysis.profile.inputs
         labels = input_labels(inputs) if len(inputs) > 1 else None
         self.categories = [str(c) for c in table["device"].cat.categories]
@@ -277,6 +292,11 @@ class _Layout:
             ("thread", _FINDINGS_PID, _STEPS_TID, STEPS_TRACK, 0),
             ("thread", _FINDINGS_PID, _BOTTLENECKS_TID, BOTTLENECKS_TRACK, 1),
         ]
+        lanes = sorted({(w.input_id, w.lane) for w in waits})
+        self.waits_tid = {lane: _WAITS_TID + k for k, lane in enumerate(lanes)}
+        for (i, lane), tid in self.waits_tid.items():
+            name = wait_track_name(None if labels is None else labels[i], lane)
+            self._names.append(("thread", _FINDINGS_PID, tid, name, tid))
         for device, pid in self.device_pid.items():
             self._names.append(("process", pid, 0, _device_process(device), pid))
         for gaps in analysis.gaps:
@@ -497,6 +517,50 @@ def _bottleneck_events(analysis: Analysis, findings: Findings, steps: list[Step]
         for s, cost, b in slices
     ]
     return _slices(_BOTTLENECKS_TID, [x[0] for x in slices], [x[2].id for x in slices], [x[1] for x in slices], args)
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """One collective wait as written: on lane `lane` of its input's waits tracks."""
+
+    input_id: int
+    lane: int
+    rank: int
+    ts_ns: int
+    dur_ns: int
+    collective: str
+    key: str
+
+
+def _collective_waits(analysis: Analysis, windows: Intervals | None) -> list[_Wait]:
+    """The collective waits that overlap the windows, per input in time order, each on the first of its input's
+    lanes free at its start: where a rank idles for later ranks, beside the steps and gaps that cost."""
+    found = [(i, x) for i in analysis.collectives.instances for x in i.arrivals if x.wait_ns > 0]
+    ts = np.array([x.arrival_ns for _, x in found], np.int64)
+    kept = np.flatnonzero(_overlapping(ts, ts + np.array([x.wait_ns for _, x in found], np.int64), windows))
+    found = sorted((found[k] for k in kept.tolist()), key=lambda w: (w[1].input_id, w[1].arrival_ns, -w[1].wait_ns))
+    waits = []
+    ends: dict[int, list[int]] = {}  # per input, where each lane's last wait ends
+    for instance, x in found:
+        lanes = ends.setdefault(x.input_id, [])
+        lane = next((k for k, end in enumerate(lanes) if end <= x.arrival_ns), len(lanes))
+        if lane == len(lanes):
+            lanes.append(0)
+        lanes[lane] = x.arrival_ns + x.wait_ns
+        waits.append(_Wait(x.input_id, lane, x.rank, x.arrival_ns, x.wait_ns, instance.collective, instance.key))
+    return waits
+
+
+def _wait_events(waits: list[_Wait], layout: _Layout) -> str:
+    """The collective waits, a slice each on its lane's track, named after the collective."""
+    if not waits:
+        return ""
+    tids = np.array([layout.waits_tid[(w.input_id, w.lane)] for w in waits], np.int64)
+    ts = np.array([w.ts_ns for w in waits], np.int64)
+    dur = np.array([w.dur_ns for w in waits], np.int64)
+    names = np.array([_json(w.collective) for w in waits], dtype=object)
+    args = np.array([_json({"rank": w.rank, "wait_ns": w.dur_ns, "key": w.key}) for w in waits], dtype=object)
+    return _complete_events(str(_FINDINGS_PID), _few_ints_text(tids), ts, dur, names, [args])
 
 
 def _slices(tid: int, steps: list[Step], names: list[str], durations: list[int], args: list[str]) -> str:
