@@ -369,6 +369,24 @@ MEMORY_COLUMNS = (
 )
 
 
+def _sized(columns: Mapping[str, Any] | None, n: int | None) -> tuple[Mapping[str, Any], int]:
+    """A side table's columns as a reader gave them (maybe none) and its row count (`n`, else the first column's)."""
+    columns = columns or {}
+    return columns, (len(next(iter(columns.values()))) if columns else 0) if n is None else n
+
+
+def _int_columns(
+    columns: Mapping[str, Any], spec: Mapping[str, Any], n: int, unknown: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """A side table's integer columns of `spec` (name -> dtype), each missing one all unknown (-1, or `unknown`'s)."""
+    data: dict[str, Any] = {}
+    for col, dtype in spec.items():
+        values = columns.get(col)
+        fill = (unknown or {}).get(col, -1)
+        data[col] = np.full(n, fill, dtype) if values is None else narrowed_ints(values, dtype)
+    return data
+
+
 def _strings(values: Any, n: int) -> pd.Categorical:
     """A side table's string column as a categorical (all unknown when None); without any value, of the dtype
     pandas gives strings, so tables of several inputs concatenate."""
@@ -381,13 +399,8 @@ def _strings(values: Any, n: int) -> pd.Categorical:
 def make_memory_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
     """Build a memory side table (module docstring) from whichever columns a reader has, sorted by time
     (stably: events at one instant keep the reader's order). Missing columns get their "unknown" value."""
-    columns = columns or {}
-    if n is None:
-        n = len(next(iter(columns.values()))) if columns else 0
-    data: dict[str, Any] = {}
-    for col, dtype in _MEMORY_INT_COLUMNS.items():
-        values = columns.get(col)
-        data[col] = np.full(n, _MEMORY_UNKNOWN.get(col, -1), dtype) if values is None else narrowed_ints(values, dtype)
+    columns, n = _sized(columns, n)
+    data = _int_columns(columns, _MEMORY_INT_COLUMNS, n, _MEMORY_UNKNOWN)
     for col in _MEMORY_CATEGORY_COLUMNS:
         data[col] = _strings(columns.get(col), n)
     fragmentation = columns.get("fragmentation")
@@ -434,13 +447,8 @@ OP_COLUMNS = (
 def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
     """Build an op-cost side table (module docstring) from whichever columns a reader has; missing columns get
     their "unknown" value."""
-    columns = columns or {}
-    if n is None:
-        n = len(next(iter(columns.values()))) if columns else 0
-    data: dict[str, Any] = {}
-    for col, dtype in _OP_INT_COLUMNS.items():
-        values = columns.get(col)
-        data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
+    columns, n = _sized(columns, n)
+    data = _int_columns(columns, _OP_INT_COLUMNS, n)
     for col in _OP_CATEGORY_COLUMNS:
         data[col] = _strings(columns.get(col), n)
     for col in _OP_OBJECT_COLUMNS:
@@ -507,13 +515,8 @@ COLLECTIVE_COLUMNS = (
 def make_collective_table(columns: Mapping[str, Any] | None = None, n: int | None = None) -> pd.DataFrame:
     """Build a collectives' args side table (module docstring) from whichever columns a reader has; missing
     columns get their "unknown" value."""
-    columns = columns or {}
-    if n is None:
-        n = len(next(iter(columns.values()))) if columns else 0
-    data: dict[str, Any] = {}
-    for col, dtype in _COLLECTIVE_INT_COLUMNS.items():
-        values = columns.get(col)
-        data[col] = np.full(n, -1, dtype) if values is None else narrowed_ints(values, dtype)
+    columns, n = _sized(columns, n)
+    data = _int_columns(columns, _COLLECTIVE_INT_COLUMNS, n)
     for col in _COLLECTIVE_CATEGORY_COLUMNS:
         data[col] = _strings(columns.get(col), n)
     input_id = columns.get("input_id")
