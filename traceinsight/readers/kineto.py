@@ -290,18 +290,18 @@ def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
     half again as long.
     """
     flops = float_column([a.flops for a in args])
+    # An op without shapes nor FLOPs costs nothing to keep, and is told apart without copying its arg texts.
+    shaped = np.fromiter(map(len, map(attrgetter("input_dims"), args)), np.int64, len(args)) > 0
+    costed = shaped | ~np.isnan(flops)
+    args, rows, flops = _select(args, costed), rows[costed], flops[costed]
     columns: dict[str, np.ndarray] = {}
-    costed = ~np.isnan(flops)
     for key in ("input_dims", "input_types", "concrete_inputs"):
         codes, texts = pd.factorize(np.array(list(map(bytes, map(attrgetter(key), args))), dtype=object))
-        if key == "input_dims":  # an op without shapes nor FLOPs costs nothing to keep
-            costed |= (texts != b"")[codes]
-            args, codes = _select(args, costed), codes[costed]
         values = np.empty(len(texts), dtype=object)
         for i, text in enumerate(texts):
             values[i] = msgspec.json.decode(text) if text else None
         columns[key] = values[codes]
-    return {"row": rows[costed], "flops": flops[costed], **columns}
+    return {"row": rows, "flops": flops, **columns}
 
 
 def _memory_columns(instants: list[Event], exact_ts: bool, warnings: Counter[str]) -> dict[str, np.ndarray]:
