@@ -31,7 +31,7 @@ from traceinsight.analysis.steps import find_steps
 from traceinsight.assemble import report_of
 from traceinsight.events import Profile, merge_reads
 from traceinsight.readers import read_trace
-from traceinsight.report.html import render_html
+from traceinsight.render.html import render_html
 
 
 def best_of(repeat: int, run: Callable[[], Any]) -> float:

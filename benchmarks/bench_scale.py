@@ -73,9 +73,9 @@ def stages(path: Path) -> None:
     from traceinsight.discover import discover
     from traceinsight.load import load_run
     from traceinsight.parallel import default_jobs
-    from traceinsight.report.html import render_html
-    from traceinsight.report.json import dumps
-    from traceinsight.report.painter import Painter
+    from traceinsight.render.html import render_html
+    from traceinsight.render.json import dumps
+    from traceinsight.render.painter import Painter
 
     mark("imports")
     with Painter() if default_jobs() > 1 else nullcontext() as painter:

@@ -21,7 +21,7 @@ import pytest
 import traceinsight as ti
 from tests.analysis.test_projections import _all_shared_runs
 from tests.conftest import REPO, SAMPLE_TRACES, SHARED_TRACES, shared_trace
-from tests.report.test_browser import CHROMIUM, open_in_chromium
+from tests.render.test_browser import CHROMIUM, open_in_chromium
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.analysis.steps import BREAKDOWN
 from traceinsight.api import INVOCATION_FIELDS

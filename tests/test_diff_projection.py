@@ -13,7 +13,7 @@ import pytest
 from tests.test_diff import _bottleneck, _report, build_diff, typed
 from traceinsight import diff as diffs
 from traceinsight.cli import main
-from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
+from traceinsight.render.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 
 MS = 1_000_000
 BASE_STEP, NEW_STEP = 175 * MS, 139_700_000  # measured mean steps: 175.0 ms -> 139.7 ms

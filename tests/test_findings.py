@@ -16,10 +16,10 @@ from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
 from traceinsight.events import DeviceInfo, Profile, make_op_table
 from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
-from traceinsight.report.html import render_html
-from traceinsight.report.markdown import render_markdown
-from traceinsight.report.terminal import render_terminal
-from traceinsight.report.trace_export import write_annotated_trace
+from traceinsight.render.html import render_html
+from traceinsight.render.markdown import render_markdown
+from traceinsight.render.terminal import render_terminal
+from traceinsight.render.trace_export import write_annotated_trace
 from traceinsight.workflow import analyze_path, load_path
 
 

@@ -198,7 +198,7 @@ def test_signal_as_a_process_starts(tmp_path, trace_300mb, signum, code, word, t
 def test_interrupt_while_writing_removes_what_was_written(tmp_path, capsys, monkeypatch):
     """Ctrl-C after the timeline and the HTML were written, before the JSON: neither is left behind."""
     from traceinsight.cli import main
-    from traceinsight.report import output
+    from traceinsight.render import output
 
     real = output.write_atomic
 
@@ -207,7 +207,7 @@ def test_interrupt_while_writing_removes_what_was_written(tmp_path, capsys, monk
             raise KeyboardInterrupt
         real(path, text, protected)
 
-    monkeypatch.setattr("traceinsight.report.output.write_atomic", write_then_interrupt)
+    monkeypatch.setattr("traceinsight.render.output.write_atomic", write_then_interrupt)
     out = tmp_path / "out"
     run = REPO / "sample_traces" / "synthetic_gpu" / "healthy"
     args = ["report", str(run), "-o", str(out / "r.html"), "--json", str(out / "r.json"), "-q"]

@@ -46,7 +46,7 @@ def test_installed_wheel_reports_from_another_folder(wheel, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     script = (
-        "import sys, traceinsight.report.html as h, traceinsight.cli as c;"
+        "import sys, traceinsight.render.html as h, traceinsight.cli as c;"
         "print(h.templates_dir());"
         f"sys.exit(c.main(['report', {str(SAMPLE_TRACES / 'synthetic_gpu' / 'healthy')!r}, '-o', 'r.html', '-q']))"
     )

@@ -36,7 +36,7 @@ from traceinsight.errors import TraceError
 from traceinsight.events import TraceRead
 from traceinsight.readers import read_trace, xplane_schema, xspace
 from traceinsight.readers._repair import MAX_DURATION_NS
-from traceinsight.report import output
+from traceinsight.render import output
 
 XSPACE_RUN = SAMPLE_TRACES / "synthetic_gpu_xspace" / "healthy"
 KINETO_RUN = SAMPLE_TRACES / "synthetic_gpu" / "healthy"

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from traceinsight.discover import find_runs
-from traceinsight.report.json import dumps
+from traceinsight.render.json import dumps
 from traceinsight.result import to_document
 from traceinsight.workflow import analyze_path
 

@@ -35,14 +35,14 @@ from traceinsight.errors import TraceError
 from traceinsight.events import Profile
 from traceinsight.limits import MemoryLimit
 from traceinsight.listing import ReportCache, list_runs, summaries
-from traceinsight.report.format import plural
-from traceinsight.report.html import render_html, render_notebook
-from traceinsight.report.json import dumps
-from traceinsight.report.markdown import render_markdown
-from traceinsight.report.meta import add_invocation
-from traceinsight.report.output import relative_link, write_outputs
-from traceinsight.report.terminal import render_terminal
-from traceinsight.report.wording import projection_sentence, verdict_sentence
+from traceinsight.render.format import plural
+from traceinsight.render.html import render_html, render_notebook
+from traceinsight.render.json import dumps
+from traceinsight.render.markdown import render_markdown
+from traceinsight.render.meta import add_invocation
+from traceinsight.render.output import relative_link, write_outputs
+from traceinsight.render.terminal import render_terminal
+from traceinsight.render.wording import projection_sentence, verdict_sentence
 from traceinsight.result import (
     Bottleneck,
     BottleneckProjection,
@@ -61,7 +61,7 @@ from traceinsight.workflow import (
 )
 
 if TYPE_CHECKING:
-    from traceinsight.report.painter import Painter
+    from traceinsight.render.painter import Painter
 
 __all__ = ["Profile", "Report", "TraceError", "analyze", "load", "runs"]
 
@@ -100,7 +100,7 @@ _COLLECTIVE_COLUMNS = (
 )
 _OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
 _RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
-_CHARTS_MODULE = "traceinsight.report.charts"
+_CHARTS_MODULE = "traceinsight.render.charts"
 
 
 def load(path: PathLike, run: str | None = None, *, jobs: int = 1, max_memory: str | int | None = None) -> Profile:
@@ -381,7 +381,7 @@ class Report:
     # ----------------------------------------------------------------------------------------- documents
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document (schema ``traceinsight.report/1``) as plain JSON values, a copy. Its `meta`
+        """The ``--json`` document (schema ``traceinsight.render/1``) as plain JSON values, a copy. Its `meta`
         holds the capture date and versions; the fields that say how the CLI was run (`INVOCATION_FIELDS`)
         are null unless `record_invocation` filled them."""
         return dict(orjson.loads(self.to_json()))

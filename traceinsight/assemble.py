@@ -24,7 +24,7 @@ from traceinsight.analysis.kernels import KernelStats
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.analysis.waits import Waits as WaitsAnalysis
 from traceinsight.findings import Findings, evaluate
-from traceinsight.report.meta import capture_date, trace_versions
+from traceinsight.render.meta import capture_date, trace_versions
 from traceinsight.result import (
     Capture,
     CollectiveGroup,
@@ -368,7 +368,7 @@ def _warnings(a: Analysis) -> dict[str, int]:
 
 
 def _meta(a: Analysis) -> Meta:
-    """What the traces say of where they came from; the report command adds the rest (`report/meta.py`)."""
+    """What the traces say of where they came from; the report command adds the rest (`render/meta.py`)."""
     return Meta(
         capture_date=capture_date(a.window_start_ns),
         versions=trace_versions(a.profile.metadata, list(a.profile.devices.values())),

@@ -28,7 +28,7 @@ from traceinsight.commands.trend import TrendCommand
 from traceinsight.errors import TraceError
 from traceinsight.gating import ExpressionError
 from traceinsight.parallel import exit_now
-from traceinsight.report.format import escape_control
+from traceinsight.render.format import escape_control
 
 COMMANDS = (ReportCommand, DiffCommand, RunsCommand, TrendCommand)
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

@@ -21,7 +21,7 @@ from traceinsight.readers import XSPACE_SUFFIX, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
 from traceinsight.rules import GRAPH_CAPTURE_BYTES
 
-# JSON of ours beside traces: the versions a run records (report/meta.py reads them), the synthetic samples' truth
+# JSON of ours beside traces: the versions a run records (render/meta.py reads them), the synthetic samples' truth
 # (tools/make_samples.py).
 RUN_INFO = "run_info.json"
 _SAMPLE_METADATA = (RUN_INFO, "ground_truth.json")

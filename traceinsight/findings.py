@@ -1281,7 +1281,7 @@ def _bottlenecks(analysis: Analysis, found: Found) -> list[Bottleneck]:
 def _step_costs(found: Found) -> dict[str, np.ndarray]:
     """What each bottleneck that fires costs each step (ns): the idle and device time of what its finding says it
     costs (`Finding.cost`, else its fix), read from the same `Fix` the projection applies, so a rule's cost in
-    the annotated timeline (`report/trace_export.py`) follows from its entry and needs no table of its own."""
+    the annotated timeline (`render/trace_export.py`) follows from its entry and needs no table of its own."""
     costs = {}
     for rule, finding, *_ in found:
         cost = finding.cost or finding.fix

@@ -1,14 +1,14 @@
 """The result model: one run's report as typed records, built once (`traceinsight.assemble`) and read by every
 output.
 
-The `--json` report is this model serialised (`report/json.py`): each class here is one object of the contract
+The `--json` report is this model serialised (`render/json.py`): each class here is one object of the contract
 (../shared/notes/report-json.md), each field one key, so a field renamed here is renamed in the JSON, and
 mypy finds every reader that still uses the old name. HTML, Markdown, the terminal, `diff`, `--fail-on`, the
 API and the TensorBoard tab read these attributes; `--fail-on` paths resolve against them (`gating.lookup`).
 
 The analyses build the records that are theirs (a kernel of the top list, a memory series, a wait): those classes
 live here so this module needs nothing but the standard library. The painting process unpickles a report
-without importing pandas (`report/painter.py`), and a saved `--json` report is read back into these classes
+without importing pandas (`render/painter.py`), and a saved `--json` report is read back into these classes
 (`from_document`) without analysing anything.
 
 Maps keyed by data (gap causes, step-breakdown stalls, evidence, warnings, versions) stay dicts: their keys are
@@ -21,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = "traceinsight.report/1"
+SCHEMA = "traceinsight.render/1"
 
 # --------------------------------------------------------------------------- records the analyses build
 
@@ -590,7 +590,7 @@ class RunListed:
 @dataclass(kw_only=True)
 class Meta:
     """Where the report came from: what the traces say (capture date, versions), what the PATH held (`runs`,
-    `run_choice`) and what only the command knows (time, command line, options, input): `report/meta.py`."""
+    `run_choice`) and what only the command knows (time, command line, options, input): `render/meta.py`."""
 
     generated_at: str | None = None
     command: list[str] | None = None

@@ -7,7 +7,7 @@ or on a Dask cluster when asked; `analyze_profile` runs its second half on a
 profile already loaded (`load_path`). `read_saved_report` lets a command take a
 `--json` report written earlier instead of a trace, so CI can keep a small
 baseline JSON rather than the trace it came from. (Writing the outputs is
-`traceinsight.report.output`'s.)
+`traceinsight.render.output`'s.)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from traceinsight.findings import Findings, evaluate
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
 from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
-from traceinsight.report.meta import add_run_info, add_runs
+from traceinsight.render.meta import add_run_info, add_runs
 from traceinsight.result import SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 

@@ -10,7 +10,7 @@ from traceinsight.assemble import report_of
 from traceinsight.discover import discover
 from traceinsight.load import load_run
 from traceinsight.readers.xplane_schema import XSpace
-from traceinsight.report.terminal import verdict_sentence
+from traceinsight.render.terminal import verdict_sentence
 
 MULTI_WORKER = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
-from traceinsight.report.format import fmt_count, fmt_pct
-from traceinsight.report.wording import verdict_sentence
+from traceinsight.render.format import fmt_count, fmt_pct
+from traceinsight.render.wording import verdict_sentence
 from traceinsight.result import from_document
 from traceinsight.workflow import analyze_path
 
@@ -34,7 +34,7 @@ def input_bound_outputs(tmp_path_factory):
 
 def test_json_contract_fields(input_bound_outputs):
     _, report, _ = input_bound_outputs
-    assert report["schema"] == "traceinsight.report/1"
+    assert report["schema"] == "traceinsight.render/1"
     truth = json.loads((INPUT_BOUND / "ground_truth.json").read_text())
     (device,) = report["devices"]
     want = truth["devices"]["GPU:0"]
@@ -149,7 +149,7 @@ def test_a_saved_report_is_not_a_trace(tmp_path, capsys):
 
 
 def test_terminal_escapes_control_characters_from_traces(input_bound_outputs):
-    from traceinsight.report.terminal import render_terminal
+    from traceinsight.render.terminal import render_terminal
 
     _, report, _ = input_bound_outputs
     hostile = {**report, "run": "run\x1b[2J\nforged line", "warnings": {"bad\rname": 1}}
@@ -159,7 +159,7 @@ def test_terminal_escapes_control_characters_from_traces(input_bound_outputs):
 
 
 def test_terminal_says_why_the_input_verdict_is_unknown(input_bound_outputs):
-    from traceinsight.report.terminal import render_terminal
+    from traceinsight.render.terminal import render_terminal
 
     _, report, _ = input_bound_outputs
     assert "input pipeline: high: " in render_terminal(from_document(report))
@@ -176,7 +176,7 @@ def test_the_painter_is_forked_before_pandas_is_imported_and_never_imports_it(tm
     script = f"""
 import sys
 from traceinsight.cli import build_parser, main
-from traceinsight.report import painter
+from traceinsight.render import painter
 
 build_parser()
 print("pandas at start:", "pandas" in sys.modules)

@@ -1,6 +1,6 @@
 """`traceinsight trend` end to end: a history of the real before/after pairs (saved `--json` reports) draws each fix's
 step-time drop, `--fail-on` gates the last run against the median of the window, the orders, a logdir of traces, and
-what it refuses (the page's own rendering: tests/report/test_trend_page.py)."""
+what it refuses (the page's own rendering: tests/render/test_trend_page.py)."""
 
 import json
 import re
@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import SAMPLE_TRACES, typed_report
 from traceinsight.cli import main
 from traceinsight.gating import parse_threshold
-from traceinsight.report.diff_render import fmt_relative
-from traceinsight.report.format import fmt_ns
+from traceinsight.render.diff_render import fmt_relative
+from traceinsight.render.format import fmt_ns
 
 PAIRS = SAMPLE_TRACES / "pairs"
 # Fixes that cut the step: a history of each one's before, then its after.

@@ -13,7 +13,7 @@ from tests.conftest import SAMPLE_TRACES
 from traceinsight import listing, workflow
 from traceinsight.cli import main as cli_main
 from traceinsight.listing import ReportCache
-from traceinsight.report.json import dumps
+from traceinsight.render.json import dumps
 
 base_plugin = pytest.importorskip("tensorboard.plugins.base_plugin", reason="TensorBoard not installed")
 werkzeug_test = pytest.importorskip("werkzeug.test")

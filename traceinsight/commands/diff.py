@@ -14,8 +14,8 @@ from typing import Any
 from traceinsight.commands.options import add_fault_options, positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import Threshold, parse_threshold
-from traceinsight.report.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
-from traceinsight.report.output import finish, preflight_outputs, removed_on_interrupt
+from traceinsight.render.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
+from traceinsight.render.output import finish, preflight_outputs, removed_on_interrupt
 from traceinsight.result import RunReport
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
@@ -104,7 +104,7 @@ class DiffCommand:
 
     @staticmethod
     def _diff(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
-        from traceinsight.report.json import dumps
+        from traceinsight.render.json import dumps
 
         (base, new), origins, protected = _reports(args)
         diff = build_diff(base, new, (origins[0], origins[1]))

@@ -20,8 +20,8 @@ from traceinsight.commands.options import add_fault_options, positive_float, pos
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
-from traceinsight.report.output import finish, preflight_outputs, relative_link, removed_on_interrupt
-from traceinsight.report.painter import Painter
+from traceinsight.render.output import finish, preflight_outputs, relative_link, removed_on_interrupt
+from traceinsight.render.painter import Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class ReportCommand:
 
 def _steps(text: str) -> tuple[int, int]:
     """``--steps A:B`` (or one id) as `write_annotated_trace` takes it; a usage error otherwise."""
-    from traceinsight.report.trace_export import parse_steps  # only with --steps
+    from traceinsight.render.trace_export import parse_steps  # only with --steps
 
     try:
         return parse_steps(text)
@@ -146,7 +146,7 @@ def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalyzed:
     """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""
-    from traceinsight.report.trace_export import write_annotated_trace  # only with --trace-out
+    from traceinsight.render.trace_export import write_annotated_trace  # only with --trace-out
     from traceinsight.workflow import refuse_partial
 
     def export(analysis: Analysis, findings: Findings, report: RunReport, files: tuple[Path, ...]) -> None:

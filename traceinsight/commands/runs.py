@@ -62,9 +62,9 @@ class RunsCommand:
     def run(args: argparse.Namespace) -> int:
         from traceinsight.limits import MemoryLimit
         from traceinsight.listing import ReportCache, list_runs, summaries, summarize
-        from traceinsight.report.format import escape_control
-        from traceinsight.report.json import dumps
-        from traceinsight.report.output import preflight_outputs, removed_on_interrupt, write_outputs
+        from traceinsight.render.format import escape_control
+        from traceinsight.render.json import dumps
+        from traceinsight.render.output import preflight_outputs, removed_on_interrupt, write_outputs
 
         preflight_outputs([args.json], [args.path])
         runs = list_runs(args.path)
@@ -86,7 +86,7 @@ class RunsCommand:
 
 
 def _hosts_ranks(row: RunSummary) -> str:
-    from traceinsight.report.format import plural
+    from traceinsight.render.format import plural
 
     parts = [plural(n, noun) for n, noun in ((row.hosts, "host"), (row.ranks, "rank")) if n]
     return ", ".join(parts) or "-"
@@ -94,7 +94,7 @@ def _hosts_ranks(row: RunSummary) -> str:
 
 def _cells(row: RunSummary) -> list[str]:
     """The row's cells, as `_HEADERS` names them; an error row's end in its error."""
-    from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct
+    from traceinsight.render.format import escape_control, fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct
 
     cells = [
         escape_control(row.name),
@@ -137,7 +137,7 @@ def render_table(rows: list[RunSummary]) -> str:
 
 def _footer(rows: list[RunSummary], cache: ReportCache | None) -> str:
     """How many runs, and how many were analysed now: the cache at work, said where it lives."""
-    from traceinsight.report.format import plural
+    from traceinsight.render.format import plural
 
     failed = sum(row.error is not None for row in rows)
     errors = f", {plural(failed, 'error')}" if failed else ""

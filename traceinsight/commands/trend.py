@@ -17,8 +17,8 @@ from traceinsight.commands.options import positive_int
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
-from traceinsight.report.output import finish, preflight_outputs, removed_on_interrupt
-from traceinsight.report.trend import META_PREFIX, ORDER_GIVEN, ORDER_TIME, TrendRun, natural_key
+from traceinsight.render.output import finish, preflight_outputs, removed_on_interrupt
+from traceinsight.render.trend import META_PREFIX, ORDER_GIVEN, ORDER_TIME, TrendRun, natural_key
 
 DEFAULT_HTML = "traceinsight-trend.html"
 DEFAULT_WINDOW = 5
@@ -159,8 +159,8 @@ class TrendCommand:
 
     @staticmethod
     def _trend(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
-        from traceinsight.report.json import dumps
-        from traceinsight.report.trend import (
+        from traceinsight.render.json import dumps
+        from traceinsight.render.trend import (
             build_trend,
             order_runs,
             render_trend_html,

@@ -28,15 +28,15 @@ from typing import Any
 from traceinsight.discover import Run
 from traceinsight.listing import ReportCache, report_key
 from traceinsight.parallel import Child, JobSlots, report_workers, start_context, start_fork_server
-from traceinsight.report.json import dumps
-from traceinsight.report.meta import add_invocation
+from traceinsight.render.json import dumps
+from traceinsight.render.meta import add_invocation
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 from traceinsight.tensorboard.runs import ProfileRun, reads_inside
 
 # Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
 MAX_CACHED = 32
 # What the fork server imports once, so each job starts in milliseconds.
-_PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.report.charts"]
+_PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.render.charts"]
 
 Job = Callable[[str, str, str, str], tuple[str, str]]
 

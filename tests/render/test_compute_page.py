@@ -14,11 +14,11 @@ import pytest
 from markupsafe import Markup, escape
 
 from tests.conftest import SAMPLE_TRACES, shared_trace, typed_report
-from tests.report.test_readable_page import table_rows, visible_text
+from tests.render.test_readable_page import table_rows, visible_text
 from traceinsight.cli import main
-from traceinsight.report import charts
-from traceinsight.report.format import fmt_count, fmt_ns, fmt_pct, plural
-from traceinsight.report.html import environment, fmt_flop, fmt_rate, inline_code, without_empty_columns
+from traceinsight.render import charts
+from traceinsight.render.format import fmt_count, fmt_ns, fmt_pct, plural
+from traceinsight.render.html import environment, fmt_flop, fmt_rate, inline_code, without_empty_columns
 from traceinsight.result import RunReport
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

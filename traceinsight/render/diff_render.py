@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from traceinsight.diff import ranked
-from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, markdown_cell, plural
-from traceinsight.report.html import environment
+from traceinsight.render.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, markdown_cell, plural
+from traceinsight.render.html import environment
 
 # The figures the one-line verdict names, in this order.
 HEADLINE_METRICS = ("totals.idle_fraction", "input_pipeline.fraction", "steps.mean_ns")

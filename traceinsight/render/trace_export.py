@@ -70,7 +70,7 @@ from traceinsight.events import (
 )
 from traceinsight.findings import Findings
 from traceinsight.intervals import Intervals, union
-from traceinsight.report.output import check_output
+from traceinsight.render.output import check_output
 from traceinsight.result import Bottleneck
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps

@@ -1,4 +1,4 @@
-"""The annotated timeline (`report/trace_export.py`): exact on a hand-built run, valid Chrome-trace JSON for a real
+"""The annotated timeline (`render/trace_export.py`): exact on a hand-built run, valid Chrome-trace JSON for a real
 trace of each format, its gap slices equal to the report's, and read back by `traceinsight report` with the same
 device activity."""
 
@@ -23,7 +23,7 @@ from traceinsight.assemble import assemble
 from traceinsight.cli import main
 from traceinsight.events import InputInfo, TraceRead, merge_reads
 from traceinsight.findings import evaluate
-from traceinsight.report.trace_export import (
+from traceinsight.render.trace_export import (
     BOTTLENECKS_TRACK,
     FINDINGS_PROCESS,
     STEPS_TRACK,

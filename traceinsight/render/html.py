@@ -20,8 +20,8 @@ import jinja2
 from markupsafe import Markup, escape
 
 from traceinsight.diff import normalise_kernel_name
-from traceinsight.report.chart_data import chart_run
-from traceinsight.report.format import (
+from traceinsight.render.chart_data import chart_run
+from traceinsight.render.format import (
     clip,
     evidence_label,
     fmt_bytes,
@@ -35,8 +35,8 @@ from traceinsight.report.format import (
     fmt_trace_ms,
     plural,
 )
-from traceinsight.report.painter import Charts, Painter, draw_charts
-from traceinsight.report.wording import (
+from traceinsight.render.painter import Charts, Painter, draw_charts
+from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
     capture_sentence,
@@ -229,7 +229,7 @@ def render_notebook(report: RunReport, analysis: Analysis) -> str:
     """The notebook view (`traceinsight.Report._repr_html_`): the headline, the bottleneck cards and the
     timeline chart, one HTML fragment with a style of its own (scoped to it) and no script."""
     # matplotlib is imported only where a chart is drawn.
-    from traceinsight.report.charts import draw
+    from traceinsight.render.charts import draw
 
     timeline = draw("timeline", report, chart_run(analysis))
     return (

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import shared_trace, typed_report
-from tests.report.test_readable_page import table_rows
+from tests.render.test_readable_page import table_rows
 from traceinsight.analysis import analyze
 from traceinsight.cli import main
 from traceinsight.events import Profile, make_event_table
-from traceinsight.report import charts
-from traceinsight.report.chart_data import chart_run
-from traceinsight.report.format import fmt_bytes, fmt_pct, fmt_trace_ms
+from traceinsight.render import charts
+from traceinsight.render.chart_data import chart_run
+from traceinsight.render.format import fmt_bytes, fmt_pct, fmt_trace_ms
 
 WITH_MEMORY = ("xprof/GPU-multi-worker", "kineto/resnet50_num_workers_0")
 WITHOUT_MEMORY = "tf_cpu/a_input_bound"

@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from traceinsight.report.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
-from traceinsight.report.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
+from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
+from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     ComputeEfficiency,
     Memory,

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from traceinsight.parallel import Child
-from traceinsight.report.chart_data import ChartRun, chart_run
+from traceinsight.render.chart_data import ChartRun, chart_run
 from traceinsight.result import RunReport
 
 if TYPE_CHECKING:
@@ -51,12 +51,12 @@ class Painter:
 
 
 def _import_charts() -> None:
-    import traceinsight.report.charts  # noqa: F401  # the import is the work
+    import traceinsight.render.charts  # noqa: F401  # the import is the work
 
 
 def draw_charts(report: RunReport, run: ChartRun) -> Charts:
     """Every chart of the page, as inline SVG (None for a chart the run has no data for)."""
     # matplotlib is imported only where a page is drawn: loading a big trace runs without its 30 MB.
-    from traceinsight.report.charts import draw
+    from traceinsight.render.charts import draw
 
     return {name: draw(name, report, run) for name in CHART_NAMES}

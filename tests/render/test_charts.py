@@ -9,10 +9,10 @@ import pytest
 from tests.conftest import SAMPLE_TRACES, typed_report
 from traceinsight.analysis import analyze
 from traceinsight.events import Profile, make_event_table
-from traceinsight.report import charts
-from traceinsight.report.chart_data import chart_run
-from traceinsight.report.html import render_html
-from traceinsight.report.painter import CHART_NAMES, Painter
+from traceinsight.render import charts
+from traceinsight.render.chart_data import chart_run
+from traceinsight.render.html import render_html
+from traceinsight.render.painter import CHART_NAMES, Painter
 from traceinsight.result import RunReport
 from traceinsight.workflow import analyze_path
 

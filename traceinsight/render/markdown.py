@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell
-from traceinsight.report.meta import runs_line
-from traceinsight.report.wording import (
+from traceinsight.render.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell
+from traceinsight.render.meta import runs_line
+from traceinsight.render.wording import (
     capture_sentence,
     collectives_sentence,
     compute_sentence,

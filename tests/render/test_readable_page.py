@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import shared_trace
-from tests.report.test_browser import CHROMIUM, open_in_chromium
+from tests.render.test_browser import CHROMIUM, open_in_chromium
 from traceinsight.cli import main
-from traceinsight.report.format import fmt_evidence, fmt_trace_ms
-from traceinsight.report.html import gap_step, kernel_tables, without_empty_columns
-from traceinsight.report.meta import capture_date, run_info_versions
+from traceinsight.render.format import fmt_evidence, fmt_trace_ms
+from traceinsight.render.html import gap_step, kernel_tables, without_empty_columns
+from traceinsight.render.meta import capture_date, run_info_versions
 from traceinsight.result import Device, Kernels, Step, TopKernel
 
 TRACES = ("xprof/GPU-multi-worker", "tf_cpu/a_input_bound", "kineto/resnet50_num_workers_0")

@@ -7,7 +7,7 @@ the wording and the figures are the same everywhere.
 from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
-from traceinsight.report.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
+from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
 from traceinsight.result import Bottleneck, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
 

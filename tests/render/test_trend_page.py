@@ -5,7 +5,7 @@ import re
 
 from tests.conftest import typed_report
 from traceinsight.gating import parse_threshold
-from traceinsight.report.trend import (
+from traceinsight.render.trend import (
     TrendRun,
     build_trend,
     render_trend_html,

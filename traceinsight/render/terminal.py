@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from traceinsight.report.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct
-from traceinsight.report.meta import runs_line
-from traceinsight.report.wording import (
+from traceinsight.render.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct
+from traceinsight.render.meta import runs_line
+from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
     NO_PROJECTION,

@@ -21,9 +21,9 @@ from markupsafe import Markup
 from traceinsight import __version__
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, change
-from traceinsight.report.diff_render import fmt_relative
-from traceinsight.report.format import clip, escape_control, fmt_iso, fmt_ns, fmt_pct, markdown_cell, plural
-from traceinsight.report.html import environment, without_empty_columns
+from traceinsight.render.diff_render import fmt_relative
+from traceinsight.render.format import clip, escape_control, fmt_iso, fmt_ns, fmt_pct, markdown_cell, plural
+from traceinsight.render.html import environment, without_empty_columns
 from traceinsight.result import RunReport, RunSummary
 
 TREND_SCHEMA = "traceinsight.trend/1"
@@ -94,7 +94,7 @@ def bottleneck_changed(rows: Sequence[RunSummary]) -> list[bool]:
 def build_trend(runs: Sequence[TrendRun], order: str, window: int, thresholds: Sequence[Threshold]) -> dict[str, Any]:
     """The trend document of `runs` (at least one, in their order): the rows, and the gate of the last run against
     the `window` runs before it (fewer when there are fewer)."""
-    from traceinsight.report.meta import generated_at  # it imports the readers, and pandas with them
+    from traceinsight.render.meta import generated_at  # it imports the readers, and pandas with them
 
     rows = [run.row for run in runs]
     last, baseline = runs[-1], runs[max(0, len(runs) - 1 - window) : -1]
@@ -194,7 +194,7 @@ def _title(document: dict[str, Any]) -> str:
 def render_trend_html(document: dict[str, Any]) -> str:
     """The page: the sentence, the thresholds crossed, the charts and a table with a row per run (without the
     columns no run has a figure for)."""
-    from traceinsight.report.charts import trend_chart  # matplotlib only where a chart is drawn
+    from traceinsight.render.charts import trend_chart  # matplotlib only where a chart is drawn
 
     chart = trend_chart(summaries(document))
     page = (

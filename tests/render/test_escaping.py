@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from markupsafe import escape
 
-from tests.report.test_browser import CHROMIUM, open_in_chromium
+from tests.render.test_browser import CHROMIUM, open_in_chromium
 from tools import synth
 from traceinsight.cli import main
 from traceinsight.readers.xplane_schema import XSpace
@@ -146,7 +146,7 @@ def test_dollar_signs_in_a_host_name_are_plain_text(tmp_path):
     for i, host in enumerate(("node$x^$", "node2")):
         doc = _kineto_rank(host, "gemm", "aten::mm")
         (run / f"r{i}.pt.trace.json").write_text(json.dumps(doc))
-    from traceinsight.report.html import render_html
+    from traceinsight.render.html import render_html
     from traceinsight.workflow import analyze_path
 
     analyzed = analyze_path(run)

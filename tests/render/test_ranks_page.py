@@ -15,11 +15,11 @@ import pytest
 from markupsafe import Markup, escape
 
 from tests.conftest import SAMPLE_TRACES, shared_trace
-from tests.report.test_compute_page import SCRIPT, chart, render, table, text, titles
-from traceinsight.report import charts
-from traceinsight.report.charts import RANK_MEASURES
-from traceinsight.report.format import fmt_bytes, fmt_count, fmt_ns, fmt_rate
-from traceinsight.report.html import environment, without_empty_columns
+from tests.render.test_compute_page import SCRIPT, chart, render, table, text, titles
+from traceinsight.render import charts
+from traceinsight.render.charts import RANK_MEASURES
+from traceinsight.render.format import fmt_bytes, fmt_count, fmt_ns, fmt_rate
+from traceinsight.render.html import environment, without_empty_columns
 from traceinsight.result import from_document
 
 DISTRIBUTED = SAMPLE_TRACES / "distributed"
