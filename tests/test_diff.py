@@ -64,7 +64,7 @@ def _bottleneck(bid: str, severity: str, time_ns: int) -> dict[str, Any]:
 
 def _report(run: str = "r", **fields: Any) -> dict[str, Any]:
     report = {
-        "schema": "traceinsight.render/1",
+        "schema": "traceinsight.report/1",
         "version": "0",
         "run": run,
         "inputs": [{"path": f"{run}.pt.trace.json.gz", "format": "kineto"}],
@@ -290,7 +290,7 @@ def test_diff_summaries_and_schema():
     diff = build_diff(_report("base"), _report("new"), ({"path": "b.json", "source": "report"}, None))
     assert diff["schema"] == "traceinsight.diff/1"
     assert diff["base"]["run"] == "base" and diff["base"]["path"] == "b.json" and diff["base"]["source"] == "report"
-    assert diff["new"]["schema"] == "traceinsight.render/1" and diff["new"]["framework"] == "pytorch"
+    assert diff["new"]["schema"] == "traceinsight.report/1" and diff["new"]["framework"] == "pytorch"
     assert diff["new"]["window_ns"] == 2_000_000 and diff["new"]["small_kernel_threshold_ns"] == 10_000
     assert diff["new"]["inputs"] == [{"path": "new.pt.trace.json.gz", "format": "kineto"}]
 

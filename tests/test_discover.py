@@ -207,7 +207,7 @@ def test_what_is_not_a_trace(tmp_path):
     _trace(folder / "trace.json", doc=TINY)
     (folder / "execution_details.json").write_text('[{"file": "trace.json", "batch_size": 32}]')
     (folder / "bare_array.json").write_text('[{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]')
-    (folder / "ours.json").write_text('{"schema": "traceinsight.render/1", "traceEvents": []}')  # a report of ours
+    (folder / "ours.json").write_text('{"schema": "traceinsight.report/1", "traceEvents": []}')  # a report of ours
     (folder / "empty.json.gz").write_bytes(gzip.compress(b""))
     (folder / ".hidden.json").write_text(json.dumps(TINY))  # hidden: never a candidate
     (folder / "run_info.json").write_text('{"torch": "2.5.0"}')  # our sample metadata: neither

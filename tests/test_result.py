@@ -43,7 +43,7 @@ def test_every_report_conforms_strictly_and_round_trips(base: Path, name: str) -
 
 def test_a_document_missing_a_required_field_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="`inputs`"):
-        from_document({"schema": "traceinsight.render/1", "run": "x"})
+        from_document({"schema": "traceinsight.report/1", "run": "x"})
     with pytest.raises(ValueError, match=r"\$\.steps\.count"):
         from_document(
             {

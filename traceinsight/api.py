@@ -381,7 +381,7 @@ class Report:
     # ----------------------------------------------------------------------------------------- documents
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document (schema ``traceinsight.render/1``) as plain JSON values, a copy. Its `meta`
+        """The ``--json`` document (schema ``traceinsight.report/1``) as plain JSON values, a copy. Its `meta`
         holds the capture date and versions; the fields that say how the CLI was run (`INVOCATION_FIELDS`)
         are null unless `record_invocation` filled them."""
         return dict(orjson.loads(self.to_json()))

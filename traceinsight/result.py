@@ -21,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = "traceinsight.render/1"
+SCHEMA = "traceinsight.report/1"
 
 # --------------------------------------------------------------------------- records the analyses build
 
@@ -251,6 +251,10 @@ class Window:
     start_ns: int | None
     end_ns: int | None
 
+    @property
+    def dur_ns(self) -> int | None:
+        return None if self.start_ns is None or self.end_ns is None else self.end_ns - self.start_ns
+
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
@@ -258,6 +262,14 @@ class Step:
     start_ns: int
     dur_ns: int
     breakdown: dict[str, int] = field(default_factory=dict)  # stall name (`step_model.Stall`) -> ns, summing to dur_ns
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPart:
+    name: str  # a stall of the step breakdown (`step_model.Stall`)
+    total_ns: int
+    per_step_ns: float | None
+    share: float | None  # of step time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,6 +291,20 @@ class Steps:
     per_device_mean_ns: dict[str, int] = field(default_factory=dict)
     device_spread_ns: int | None = None
     items: list[Step] = field(default_factory=list)
+
+    @property
+    def parts(self) -> list[StepPart]:
+        """Where the steps' time went, part by part (those with any time): total, a step, share of step time."""
+        return [
+            StepPart(
+                name=name,
+                total_ns=ns,
+                per_step_ns=ns / self.count if self.count else None,
+                share=ns / self.total_ns if self.total_ns else None,
+            )
+            for name, ns in self.breakdown_total.items()
+            if ns
+        ]
 
     @property
     def spread(self) -> StepSpread | None:
@@ -568,6 +594,11 @@ class Ranks:
     step_mean_spread_ns: int | None
     step_mean_spread_fraction: float | None
     slowest: Rank | None
+
+    def behind_fastest(self, rank: Rank) -> float | None:
+        """How much longer `rank`'s mean step is than the fastest rank's, as a share of it."""
+        mean, fastest = rank.steps.mean_ns, self.step_mean_min_ns
+        return None if mean is None or not fastest else (mean - fastest) / fastest
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,9 +141,9 @@ def test_bad_expression_exits_2_and_writes_nothing(tmp_path, expr, capsys):
 
 def test_other_traceinsight_documents_are_refused(tmp_path, capsys):
     not_report = tmp_path / "diff.json"
-    not_report.write_text(json.dumps({"schema": "traceinsight.diff/1", "base": {"schema": "traceinsight.render/1"}}))
+    not_report.write_text(json.dumps({"schema": "traceinsight.diff/1", "base": {"schema": "traceinsight.report/1"}}))
     incomplete = tmp_path / "partial.json"
-    incomplete.write_text(json.dumps({"schema": "traceinsight.render/1", "run": "x"}))
+    incomplete.write_text(json.dumps({"schema": "traceinsight.report/1", "run": "x"}))
     for bad, why in ((not_report, "traceinsight.diff/1"), (incomplete, "`inputs`")):
         code, html, _, _ = _run_diff(tmp_path, bad, SYNTHETIC / "healthy")
         assert code == 2 and not html.exists()

@@ -1,4 +1,4 @@
-"""The `--json` report (schema ``traceinsight.render/1``, ../shared/notes/report-json.md): the result model
+"""The `--json` report (schema ``traceinsight.report/1``, ../shared/notes/report-json.md): the result model
 (`traceinsight.result.RunReport`) serialised.
 
 CI jobs, `traceinsight diff` and `--fail-on` read this object, so its names are a
