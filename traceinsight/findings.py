@@ -510,6 +510,12 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     )
 
 
+def _collective_waits(a: Analysis) -> np.ndarray:
+    """The step input's waiting inside collectives in each of the run's steps (ns): for a straggler, or for ranks
+    not in the trace; what `straggler` removes and `communication` leaves out."""
+    return waits_in(a.collectives, a.steps.input_id, *a.steps.bounds()).astype(np.float64)
+
+
 def _straggler(a: Analysis) -> Finding | None:
     """Ranks wait in collectives for one rank that arrives late (`analysis/collectives.py`): the fix is every rank
     at the median rank's pace, so the run's steps lose the wait the step input spends for the straggler."""
@@ -518,9 +524,7 @@ def _straggler(a: Analysis) -> Finding | None:
     if s is None:
         return None
     m = a.step_model
-    starts = np.array([x.start_ns for x in a.steps.items], np.int64)
-    ends = starts + np.array([x.dur_ns for x in a.steps.items], np.int64)
-    wait = waits_in(c, a.steps.input_id, starts, ends).astype(np.float64)
+    wait = _collective_waits(a)
     if len(wait) != m.count:
         return None
     evidence = {
@@ -542,8 +546,7 @@ def _communication(a: Analysis) -> Finding | None:
     with one rank in the trace, waiting for ranks not in it), and overlapping a transfer does not shorten a wait."""
     m = a.step_model
     exposed = m.stalls[Stall.COMMUNICATION_EXPOSED]
-    starts = np.array([x.start_ns for x in a.steps.items], np.int64)
-    waiting = waits_in(a.collectives, a.steps.input_id, starts, starts + np.array([x.dur_ns for x in a.steps.items]))
+    waiting = _collective_waits(a)
     waiting = np.minimum(waiting, exposed) if len(waiting) == len(exposed) else np.zeros(len(exposed))
     transfer = exposed - waiting
     evidence: dict[str, Any] = {

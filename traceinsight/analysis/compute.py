@@ -276,8 +276,7 @@ def _dtype(ops: pd.DataFrame, costs: pd.DataFrame | None, kernels: _Kernels, pea
 def _windows(events: pd.DataFrame, steps: Steps) -> tuple[tuple[np.ndarray, np.ndarray], str]:
     """Each step's window: its device-side range (the device annotations of the same `ProfilerStep#N`, first start
     to last end over the devices) where the trace has one for every step, else the step itself."""
-    starts = np.array([s.start_ns for s in steps.items], np.int64)
-    ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
+    starts, ends = steps.bounds()
     on_device = kind_mask(events, "annotation") & (events["device"].cat.codes.to_numpy() >= 0)
     if not on_device.any() or not len(starts):
         return (starts, ends), "step"

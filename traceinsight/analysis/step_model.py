@@ -365,8 +365,7 @@ def step_model(
     (`flagged_kernels(work)`) and `ops` (`host_op_rows` of the steps' input): what the other analyses
     found already, if known. `outside_waits`: the steps' input's waits for work the trace does not hold
     (`waits.Waits.outside_of`)."""
-    starts = np.array([s.start_ns for s in steps.items], np.int64)
-    ends = starts + np.array([s.dur_ns for s in steps.items], np.int64)
+    starts, ends = steps.bounds()
     count = len(starts)
     mine = [(u, g) for u, g in zip(usages, gaps, strict=True) if u.input_id == steps.input_id]
     ran_kernels = [(u, g) for u, g in mine if u.kernel_busy_ns > 0]

@@ -81,6 +81,11 @@ class Steps:
     def median_ns(self) -> int | None:
         return int(np.median([s.dur_ns for s in self.items])) if self.items else None
 
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The steps' starts and ends (ns), in their order: the windows every per-step figure is taken over."""
+        starts = np.array([s.start_ns for s in self.items], np.int64)
+        return starts, starts + np.array([s.dur_ns for s in self.items], np.int64)
+
     def breakdown_total(self) -> dict[str, int]:
         return {cat: sum(s.breakdown[cat] for s in self.items) for cat in BREAKDOWN}
 
