@@ -469,9 +469,9 @@ class InputPipeline:
     slowest_function: HostOp | None = None  # the input pipeline's own slowest user function
 
 
-@dataclass(frozen=True, kw_only=True)
-class ListedReplay:
-    """One CUDA / HIP graph replay of those the report lists."""
+@dataclass(frozen=True)
+class Replay:
+    """One CUDA / HIP graph replay (`analysis/graphs.py`): its launch and the nodes it ran."""
 
     device: str
     launch_start_ns: int
@@ -480,6 +480,12 @@ class ListedReplay:
     first_node_delay_ns: int  # first node start - launch call end (0 when it starts before the call returns)
     span_ns: int  # first node start to last node end
     busy_ns: int  # union of the nodes within the span
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListedReplay(Replay):
+    """One of the replays the report lists, with its host cost per node and busy share as people read them."""
+
     host_ns_per_node: float
     busy_share: float
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.events import kind_mask, names_matching
+from traceinsight.result import Replay
 from traceinsight.rules import GRAPH_LAUNCH
 
 # The `replay` column of the device work table.
@@ -29,14 +30,8 @@ LISTED_REPLAYS = 20
 
 
 @dataclass(frozen=True)
-class GraphReplay:
-    device: str
-    launch_start_ns: int
-    launch_ns: int  # the launch call on the host
-    nodes: int
-    first_node_delay_ns: int  # first node start - launch call end (0 when it starts before the call returns)
-    span_ns: int  # first node start to last node end
-    busy_ns: int  # union of the nodes within the span
+class GraphReplay(Replay):
+    """A replay as the analyses use it: its figures derived at full precision."""
 
     @property
     def host_ns_per_node(self) -> float:
