@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceinsight.commands.options import add_fault_options, positive_float
+from traceinsight.commands.options import add_fault_options, add_page_outputs, positive_float
 from traceinsight.diff import build_diff
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.render.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
@@ -71,13 +71,7 @@ class DiffCommand:
             parser.add_argument(
                 name, type=Path, metavar=name.upper(), help=f"{what}: trace, run folder, logdir or --json report"
             )
-        parser.add_argument(
-            "-o", "--output", type=Path, default=Path(DEFAULT_HTML), help=f"HTML diff (default {DEFAULT_HTML})"
-        )
-        parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON diff")
-        parser.add_argument(
-            "--markdown", type=Path, metavar="FILE", help="also write a Markdown summary (CI step summary)"
-        )
+        add_page_outputs(parser, DEFAULT_HTML, "diff")
         parser.add_argument(
             "--small-kernel-us",
             type=positive_float,

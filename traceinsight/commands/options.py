@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from traceinsight.limits import parse_size
 
@@ -28,6 +29,16 @@ def memory_size(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+def add_page_outputs(parser: argparse.ArgumentParser, default_html: str, what: str) -> None:
+    """``-o`` (the HTML page, `default_html` unless given), ``--json`` and ``--markdown``, for the commands that
+    compare runs (`what`: "diff", "trend")."""
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path(default_html), help=f"HTML {what} (default {default_html})"
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help=f"also write the JSON {what}")
+    parser.add_argument("--markdown", type=Path, metavar="FILE", help="also write a Markdown summary (CI step summary)")
 
 
 def add_fault_options(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceinsight.commands.options import positive_int
+from traceinsight.commands.options import add_page_outputs, positive_int
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
@@ -110,13 +110,7 @@ class TrendCommand:
             metavar="INPUT",
             help="a saved --json report, a folder of them (a CI history), or a trace path (every run under it)",
         )
-        parser.add_argument(
-            "-o", "--output", type=Path, default=Path(DEFAULT_HTML), help=f"HTML page (default {DEFAULT_HTML})"
-        )
-        parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON trend")
-        parser.add_argument(
-            "--markdown", type=Path, metavar="FILE", help="also write a Markdown summary (CI step summary)"
-        )
+        add_page_outputs(parser, DEFAULT_HTML, "trend")
         parser.add_argument(
             "--order",
             type=order_option,
