@@ -894,6 +894,24 @@ RULES: tuple[Rule, ...] = (
         "sheet); the win is each counted op's time above its roofline",
         _low_compute_efficiency,
         {
+            # A served model's GEMMs read every weight once a step whatever the batch: more sequences a step is more
+            # work for the same memory traffic (the server already compiles and replays graphs).
+            "server:vLLM": (
+                "Batch more requests per step: raise `--max-num-seqs` and `--max-num-batched-tokens`, so each GEMM "
+                "multiplies more rows for the weights it reads anyway.",
+            ),
+            "server:SGLang": (
+                "Run more requests at once: raise `--max-running-requests` (and `--cuda-graph-max-bs` with "
+                "it), so each GEMM multiplies more rows for the weights it reads anyway.",
+            ),
+            "server:TGI": (
+                "Batch more requests per step: raise `--max-batch-total-tokens` and `--max-batch-size`, so "
+                "each GEMM multiplies more rows for the weights it reads anyway.",
+            ),
+            "server:TensorRT-LLM": (
+                "Batch more requests per step: raise `max_batch_size` and `max_num_tokens`, so each "
+                "GEMM multiplies more rows for the weights it reads anyway.",
+            ),
             "pytorch": (
                 Tip(
                     "Fuse the elementwise and normalisation kernels that hold most of the time: "
