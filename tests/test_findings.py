@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.analysis.builders import host, kernel, launch, profile
-from tests.conftest import REPO, SAMPLE_TRACES
+from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
 from traceinsight import findings
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
@@ -152,6 +152,12 @@ def _straggler() -> Profile:
     return load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")[1]
 
 
+def _collective_wait() -> Profile:
+    """One rank (HTA's A100 control run, NCCL) whose all-reduces last from 0.1 to 20 ms: beyond the shortest of
+    each size, it waits for ranks not in the trace, exposed on the device."""
+    return load_path(shared_trace("hta/trace_diff"), "trace_diff/control")[1]
+
+
 def _communication() -> Profile:
     rows = []
     for i in range(2):
@@ -190,6 +196,7 @@ FIRES: dict[str, Callable[[], Profile]] = {
     "low_compute_efficiency": _low_compute_efficiency,
     "communication": _communication,
     "straggler": _straggler,
+    "collective_wait": _collective_wait,
     "small_batch": _launch_bound,
     "idle_other": _idle_other,
     "warmup_in_window": _warmup,

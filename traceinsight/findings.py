@@ -561,6 +561,28 @@ def _communication(a: Analysis) -> Finding | None:
     return Finding(evidence, fix(m, device_ns=transfer, kernel_ns=transfer))
 
 
+def _collective_wait(a: Analysis) -> Finding | None:
+    """The exposed collective time on the device that is waiting no straggler in the trace explains (one rank's
+    trace; or ranks that arrive last by turns): the part of `communication` its transfer fix leaves out, reported
+    with its cost and projected nowhere, since what ends it is on ranks the trace does not show."""
+    c = a.collectives
+    if c.side != "device" or c.straggler is not None:
+        return None
+    m = a.step_model
+    wait = _collective_waits(a)
+    if len(wait) != m.count:
+        return None
+    exposed = np.minimum(wait, m.stalls[Stall.COMMUNICATION_EXPOSED])  # a wait under compute costs nothing
+    evidence = {
+        "waiting_per_step_ns": m.mean(wait),
+        "exposed_waiting_per_step_ns": m.mean(exposed),
+        "scope": c.scope,
+        "collectives": len(c.instances),
+        "why": c.note,
+    }
+    return Finding(evidence, fix(m), cost=fix(m, device_ns=exposed, kernel_ns=exposed))
+
+
 def _idle_other(a: Analysis) -> Finding | None:
     """Idle time with no cause the trace names: unexplained, never a fix worth a speedup."""
     m = a.step_model
@@ -1036,6 +1058,22 @@ RULES: tuple[Rule, ...] = (
         },
         kind=EFFICIENCY,
         max_severity="medium",
+    ),
+    Rule(
+        "collective_wait",
+        "Ranks wait in collectives for ranks this trace does not explain (no fix is projected from it)",
+        "Exposed collective kernel time beyond the latest arrival's (matched ranks), or beyond the shortest instance "
+        "of the same collective and size (one rank's trace), where no straggler is named",
+        _collective_wait,
+        {
+            "any": (
+                "Profile every rank together (one trace per rank in one folder): the rank the others wait for, and "
+                "the phase that makes it late, are then named (`straggler`).",
+                "Look for imbalance across ranks: uneven data shards or sequence lengths, a slower or busier host, "
+                "a rank that logs, checkpoints or evaluates while the others train.",
+            ),
+        },
+        projects=False,
     ),
     Rule(
         "idle_other",

@@ -184,7 +184,7 @@ def shared_reports() -> dict[str, dict]:
 
 
 # What the trace shows but no fix in it removes: reported with its cost, never with a projected step (issue 26).
-NOT_PROJECTED = {"idle_other", "external_wait", "warmup_in_window"}
+NOT_PROJECTED = {"idle_other", "external_wait", "warmup_in_window", "collective_wait"}
 # Stall fixes that remove device time (exposed collectives): their step may fall below the kernels' busy time.
 REMOVES_KERNEL_TIME = {"communication"}
 # Stall fixes that remove idle time only: the device's whole busy time (kernels and copies) stays.
