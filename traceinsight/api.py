@@ -300,13 +300,12 @@ class Report:
     @property
     def steps(self) -> pd.DataFrame:
         """One row per step of the run: `id`, `start_ns`, `dur_ns`, and where its time went, one column per
-        part (device_compute, device_copy, host_runtime, input_wait, host_compute, idle), which sum to
-        `dur_ns`."""
-        rows = [
-            {"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns, **s.breakdown}
-            for s in self._analyzed.report.steps.items
-        ]
-        return _frame(rows, ("id", "start_ns", "dur_ns", *BREAKDOWN))
+        part, which sum to `dur_ns`: the ledger's parts (`report.ledger.parts`) on a run with devices, else the
+        host's breakdown (device_compute, device_copy, host_runtime, input_wait, host_compute, idle)."""
+        items = self._analyzed.report.steps.items
+        rows = [{"id": s.id, "start_ns": s.start_ns, "dur_ns": s.dur_ns, **s.breakdown} for s in items]
+        parts = list(items[0].breakdown) if items else list(BREAKDOWN)
+        return _frame(rows, ("id", "start_ns", "dur_ns", *parts))
 
     @property
     def host_ops(self) -> pd.DataFrame:

@@ -17,10 +17,10 @@ from traceinsight.analysis.capture import Capture as CaptureAnalysis
 from traceinsight.analysis.collectives import CollectiveInstance, Collectives, RankCollectives
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.device_memory import DeviceMemory
-from traceinsight.analysis.devices import span_weighted_gpu_util, span_weighted_idle
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.graphs import GraphReplays as GraphReplaysAnalysis
 from traceinsight.analysis.kernels import KernelStats
+from traceinsight.analysis.ledger import IDLE_PARTS, KERNEL_PARTS
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.analysis.waits import Waits as WaitsAnalysis
 from traceinsight.findings import Findings, evaluate
@@ -38,6 +38,8 @@ from traceinsight.result import (
     InputPipeline,
     Kernels,
     LaunchDelay,
+    Ledger,
+    LedgerDevice,
     ListedReplay,
     LongGap,
     Memory,
@@ -72,7 +74,6 @@ def _gaps(g: DeviceGaps) -> Gaps:
         p50_ns=g.p50_ns,
         p90_ns=g.p90_ns,
         max_ns=g.max_ns,
-        by_cause=g.by_cause,
         histogram=g.histogram,
         longest=[
             LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=x.cause, host_activity=x.host_activity)
@@ -146,6 +147,7 @@ def _memory(m: DeviceMemory | None) -> Memory | None:
 
 def _devices(a: Analysis) -> list[Device]:
     memory = {m.device: m for m in a.memory}
+    ledgers = {d.device: d for d in a.device_ledgers}
     out = []
     for usage, gaps, kernels, copies in zip(a.devices, a.gaps, a.kernels, a.copies, strict=True):
         info = a.profile.devices.get(usage.id)
@@ -155,9 +157,9 @@ def _devices(a: Analysis) -> list[Device]:
                 name=info.name if info else None,
                 span_ns=usage.span_ns,
                 busy_ns=usage.busy_ns,
-                idle_ns=usage.idle_ns,
-                idle_fraction=usage.idle_fraction,
-                gpu_util=round(usage.gpu_util, 4),
+                span_idle_ns=usage.idle_ns,
+                idle_fraction=_rounded(ledgers[usage.id].share(IDLE_PARTS)) if usage.id in ledgers else None,
+                gpu_util=_rounded(ledgers[usage.id].share(KERNEL_PARTS)) if usage.id in ledgers else None,
                 gaps=_gaps(gaps),
                 kernels=_kernels(kernels),
                 copies={kind: _copies(copies.copies[kind]) for kind in REPORTED_COPY_KINDS},
@@ -173,11 +175,10 @@ def _totals(a: Analysis) -> Totals:
     d2h = copy_totals(a.copies, "d2h")
     return Totals(
         device_count=len(a.devices),
-        idle_fraction=span_weighted_idle(a.devices),
-        gpu_util=_rounded(span_weighted_gpu_util(a.devices)),
-        # Over the steps, for the devices that ran kernels (what the headline reads; see analysis/step_model.py).
-        step_gpu_util=_rounded(a.step_model.gpu_util),
-        step_idle_fraction=_rounded(a.step_model.idle_fraction),
+        idle_fraction=_rounded(a.ledger.share(IDLE_PARTS)),
+        gpu_util=_rounded(a.ledger.share(KERNEL_PARTS)),
+        step_gpu_util=_rounded(a.ledger.share(KERNEL_PARTS)),
+        step_idle_fraction=_rounded(a.ledger.share(IDLE_PARTS)),
         kernel_count=sum(k.count for k in a.kernels),
         small_kernel_count=sum(k.small_count for k in a.kernels),
         h2d_count=h2d.count,
@@ -191,8 +192,31 @@ def _totals(a: Analysis) -> Totals:
     )
 
 
+def _ledger(a: Analysis) -> Ledger:
+    ledger = a.ledger
+    if not ledger.devices:
+        return Ledger()
+    parts = list(ledger.parts)
+    return Ledger(
+        parts=parts,
+        idle_parts=list(IDLE_PARTS),
+        step_ns=[int(x) for x in ledger.step_ns],
+        per_step={part: [int(round(x)) for x in ledger.mean(part)] for part in parts},
+        devices=[
+            LedgerDevice(
+                id=d.device,
+                parts={part: int(d.parts[part].sum()) for part in parts},
+                gpu_util=_rounded(d.share(KERNEL_PARTS)),
+                idle_fraction=_rounded(d.share(IDLE_PARTS)),
+            )
+            for d in a.device_ledgers
+        ],
+    )
+
+
 def _steps(a: Analysis) -> Steps:
     s = a.steps
+    parts = _step_parts(a)
     return Steps(
         source=s.source,
         marker=s.marker,
@@ -200,11 +224,24 @@ def _steps(a: Analysis) -> Steps:
         mean_ns=s.mean_ns,
         median_ns=s.median_ns,
         total_ns=s.total_ns,
-        breakdown_total=s.breakdown_total(),
+        breakdown_total={part: sum(b[part] for b in parts) for part in (parts[0] if parts else ())},
         per_device_mean_ns=s.per_device,
         device_spread_ns=s.device_spread_ns,
-        items=[Step(id=x.id, start_ns=x.start_ns, dur_ns=x.dur_ns, breakdown=x.breakdown) for x in s.items],
+        items=[
+            Step(id=x.id, start_ns=x.start_ns, dur_ns=x.dur_ns, breakdown=b)
+            for x, b in zip(s.items, parts, strict=True)
+        ],
     )
+
+
+def _step_parts(a: Analysis) -> list[dict[str, int]]:
+    """Where each step's time went: the ledger's parts (the mean over the step input's devices), or on a host-only
+    run the host's breakdown (`steps.breakdown`)."""
+    ledger = a.ledger
+    if not ledger.devices:
+        return [x.breakdown for x in a.steps.items]
+    per_step = {part: np.rint(ledger.mean(part)).astype(np.int64) for part in ledger.parts}
+    return [{part: int(values[i]) for part, values in per_step.items()} for i in range(a.steps.count)]
 
 
 def _input_pipeline(a: Analysis) -> InputPipeline:
@@ -388,6 +425,7 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         steps=_steps(a),
         devices=_devices(a),
         totals=_totals(a),
+        ledger=_ledger(a),
         capture=_capture(a.capture),
         input_pipeline=_input_pipeline(a),
         graph_replays=_graph_replays(a.graphs),

@@ -34,8 +34,8 @@ from typing import Any
 
 from traceinsight import __version__
 from traceinsight.gating import ExpressionError, change, lookup
-from traceinsight.result import Bottleneck, Device, Projection, RunProjection, RunReport
-from traceinsight.rules import COMPUTE_CLASSES, KERNEL_CLASSES
+from traceinsight.result import PART_WORDS, Bottleneck, Device, Projection, RunProjection, RunReport
+from traceinsight.rules import BREAKDOWN, COMPUTE_CLASSES, KERNEL_CLASSES
 
 SCHEMA = "traceinsight.diff/1"
 UP, DOWN = "up", "down"
@@ -60,12 +60,10 @@ RUN_METRICS: tuple[Metric, ...] = (
     Metric("steps.mean_ns", UP, "ns"),
     Metric("steps.median_ns", UP, "ns"),
     Metric("steps.count", None, "count"),
+    Metric("steps.breakdown_total.compute", None, "ns"),
+    *(Metric(f"steps.breakdown_total.{part}", UP, "ns") for part in tuple(PART_WORDS)[1:]),
     Metric("steps.breakdown_total.device_compute", None, "ns"),
-    Metric("steps.breakdown_total.device_copy", UP, "ns"),
-    Metric("steps.breakdown_total.host_runtime", UP, "ns"),
-    Metric("steps.breakdown_total.input_wait", UP, "ns"),
-    Metric("steps.breakdown_total.host_compute", UP, "ns"),
-    Metric("steps.breakdown_total.idle", UP, "ns"),
+    *(Metric(f"steps.breakdown_total.{part}", UP, "ns") for part in BREAKDOWN[1:]),
     Metric("totals.kernel_count", UP, "count"),
     Metric("totals.small_kernel_count", UP, "count"),
     Metric("totals.h2d_count", UP, "count"),
@@ -90,15 +88,11 @@ RUN_METRICS: tuple[Metric, ...] = (
 
 DEVICE_METRICS: tuple[Metric, ...] = (
     Metric("idle_fraction", UP, "fraction"),
-    Metric("idle_ns", UP, "ns"),
+    Metric("span_idle_ns", UP, "ns"),
     Metric("busy_ns", None, "ns"),
     Metric("span_ns", None, "ns"),
     Metric("gaps.count", UP, "count"),
     Metric("gaps.max_ns", UP, "ns"),
-    Metric("gaps.by_cause.input_wait", UP, "ns"),
-    Metric("gaps.by_cause.host_launch", UP, "ns"),
-    Metric("gaps.by_cause.sync", UP, "ns"),
-    Metric("gaps.by_cause.other", UP, "ns"),
     Metric("kernels.count", UP, "count"),
     Metric("kernels.total_ns", None, "ns"),
     Metric("kernels.small_count", UP, "count"),

@@ -22,7 +22,7 @@ so far. Severity is the cost as a share of the step: >= 20 % high, >= 5 % medium
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
+from traceinsight.analysis.ledger import KERNEL_PARTS, SHOWN_BUSY_PARTS
 from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, fix, project
 from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
 from traceinsight.rules import (
@@ -97,6 +98,9 @@ class Finding:
     cost: Fix | None = None
     # A cost over the capture window rather than the steps (a warm-up's one-time costs): its time and share.
     window_cost: tuple[int, float] | None = None
+    # The ledger parts (`analysis/ledger.py`; on a host-only run `_host_parts`) the finding says it costs, ns per
+    # step: no two findings claim the same part's time (`_claimed`).
+    claims: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,11 @@ def _input_bound(a: Analysis) -> Finding | None:
     evidence["parallelism_assumed"] = parallelism
     evidence["step_ns_after_hidden"] = project(m, [hidden]).step_ns_after
     return Finding(
-        evidence, fix(m, idle_ns=wait - still_waiting), severity=VERDICT_SEVERITY.get(ip.verdict), cost=hidden
+        evidence,
+        fix(m, idle_ns=wait - still_waiting),
+        severity=VERDICT_SEVERITY.get(ip.verdict),
+        cost=hidden,
+        claims={"input_wait": wait},
     )
 
 
@@ -238,7 +246,11 @@ def _launch_bound(a: Analysis) -> Finding | None:
         return None
     if _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND or not _drained_queue(a):
         return None
-    return Finding(_host_gap_evidence(a), _host_fix(a))
+    return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a))
+
+
+def _launch_claims(a: Analysis) -> dict[str, np.ndarray]:
+    return {"host_launch": a.step_model.stalls[Stall.HOST_LAUNCH]}
 
 
 def _host_loop_traced(a: Analysis) -> bool:
@@ -269,6 +281,7 @@ def _framework_overhead(a: Analysis) -> Finding | None:
             "input_wait_per_step_ns": m.mean(m.stalls[Stall.INPUT_WAIT]),
         },
         fix(m, idle_ns=overhead + dispatch, host_ns=dispatch),
+        claims={"between_ops": overhead, "host_work": dispatch},
         assumption="a compiled step (tf.function / torch.compile) removes the Python and framework dispatch "
         f"between ops{eager}, and keeps the rest of the ops' time, which graph-mode fusion usually lowers further",
         title="Framework overhead: the step is spent between ops (CPU-only run: the host is the device)",
@@ -286,7 +299,7 @@ def _host_bound(a: Analysis) -> Finding | None:
         and not _graphs_carry_kernels(a)
     ):
         return None
-    return Finding(_host_gap_evidence(a), _host_fix(a))
+    return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a))
 
 
 def _h2d_copy(a: Analysis) -> Finding | None:
@@ -305,6 +318,7 @@ def _h2d_copy(a: Analysis) -> Finding | None:
             "bandwidth_gbps": round(h2d.bandwidth_gbps, 3) if h2d.bandwidth_gbps is not None else None,
         },
         fix(m, device_ns=m.stalls[Stall.H2D_EXPOSED]),
+        claims={"copy_h2d": m.stalls[Stall.H2D_EXPOSED]},
     )
 
 
@@ -327,6 +341,10 @@ def _d2h_sync(a: Analysis) -> Finding | None:
             "waits": _waits_evidence(a, outside=False),
         },
         fix(m, idle_ns=m.stalls[Stall.SYNC] - m.stalls[Stall.SYNC_OUTSIDE], device_ns=m.stalls[Stall.D2H_EXPOSED]),
+        claims={
+            "blocking_wait": m.stalls[Stall.SYNC] - m.stalls[Stall.SYNC_OUTSIDE],
+            "copy_d2h": m.stalls[Stall.D2H_EXPOSED],
+        },
     )
 
 
@@ -339,6 +357,7 @@ def _external_wait(a: Analysis) -> Finding | None:
         {"wait_per_step_ns": _mean_stall(m, Stall.SYNC_OUTSIDE), "waits": _waits_evidence(a, outside=True)},
         fix(m),
         cost=fix(m, idle_ns=m.stalls[Stall.SYNC_OUTSIDE]),
+        claims={"wait_outside_trace": m.stalls[Stall.SYNC_OUTSIDE]},
     )
 
 
@@ -370,6 +389,7 @@ def _low_occupancy(a: Analysis) -> Finding | None:
             "occupancy_mean_pct": [k.occupancy_mean_pct for k in a.kernels],
         },
         fix(m, device_ns=waste, kernel_ns=waste),
+        claims={"compute": waste},
         assumption="kernels with fewer blocks than SMs leave (1 - blocks/SM) of the GPU idle; a batch that fills "
         "every SM does the same work in blocks/SM of their time",
     )
@@ -408,33 +428,60 @@ def _small_batch(a: Analysis) -> Finding | None:
             return None
         evidence: dict[str, Any] = {"small_kernel_time_share": round(small / total, 4)}
         small_ns = m.kernel_ns[KernelClass.SMALL_KERNELS]
+        # The per-step fixed costs between kernels: late launches and idle time no other cause explains. Waits for
+        # input, syncs, collectives or work outside the trace are their own findings' and do not shrink with it.
+        launch, other = m.stalls[Stall.HOST_LAUNCH] * spread, m.stalls[Stall.OTHER] * spread
         fixed = fix(
             m,
-            idle_ns=(m.step_ns - m.device_busy_ns) * spread,
+            idle_ns=launch + other,
             device_ns=small_ns * spread,
             kernel_ns=small_ns * spread,
             host_ns=m.host_floor_ns * spread,
         )
+        claims = {"host_launch": launch, "unexplained": other, "compute": small_ns * spread}
     else:
         if not _host_loop_traced(a):
             return None
-        working = np.clip(m.step_ns - m.stalls[Stall.INPUT_WAIT], 0, None)  # the step less its input wait
+        parts = _host_parts(a)
+        # The step less its waits for input and for other ranks, which a bigger batch does not spread.
+        working = parts["host_work"] + parts["between_ops"]
         # Tiny ops, optimizer updates, the dispatch between ops (host threads compute side by side: clipped at 0).
         per_step = np.clip(working - m.batch_work_ns, 0, None)
         share = float(per_step.sum() / working.sum()) if working.sum() > 0 else 0.0
         if share < SMALL_BATCH_FIXED_SHARE:
             return None
         evidence = {"per_step_cost_share": round(share, 4), "batch_work_per_step_ns": m.mean(m.batch_work_ns)}
-        in_floor = np.clip(m.host_floor_ns - m.batch_work_ns, 0, None)  # the part of the host's work that is fixed
+        # The part of the host's own work that is fixed (its collectives' waiting aside).
+        in_floor = np.clip(parts["host_work"] - m.batch_work_ns, 0, None)
         fixed = fix(m, idle_ns=per_step * spread, host_ns=in_floor * spread)
+        between = np.clip(per_step - in_floor, 0, None) * spread
+        claims = {"host_work": in_floor * spread, "between_ops": between}
     evidence["batch_factor_assumed"] = k
     return Finding(
         evidence,
         fixed,
+        claims=claims,
         assumption=f"{why}; kernels/ops this short are launch- or dispatch-bound, so their time and the gaps between "
         "them stay per step while the samples grow; longer ones grow with the batch. The step shown is per current "
         "batch of samples, an upper bound on the gain",
     )
+
+
+def _host_parts(a: Analysis) -> dict[str, np.ndarray]:
+    """A host-only run's steps in parts, ns per step, for findings to claim: input wait, waiting inside collectives
+    (for other ranks), the host's own work less that waiting, and the time between ops (framework overhead)."""
+    m = a.step_model
+    waits = _collective_waits(a)
+    waits = waits if len(waits) == m.count else np.zeros(m.count)
+    input_wait = m.stalls[Stall.INPUT_WAIT]
+    floor = np.minimum(m.host_floor_ns, np.clip(m.step_ns - input_wait, 0, None))
+    waits = np.minimum(waits, floor)  # the waiting happens inside host collectives, which the host floor holds
+    return {
+        "input_wait": input_wait,
+        "collective_wait": waits,
+        "host_work": floor - waits,
+        "between_ops": np.clip(m.step_ns - input_wait - floor, 0, None),
+    }
 
 
 def _compute_capability(a: Analysis) -> tuple[int, int] | None:
@@ -467,6 +514,7 @@ def _fp32_compute(a: Analysis) -> Finding | None:
             "peak_speedup": round(ratio, 2),
         },
         fix(m, device_ns=saved, kernel_ns=saved),
+        claims={"compute": saved},
         assumption=words,
     )
 
@@ -505,6 +553,7 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     return Finding(
         evidence,
         fix(m, device_ns=over, kernel_ns=over),
+        claims={"compute": over},
         assumption=f"each counted op runs at the roofline of the {c.device}'s published peaks ({c.peak_source}); "
         "time above it is what faster kernels can win back, no more",
     )
@@ -536,9 +585,10 @@ def _straggler(a: Analysis) -> Finding | None:
         "wait_per_step_ns": m.mean(wait),
         "message": s.message,
     }
+    claims = {"collective_wait": wait}
     if c.side == "device":  # the collective's kernel runs while it waits: device time, not idle
-        return Finding(evidence, fix(m, device_ns=wait, kernel_ns=wait))
-    return Finding(evidence, fix(m, idle_ns=wait, host_ns=wait))
+        return Finding(evidence, fix(m, device_ns=wait, kernel_ns=wait), claims=claims)
+    return Finding(evidence, fix(m, idle_ns=wait, host_ns=wait), claims=claims)
 
 
 def _communication(a: Analysis) -> Finding | None:
@@ -558,7 +608,7 @@ def _communication(a: Analysis) -> Finding | None:
     }
     if a.collectives.scope == "single_rank":
         evidence["waiting"] = a.collectives.note
-    return Finding(evidence, fix(m, device_ns=transfer, kernel_ns=transfer))
+    return Finding(evidence, fix(m, device_ns=transfer, kernel_ns=transfer), claims={"collective_transfer": transfer})
 
 
 def _collective_wait(a: Analysis) -> Finding | None:
@@ -580,7 +630,9 @@ def _collective_wait(a: Analysis) -> Finding | None:
         "collectives": len(c.instances),
         "why": c.note,
     }
-    return Finding(evidence, fix(m), cost=fix(m, device_ns=exposed, kernel_ns=exposed))
+    return Finding(
+        evidence, fix(m), cost=fix(m, device_ns=exposed, kernel_ns=exposed), claims={"collective_wait": exposed}
+    )
 
 
 def _idle_other(a: Analysis) -> Finding | None:
@@ -590,6 +642,7 @@ def _idle_other(a: Analysis) -> Finding | None:
         {"other_gap_per_step_ns": _mean_stall(m, Stall.OTHER), "gap_count": sum(g.count for g in a.gaps)},
         fix(m),
         cost=fix(m, idle_ns=m.stalls[Stall.OTHER]),
+        claims={"unexplained": m.stalls[Stall.OTHER]},
     )
 
 
@@ -1272,14 +1325,23 @@ Found = list[tuple[Rule, Finding, BottleneckProjection, str, int]]
 def _found(analysis: Analysis) -> Found:
     """Every rule that fires with a saving (or, for a rule that projects nothing, a cost) worth reporting, in
     ranking order, with its cost a step. A window with no steady state (a graph capture pass, a micro-benchmark, a
-    warm-up with no steps after it) gets only the warm-up finding: no claim about a step it does not hold."""
-    found = []
+    warm-up with no steps after it) gets only the warm-up finding: no claim about a step it does not hold.
+
+    Findings claim disjoint time (`_within_claims`): measured stalls first, by cost, then estimates; each gets what
+    the earlier ones left of the ledger parts it names. The list is ordered by severity (`severity_for`, the one
+    rule), then the leading kind, then what each wins back."""
+    fired = []
     for rule in RULES:
         if not analysis.capture.projects and rule.id != WARMUP_RULE:
             continue
         finding = rule.check(analysis)
-        if finding is None:
-            continue
+        if finding is not None:
+            fired.append((rule, finding, _cost_ns(analysis, finding, _projection(analysis, finding, rule))))
+    fired.sort(key=lambda f: (f[0].kind != STALL or f[1].assumption is not None, -f[2]))
+    remaining = _claimable(analysis)
+    found = []
+    for rule, finding, _ in fired:
+        finding = _within_claims(finding, remaining, bool(analysis.ledger.devices))
         projection = _projection(analysis, finding, rule)
         cost = _cost_ns(analysis, finding, projection)
         fraction = cost / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
@@ -1288,8 +1350,63 @@ def _found(analysis: Analysis) -> Found:
         if severity is not None and worth:
             found.append((rule, finding, projection, severity, cost))
     lead = EFFICIENCY if _efficiency_first(analysis) else STALL
-    found.sort(key=lambda f: (f[0].id != WARMUP_RULE, f[0].kind != lead, not f[0].projects, -max(f[2].saving_ns, f[4])))
+    found.sort(
+        key=lambda f: (
+            f[0].id != WARMUP_RULE,
+            -SEVERITIES.index(f[3]),
+            f[0].kind != lead,
+            not f[0].projects,
+            -max(f[2].saving_ns, f[4]),
+        )
+    )
     return found
+
+
+def _claimable(a: Analysis) -> dict[str, np.ndarray]:
+    """What findings can claim, ns per step by part: the ledger's parts (mean over devices), or a host-only run's."""
+    if a.ledger.devices:
+        return {part: a.ledger.mean(part) for part in a.ledger.parts}
+    return _host_parts(a) if a.step_model.count else {}
+
+
+# On a host-only run, the parts that are the host's own work: a fix that claims them lowers the host floor too.
+_HOST_WORK_PARTS = ("host_work", "collective_wait")
+
+
+def _within_claims(finding: Finding, remaining: dict[str, np.ndarray], on_devices: bool) -> Finding:
+    """The finding less what earlier findings already claimed of its ledger parts (its fix and its cost lose the
+    excess: idle parts as idle time, busy parts as device time); `remaining` loses what it keeps."""
+    if not finding.claims:
+        return finding
+    steps = len(next(iter(finding.claims.values())))
+    idle, device, kernel, host = (np.zeros(steps) for _ in range(4))
+    kept = {}
+    for part, claim in finding.claims.items():
+        claim = np.clip(np.asarray(claim, np.float64), 0, None)
+        have = remaining.get(part, np.zeros(steps))
+        kept[part] = np.minimum(claim, have)
+        remaining[part] = have - kept[part]
+        excess = claim - kept[part]
+        if on_devices and part in SHOWN_BUSY_PARTS:
+            device += excess
+            kernel += excess if part in KERNEL_PARTS else 0.0
+        else:
+            idle += excess
+            host += excess if not on_devices and part in _HOST_WORK_PARTS else 0.0
+    if not (idle.any() or device.any()):
+        return replace(finding, claims=kept)
+
+    def less(f: Fix) -> Fix:
+        return Fix(
+            np.clip(f.idle_ns - idle, 0, None),
+            np.clip(f.device_ns - device, 0, None),
+            np.clip(f.kernel_ns - kernel, 0, None),
+            np.clip(f.host_ns - host, 0, None),
+        )
+
+    return replace(
+        finding, fix=less(finding.fix), cost=None if finding.cost is None else less(finding.cost), claims=kept
+    )
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,35 @@ def exposed(work: Intervals, hiding: Intervals) -> int:
     if len(work) == 0:
         return 0
     return work.total - int(hiding.covered_between(work.starts, work.ends).sum())
+
+
+def _elementary(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segments between consecutive endpoints of `a` and `b`, and whether each lies in `a` and in `b`."""
+    points = np.unique(np.concatenate([a.starts, a.ends, b.starts, b.ends]))
+    left, right = points[:-1], points[1:]
+
+    def inside(u: Intervals) -> np.ndarray:
+        if len(u) == 0:
+            return np.zeros(len(left), bool)
+        idx = np.searchsorted(u.starts, left, side="right") - 1
+        return (idx >= 0) & (left < u.ends[np.clip(idx, 0, None)])
+
+    return left, right, inside(a), inside(b)
+
+
+def intersection(a: Intervals, b: Intervals) -> Intervals:
+    """The time in both unions."""
+    if len(a) == 0 or len(b) == 0:
+        return EMPTY
+    left, right, in_a, in_b = _elementary(a, b)
+    keep = in_a & in_b
+    return union(left[keep], right[keep])
+
+
+def difference(a: Intervals, b: Intervals) -> Intervals:
+    """The time in `a` and not in `b`."""
+    if len(a) == 0 or len(b) == 0:
+        return a
+    left, right, in_a, in_b = _elementary(a, b)
+    keep = in_a & ~in_b
+    return union(left[keep], right[keep])

@@ -21,7 +21,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = "traceinsight.report/1"
+SCHEMA = "traceinsight.report/2"
+# Saved reports of these schemas are read too (`from_document` brings them to this one).
+OLDER_SCHEMAS = ("traceinsight.report/1",)
 
 # --------------------------------------------------------------------------- records the analyses build
 
@@ -330,7 +332,6 @@ class Gaps:
     p50_ns: int | None = None
     p90_ns: int | None = None
     max_ns: int | None = None
-    by_cause: dict[str, int] = field(default_factory=dict)
     histogram: list[Bin] = field(default_factory=list)
     longest: list[LongGap] = field(default_factory=list)
 
@@ -406,15 +407,87 @@ class Memory:
     series: MemorySeries = field(default_factory=lambda: MemorySeries([], [], None))
 
 
+# Words for people, one per ledger part (`analysis/ledger.py`), used by every renderer.
+PART_WORDS = {
+    "compute": "compute",
+    "collective_wait": "collective: waiting",
+    "collective_transfer": "collective: transfer",
+    "copy_h2d": "copy H2D",
+    "copy_d2h": "copy D2H",
+    "copy_d2d": "copy D2D",
+    "copy_other": "copy/memset other",
+    "input_wait": "input wait",
+    "graph_internal": "inside graph replays",
+    "wait_outside_trace": "wait outside the trace",
+    "blocking_wait": "blocking wait",
+    "host_launch": "host launch",
+    "unexplained": "unexplained idle",
+}
+
+
+# What each ledger part is, for the page's glossary.
+PART_MEANINGS = {
+    "compute": "a kernel that is not a collective runs",
+    "collective_wait": "only collective kernels run, waiting for the last rank to arrive",
+    "collective_transfer": "only collective kernels run, moving data",
+    "copy_h2d": "only a host-to-device copy runs",
+    "copy_d2h": "only a device-to-host copy runs",
+    "copy_d2d": "only a device-to-device copy runs",
+    "copy_other": "only a peer-to-peer copy, a memset or a copy of unknown direction runs",
+    "input_wait": "nothing runs; the host waits for input data",
+    "graph_internal": "nothing runs, between nodes of one graph replay",
+    "wait_outside_trace": "nothing runs; a blocking call waits for device work the trace does not hold",
+    "blocking_wait": "nothing runs; the host is in a sync or blocking copy",
+    "host_launch": "nothing runs; the next op was launched late",
+    "unexplained": "nothing runs, and the trace names no cause",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerDevice:
+    """One device's ledger over its input's steps: ns in each part (`analysis/ledger.py`), and the two shares read
+    from it (GPU-Util: a kernel runs; idle: nothing runs)."""
+
+    id: str
+    parts: dict[str, int]
+    gpu_util: float | None
+    idle_fraction: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ledger:
+    """Every nanosecond of the run's steps on each device in exactly one part: the source of every per-step
+    figure (GPU-Util, idle, the step table, the idle causes, what findings claim). `parts`: the parts in order,
+    busy ones first; `per_step`: each part's ns in each step, the mean over the step input's devices."""
+
+    window: str = "steps"
+    parts: list[str] = field(default_factory=list)
+    idle_parts: list[str] = field(default_factory=list)
+    step_ns: list[int] = field(default_factory=list)
+    per_step: dict[str, list[int]] = field(default_factory=dict)
+    devices: list[LedgerDevice] = field(default_factory=list)  # every device, each over its own input's steps
+
+    @property
+    def total(self) -> dict[str, int]:
+        return {part: sum(values) for part, values in self.per_step.items()}
+
+    def device(self, device_id: str) -> LedgerDevice | None:
+        """The ledger of one device (None for a device without steps on its input)."""
+        return next((d for d in self.devices if d.id == device_id), None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Device:
+    """A device: its span (first to last work of the device, the whole capture) and, over its input's steps, its
+    GPU-Util and idle share (`Ledger`)."""
+
     id: str
     name: str | None = None
     span_ns: int | None = None
-    busy_ns: int | None = None
-    idle_ns: int | None = None
-    idle_fraction: float | None = None
-    gpu_util: float | None = None
+    busy_ns: int | None = None  # over the span
+    span_idle_ns: int | None = None  # span less busy
+    idle_fraction: float | None = None  # over the steps of its input (null: no steps on it)
+    gpu_util: float | None = None  # over the steps of its input (null: no steps on it)
     gaps: Gaps = field(default_factory=Gaps)
     kernels: Kernels = field(default_factory=Kernels)
     copies: dict[str, Copies] = field(default_factory=dict)  # copy kind ("h2d", "d2h", "d2d") -> its copies
@@ -425,10 +498,10 @@ class Device:
 @dataclass(frozen=True, kw_only=True)
 class Totals:
     device_count: int = 0
-    idle_fraction: float | None = None
-    gpu_util: float | None = None
-    step_gpu_util: float | None = None
-    step_idle_fraction: float | None = None
+    idle_fraction: float | None = None  # over the steps: the ledger's idle parts (the mean over the devices)
+    gpu_util: float | None = None  # over the steps: the ledger's kernel parts
+    step_gpu_util: float | None = None  # the same figure (kept for saved reports and `--fail-on` paths)
+    step_idle_fraction: float | None = None  # the same figure
     kernel_count: int = 0
     small_kernel_count: int = 0
     h2d_count: int = 0
@@ -660,6 +733,7 @@ class RunReport:
     ranks: Ranks | None = None  # None with a single input
     compute: ComputeEfficiency = field(default_factory=ComputeEfficiency)
     collectives: CollectivesSummary = field(default_factory=CollectivesSummary)
+    ledger: Ledger = field(default_factory=Ledger)
     projection: RunProjection | None = None  # None when nothing fires
     host_ops: HostOps = field(default_factory=HostOps)
     bottlenecks: list[Bottleneck]
@@ -704,9 +778,29 @@ def from_document(doc: dict[str, Any]) -> RunReport:
     import msgspec  # only where a saved report is read
 
     try:
-        return msgspec.convert(doc, RunReport, strict=False)
+        return msgspec.convert(_current(doc), RunReport, strict=False)
     except msgspec.ValidationError as error:
         raise ValueError(str(error)) from None
+
+
+def _current(doc: dict[str, Any]) -> dict[str, Any]:
+    """A saved report in this schema. Version 1 measured a device's GPU-Util and idle share over its span and named
+    the step-window figures `step_*`; now both words mean the step window: its step figures move into them, and a
+    device's (over its span only) are dropped, not relabelled."""
+    if doc.get("schema") not in OLDER_SCHEMAS:
+        return doc
+    totals = dict(doc.get("totals") or {})
+    totals["gpu_util"], totals["idle_fraction"] = totals.get("step_gpu_util"), totals.get("step_idle_fraction")
+    devices = [
+        {
+            **{k: v for k, v in d.items() if k != "idle_ns"},
+            "span_idle_ns": d.get("idle_ns"),
+            "gpu_util": None,
+            "idle_fraction": None,
+        }
+        for d in doc.get("devices") or []
+    ]
+    return {**doc, "schema": SCHEMA, "totals": totals, "devices": devices}
 
 
 def schema_outline() -> str:

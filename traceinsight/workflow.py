@@ -31,7 +31,7 @@ from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
 from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
 from traceinsight.render.meta import add_run_info, add_runs
-from traceinsight.result import SCHEMA, RunReport, from_document
+from traceinsight.result import OLDER_SCHEMAS, SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
 _SCHEMA_PREFIX = b"traceinsight."
@@ -185,7 +185,7 @@ def read_saved_report(path: Path) -> RunReport | None:
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(schema, str) or not schema.startswith("traceinsight."):
         return None
-    if schema != SCHEMA:
+    if schema != SCHEMA and schema not in OLDER_SCHEMAS:
         raise TraceError(path, f"a {schema} document, not a {SCHEMA} report")
     try:
         return from_document(doc)

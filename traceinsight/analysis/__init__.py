@@ -8,13 +8,15 @@ input's own, so inputs can be analyzed where they are read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
-from traceinsight.analysis.collectives import Collectives, collectives
+from traceinsight.analysis.collectives import Collectives, collectives, waits_in
 from traceinsight.analysis.compute import Compute, compute_efficiency
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
@@ -24,6 +26,7 @@ from traceinsight.analysis.graphs import GraphReplays, graph_replays
 from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
+from traceinsight.analysis.ledger import DeviceLedger, Ledger, with_collective_waits
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
@@ -53,12 +56,27 @@ class Analysis:
     waits: Waits  # blocking calls that waited far longer than their own device work
     compute: Compute  # what the busy time achieves: FLOPs, kernel classes on the roofline, MFU (the step input's)
     collectives: Collectives  # collectives matched across ranks: who waits for whom, and the straggler
+    # The ledgers of the devices of inputs other than the step input, each over its own input's steps.
+    other_ledgers: list[DeviceLedger] = field(default_factory=list)
 
     @property
     def window_ns(self) -> int:
         if self.window_start_ns is None or self.window_end_ns is None:
             return 0
         return self.window_end_ns - self.window_start_ns
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        """The step model's ledger with the collective part split into the step input's waiting inside collectives
+        (for a straggler, or for ranks not in the trace) and transfer: every per-step figure is read from it."""
+        starts, ends = self.steps.bounds()
+        waits = waits_in(self.collectives, self.steps.input_id, starts, ends)
+        return with_collective_waits(self.step_model.ledger, waits)
+
+    @property
+    def device_ledgers(self) -> list[DeviceLedger]:
+        """Every device's ledger over its own input's steps (the run's step input's first)."""
+        return [*self.ledger.devices, *self.other_ledgers]
 
     def without_events(self) -> Analysis:
         """The same results over an empty event table: what renderers need, without most of a big trace's memory."""
@@ -206,7 +224,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         steps=steps[run_input],
         input_pipeline=parts[run_input].input_pipeline,
         input_steps=steps,
-        step_model=parts[run_input].step_model,
+        step_model=_prefixed_ledger(parts[run_input].step_model, lambda d: device(run_input, d)),
         memory=[replace(m, device=device(i, m.device), input_id=i) for i, p in enumerate(parts) for m in p.memory],
         host_ops=parts[run_input].host_ops,
         settings=parts[run_input].settings,
@@ -220,7 +238,19 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         waits=_merged_waits(parts),
         compute=parts[run_input].compute,
         collectives=collectives(profile),  # its events: what each input kept for it (`rows_collectives_read`)
+        other_ledgers=[
+            replace(d, device=device(i, d.device))
+            for i, p in enumerate(parts)
+            if i != run_input
+            for d in with_collective_waits(p.step_model.ledger, np.zeros(0)).devices
+        ],
     )
+
+
+def _prefixed_ledger(model: StepModel, device: Callable[[str], str]) -> StepModel:
+    """The step model with its ledger's devices named as the merged run names them."""
+    ledger = model.ledger
+    return replace(model, ledger=replace(ledger, devices=[replace(d, device=device(d.device)) for d in ledger.devices]))
 
 
 def _merged_replays(parts: list[GraphReplays]) -> GraphReplays:

@@ -47,9 +47,10 @@ from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import CAUSES, DeviceGaps
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.kernels import flagged_kernels
+from traceinsight.analysis.ledger import BUSY_PARTS, DeviceLedger, Ledger, device_ledger
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
-from traceinsight.intervals import EMPTY, Intervals, union, union_of
+from traceinsight.intervals import EMPTY, Intervals, difference, union, union_of, union_of_rows
 from traceinsight.result import Projection
 from traceinsight.rules import (
     BATCH_WORK_MIN_NS,
@@ -107,6 +108,8 @@ class StepModel:
     host_op_count: int = 0  # host ops and runtime calls (the host floor's rows) that start inside the steps
     # Of the host floor, the work done inside host-launch gaps: what a fix of launch overhead can take away.
     host_in_launch_gaps_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Every nanosecond of each step on each device in one part: what the stalls above are read from.
+    ledger: Ledger = field(default_factory=lambda: Ledger(np.zeros(0), []))
 
     @property
     def count(self) -> int:
@@ -223,35 +226,41 @@ def _device_figures(
     ends: np.ndarray,
     small_threshold_ns: int,
     outside_waits: Intervals,
-) -> dict[str, np.ndarray]:
-    """One device's per-step figures, by name (a `Stall` or `KernelClass` member is its name; see the module
-    docstring); `kernels`: its `flagged_kernels`; `outside_waits`: its input's waits for work the trace does not
-    hold."""
-    kernel = kind_mask(rows, "kernel")
+    input_wait: Intervals,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One device's ledger (`ledger.device_ledger`) and its per-step figures by name, read from it (a `Stall` or
+    `KernelClass` member is its name; see the module docstring); `kernels`: its `flagged_kernels`;
+    `outside_waits`: its input's waits for work the trace does not hold; `input_wait`: the step input's input
+    waits that no runtime call and no device work of the input covers."""
     memcpy = kind_mask(rows, "memcpy")
     copy_kind = rows["copy_kind"].cat.codes.to_numpy()  # codes index COPY_KINDS
-    k_union = _rows_union(rows, kernel)
     comm = kernels["communication"].to_numpy()
     k_ts = kernels["ts_ns"].to_numpy()
     k_end = k_ts + kernels["dur_ns"].to_numpy()
-    figures = {
-        "device_busy_ns": usage.busy.covered_between(starts, ends),
-        "kernel_busy_ns": k_union.covered_between(starts, ends),
-        Stall.H2D_EXPOSED: _exposed_in_steps(
-            _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("h2d"))), k_union, starts, ends
-        ),
-        Stall.D2H_EXPOSED: _exposed_in_steps(
-            _rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index("d2h"))), k_union, starts, ends
-        ),
-        Stall.COMMUNICATION_EXPOSED: _exposed_in_steps(
-            union(k_ts[comm], k_end[comm]), union(k_ts[~comm], k_end[~comm]), starts, ends
-        ),
-    }
-    for i, cause in enumerate(CAUSES):
-        figures[cause] = _gap_intervals(gaps, gaps.causes == i).covered_between(starts, ends)
-    figures[Stall.SYNC_OUTSIDE] = _overlap_in_steps(
-        _gap_intervals(gaps, gaps.causes == CAUSES.index("sync")), outside_waits, starts, ends
+    copies = [_rows_union(rows, memcpy & (copy_kind == COPY_KINDS.index(kind))) for kind in ("h2d", "d2h", "d2d")]
+    parts = device_ledger(
+        starts,
+        ends,
+        compute=union(k_ts[~comm], k_end[~comm]),
+        kernels=union(k_ts, k_end),
+        copies=[*copies, usage.busy],
+        busy=usage.busy,
+        input_wait=input_wait,
+        gaps_by_cause={cause: _gap_intervals(gaps, gaps.causes == i) for i, cause in enumerate(CAUSES)},
+        outside_waits=outside_waits,
     )
+    figures = {
+        "device_busy_ns": sum(parts[p] for p in BUSY_PARTS),
+        "kernel_busy_ns": parts["compute"] + parts["collective"],
+        Stall.H2D_EXPOSED: parts["copy_h2d"],
+        Stall.D2H_EXPOSED: parts["copy_d2h"],
+        Stall.COMMUNICATION_EXPOSED: parts["collective"],
+        Stall.INPUT_WAIT: parts["input_wait"],
+        Stall.HOST_LAUNCH: parts["host_launch"],
+        Stall.SYNC: parts["blocking_wait"] + parts["wait_outside_trace"],
+        Stall.SYNC_OUTSIDE: parts["wait_outside_trace"],
+        Stall.OTHER: parts["unexplained"],
+    }
     dur = kernels["dur_ns"].to_numpy().astype(np.float64)
     fp32 = kernels["fp32"].to_numpy()
     bps = kernels["blocks_per_sm"].to_numpy()
@@ -262,7 +271,7 @@ def _device_figures(
     figures[KernelClass.SMALL_KERNELS] = np.minimum(
         _in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"]
     )
-    return figures
+    return parts, {name: np.asarray(v, np.float64) for name, v in figures.items()}
 
 
 def _gap_intervals(gaps: DeviceGaps, which: np.ndarray) -> Intervals:
@@ -343,6 +352,19 @@ def _host_floor(
     return floor, ops, _eager_dispatch(mine, runs, other, starts, ends), work
 
 
+def _input_wait(events: pd.DataFrame, input_id: int, busy: list[Intervals]) -> Intervals:
+    """The input's host input waits that no host runtime call and no device work of the input covers: the step
+    breakdown's input wait (`steps.breakdown`), the same instants on every device of the input."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"])
+    host = mine["device"].isna().to_numpy()
+    starts, durations = mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy()
+    waits = union_of_rows(starts, durations, host & kind_mask(mine, "input_wait"))
+    if len(waits) == 0:
+        return EMPTY
+    runtime = union_of_rows(starts, durations, host & kind_mask(mine, "runtime", "sync"))
+    return difference(waits, union_of(runtime, *busy))
+
+
 def _overlap_in_steps(a: Intervals, b: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Length of `a` ∩ `b` per step: |a| + |b| - |a ∪ b|."""
     return (
@@ -374,12 +396,16 @@ def step_model(
     if devices:
         work = device_work(events) if work is None else work
         kernels = flagged_kernels(work) if kernels is None else kernels
+    input_wait = _input_wait(events, steps.input_id, [u.busy for u, _ in mine]) if devices else EMPTY
+    ledgers = []
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
         its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        per_device.append(
-            _device_figures(rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns, outside_waits)
+        parts, figures = _device_figures(
+            rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns, outside_waits, input_wait
         )
+        ledgers.append(DeviceLedger(usage.id, parts, ends - starts))
+        per_device.append(figures)
 
     def mean(name: str) -> np.ndarray:
         if not per_device:
@@ -394,8 +420,8 @@ def step_model(
     in_launch_gaps = [
         _overlap_in_steps(host_work, _gap_intervals(g, g.causes == launch), starts, ends) for _, g in devices
     ]
-    # The input wait is the step breakdown's (host waiting while no device works), the input verdict's numerator.
-    stalls[Stall.INPUT_WAIT] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
+    if not per_device:  # a host-only run: the input wait is the step breakdown's (host waiting, nothing else running)
+        stalls[Stall.INPUT_WAIT] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     ops = host_op_rows(events, steps.input_id) if ops is None else ops
     small_ops, batch_work = _host_op_figures(ops, starts, ends, small_threshold_ns)
     return StepModel(
@@ -411,4 +437,5 @@ def step_model(
         batch_work_ns=batch_work,
         eager_dispatch_ns=np.minimum(dispatch, floor),
         host_op_count=host_ops,
+        ledger=Ledger(ends - starts, ledgers),
     )

@@ -25,6 +25,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
 from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
 from traceinsight.result import (  # noqa: E402
+    PART_WORDS,  # noqa: E402
     ComputeEfficiency,
     Memory,
     Rank,
@@ -34,7 +35,7 @@ from traceinsight.result import (  # noqa: E402
     Step,
     StepMemory,
 )
-from traceinsight.rules import BREAKDOWN, GPU_UTIL_TARGET, KERNEL_CLASSES  # noqa: E402
+from traceinsight.rules import GPU_UTIL_TARGET, KERNEL_CLASSES  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -54,6 +55,19 @@ _BREAKDOWN_COLOURS = {
     "input_wait": "#d84315",
     "host_compute": "#f9a825",
     "idle": "#bdbdbd",
+    # The ledger's parts (analysis/ledger.py): busy in greens and blues, idle causes in warm colours, unexplained grey.
+    "compute": "#2e7d32",
+    "collective_wait": "#6a1b9a",
+    "collective_transfer": "#ab47bc",
+    "copy_h2d": "#1565c0",
+    "copy_d2h": "#42a5f5",
+    "copy_d2d": "#0097a7",
+    "copy_other": "#80deea",
+    "graph_internal": "#9e9d24",
+    "wait_outside_trace": "#795548",
+    "blocking_wait": "#c62828",
+    "host_launch": "#f9a825",
+    "unexplained": "#bdbdbd",
 }
 FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
 _STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
@@ -278,9 +292,10 @@ def step_breakdown(report: RunReport) -> str | None:
     if not items:
         return None
     x = np.arange(len(items))
-    parts = [cat for cat in BREAKDOWN if any(s.breakdown[cat] for s in items)] or list(BREAKDOWN)
+    every = list(items[0].breakdown)
+    parts = [cat for cat in every if any(s.breakdown[cat] for s in items)] or every
     values = {cat: np.array([s.breakdown[cat] for s in items], dtype=np.float64) for cat in parts}
-    names = {cat: cat.replace("_", " ") for cat in parts}
+    names = {cat: PART_WORDS.get(cat, cat.replace("_", " ")) for cat in parts}
     durations = [sum(s.breakdown.values()) for s in items]  # the parts sum to the step
     hovers = _Hovers("steps")
     with plt.rc_context(_STYLE):

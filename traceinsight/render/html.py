@@ -45,9 +45,10 @@ from traceinsight.render.wording import (
     partial_notes,
     projection_sentence,
     run_header,
+    util_label,
     verdict_sentence,
 )
-from traceinsight.result import Device, RunReport, Step
+from traceinsight.result import PART_MEANINGS, PART_WORDS, Device, RunReport, Step
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -212,6 +213,9 @@ def _page(report: RunReport, drawn: Charts) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
+            util_word=util_label(report),
+            part_words=PART_WORDS,
+            part_meanings=PART_MEANINGS,
         )
     )
     return without_empty_columns(page)
@@ -241,5 +245,8 @@ def render_notebook(report: RunReport, analysis: Analysis) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
+            util_word=util_label(report),
+            part_words=PART_WORDS,
+            part_meanings=PART_MEANINGS,
         )
     )

@@ -12,7 +12,7 @@ from traceinsight.result import Bottleneck, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
-BOTTLENECKS_HEADING = "Bottlenecks: measured stalls first, each with the step it leaves"
+BOTTLENECKS_HEADING = "Bottlenecks: by severity, measured before estimated, each with the step it leaves"
 # What each device-memory warning (`analysis/device_memory.py`) means, in words.
 MEMORY_WARNINGS = {
     "at_limit": "the memory is at the limit: OOM risk; a larger batch needs activation checkpointing or mixed "

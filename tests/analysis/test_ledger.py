@@ -1,0 +1,152 @@
+"""The ledger: every nanosecond of each step on each device in exactly one part, every per-step figure read from it,
+and findings that never claim the same time twice (issue 34).
+
+A hand-built step with an answer worked out by hand, then properties checked on every run of `../shared/traces`
+and `sample_traces`, on the analysis, on the JSON and on the rendered terminal and HTML."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tests.analysis.builders import US, host, kernel, launch, profile
+from tests.conftest import SAMPLE_TRACES, SHARED_TRACES
+from traceinsight.analysis import analyze
+from traceinsight.analysis.ledger import IDLE_PARTS, KERNEL_PARTS
+from traceinsight.assemble import report_of
+from traceinsight.discover import find_runs
+from traceinsight.findings import _claimable, _found
+from traceinsight.load import load_run
+from traceinsight.render.format import fmt_pct
+from traceinsight.render.terminal import render_terminal
+
+TOLERANCE_NS = 1_000  # 1 us
+
+
+def _step(ts: float, dur: float, step_id: int) -> dict:
+    return {"kind": "step", "ts": ts, "dur": dur, "name": f"ProfilerStep#{step_id}", "step_id": step_id}
+
+
+def test_hand_built_step_in_parts():
+    """One 100 us step: a kernel 0-20, an all-reduce 20-30, an H2D copy 25-35 (5 us of it alone), the host waits for
+    input 40-60 inside the gap 35-70 (whose rest, 15 us, the host spends launching), a kernel 70-80 and nothing
+    after it: compute 30, collective 10, H2D 5, input wait 20, host launch 15, unexplained 20."""
+    rows = [
+        _step(0, 100, 1),
+        launch(0, 1, 1),
+        kernel(0, 20, corr=1, name="volta_sgemm"),
+        launch(1, 1, 2),
+        kernel(20, 10, corr=2, name="ncclKernel_AllReduce_RING_LL_Sum_float"),
+        {"kind": "memcpy", "ts": 25, "dur": 10, "device": "GPU:0", "copy_kind": "h2d", "name": "Memcpy HtoD"},
+        host("input_wait", 40, 20, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+        launch(65, 7, 3),
+        kernel(70, 10, corr=3, name="elementwise_kernel"),
+    ]
+    a = analyze(profile(rows))
+    (device,) = a.ledger.devices
+    got = {part: int(v.sum()) // US for part, v in device.parts.items() if v.sum()}
+    assert got == {
+        "compute": 30,
+        "collective_transfer": 10,
+        "copy_h2d": 5,
+        "input_wait": 20,
+        "host_launch": 15,
+        "unexplained": 20,
+    }
+    report = report_of(a)
+    assert report.totals.gpu_util == pytest.approx(0.40)
+    assert report.totals.idle_fraction == pytest.approx(0.55)
+    assert report.devices[0].gpu_util == report.totals.gpu_util
+    assert report.steps.items[0].breakdown["input_wait"] == 20 * US
+
+
+@pytest.fixture(scope="module")
+def every_run() -> list[tuple[str, object, object]]:
+    """(name, analysis, report) of every run of ../shared/traces and sample_traces."""
+    out = []
+    for root in (r for r in (SHARED_TRACES, SAMPLE_TRACES) if r.is_dir()):
+        for run in find_runs(root):
+            analysis = analyze(load_run(run, root))
+            out.append((f"{root.name}/{run.name}", analysis, report_of(analysis)))
+    if not out:
+        pytest.skip("no traces")
+    return out
+
+
+def test_every_ledger_sums_to_its_steps(every_run):
+    """Per step and device, the parts sum to the step window within 1 us, and none is negative."""
+    checked = 0
+    for name, analysis, _ in every_run:
+        for device in analysis.device_ledgers:
+            total = sum(device.parts.values())
+            assert np.abs(total - device.step_ns).max() <= TOLERANCE_NS, (name, device.device)
+            assert min(v.min() for v in device.parts.values()) >= 0, (name, device.device)
+            checked += 1
+    assert checked >= 20
+
+
+def test_one_figure_for_one_word(every_run):
+    """GPU-Util and idle are the ledger's, in the JSON, the device table, the step table, the idle causes, and the
+    rendered terminal; the step table's input wait is the input verdict's."""
+    for name, analysis, report in every_run:
+        if not report.ledger.devices:
+            continue
+        util = analysis.ledger.share(KERNEL_PARTS)
+        idle = analysis.ledger.share(IDLE_PARTS)
+        assert report.totals.gpu_util == pytest.approx(util, abs=1e-4), name
+        assert report.totals.idle_fraction == pytest.approx(idle, abs=1e-4), name
+        assert report.totals.gpu_util + report.totals.idle_fraction <= 1.0001, name
+        for device in report.devices:
+            row = report.ledger.device(device.id)
+            if row is not None:
+                assert device.idle_fraction == row.idle_fraction, (name, device.id)
+        total = report.steps.breakdown_total
+        step_total = sum(s.dur_ns for s in report.steps.items)
+        assert abs(sum(total.values()) - step_total) <= TOLERANCE_NS * len(report.steps.items) * 13, name
+        if report.input_pipeline.wait_ns and len(analysis.ledger.devices) == 1:
+            assert total["input_wait"] == pytest.approx(report.input_pipeline.wait_ns, abs=TOLERANCE_NS), name
+        text = render_terminal(report)
+        headline = re.search(r"(?:GPU|TPU)-Util ([\d.]+ %) of step time \(devices idle ([\d.]+ %)", text)
+        if headline:
+            assert headline.group(1) == fmt_pct(report.totals.gpu_util), name
+            assert headline.group(2) == fmt_pct(report.totals.idle_fraction), name
+            for device in report.devices:
+                if device.idle_fraction is not None and len(device.id) < 22:
+                    assert re.search(rf"{re.escape(device.id)}\s+{re.escape(fmt_pct(device.idle_fraction))}", text)
+
+
+def test_findings_claim_disjoint_time(every_run):
+    """No ledger part is claimed past its size, and the claims of a step never add up past the step."""
+    checked = 0
+    for name, analysis, _ in every_run:
+        found = _found(analysis)
+        if not found:
+            continue
+        claimable = _claimable(analysis)
+        claimed: dict[str, np.ndarray] = {}
+        for _, finding, *_ in found:
+            for part, ns in finding.claims.items():
+                claimed[part] = claimed.get(part, 0) + ns
+        for part, ns in claimed.items():
+            assert (ns <= claimable[part] + 1).all(), (name, part)
+        if claimed:
+            total = sum(claimed.values())
+            assert (total <= analysis.step_model.step_ns + 1).all(), name
+            checked += 1
+    assert checked >= 10
+
+
+def test_projections_keep_what_their_fixes_cannot_remove(every_run):
+    """A measured stall fix keeps every kernel and copy: the projected step is at least the device's busy time
+    less what the fix removes of it, and never below the host's own work it does not remove."""
+    for name, analysis, _ in every_run:
+        m = analysis.step_model
+        for rule, finding, projection, *_ in _found(analysis):
+            if not rule.projects or finding.assumption is not None:
+                continue
+            kept_busy = np.clip(m.device_busy_ns - finding.fix.device_ns, 0, None)
+            floor = np.clip(m.host_floor_ns - finding.fix.host_ns, 0, None)
+            least = float(np.mean(np.maximum(kept_busy, np.minimum(floor, m.step_ns))))
+            assert projection.step_ns_after >= least - TOLERANCE_NS, (name, rule.id)
