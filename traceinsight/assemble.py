@@ -14,7 +14,7 @@ import numpy as np
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.capture import Capture as CaptureAnalysis
-from traceinsight.analysis.collectives import CollectiveInstance, Collectives, RankCollectives
+from traceinsight.analysis.collectives import CollectiveInstance, RankCollectives, transfers_in, waits_in
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.gaps import DeviceGaps
@@ -56,11 +56,15 @@ from traceinsight.result import (
     Waits,
     Window,
 )
-from traceinsight.rules import MIN_STEADY_STEPS
+from traceinsight.rules import DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def _step_mean(values: np.ndarray) -> int | None:
+    return int(round(float(values.mean()))) if len(values) else None
 
 
 def _median(values: list[float]) -> float | None:
@@ -350,11 +354,13 @@ def _ranks(a: Analysis) -> Ranks | None:
     )
 
 
-def _collectives(c: Collectives) -> CollectivesSummary:
+def _collectives(a: Analysis) -> CollectivesSummary:
     """The collectives of the run, grouped by kind and message size, with the straggler."""
+    c = a.collectives
     groups: dict[tuple[str, int | None], list[CollectiveInstance]] = {}
     for instance in c.instances:
         groups.setdefault((instance.collective, instance.bytes), []).append(instance)
+    starts, ends = a.steps.bounds()
     s = c.straggler
     return CollectivesSummary(
         scope=c.scope,
@@ -365,6 +371,8 @@ def _collectives(c: Collectives) -> CollectivesSummary:
         unmatched=c.unmatched,
         wait_ns=sum(x.wait_ns for i in c.instances for x in i.arrivals),
         transfer_ns=sum(i.transfer_ns * len(i.arrivals) for i in c.instances),
+        wait_per_step_ns=_step_mean(waits_in(c, a.steps.input_id, starts, ends)),
+        transfer_per_step_ns=_step_mean(transfers_in(c, a.steps.input_id, starts, ends)),
         groups=[_group(kind, size, members) for (kind, size), members in groups.items()],
         straggler=None
         if s is None
@@ -401,6 +409,8 @@ def _warnings(a: Analysis) -> dict[str, int]:
     warnings = dict(a.profile.warnings)
     if a.steps.source != "none" and a.steps.count < MIN_STEADY_STEPS:
         warnings["few_steps"] = a.steps.count
+    if a.device_events_cut:
+        warnings[DEVICE_EVENTS_CUT] = a.device_events_cut
     return warnings
 
 
@@ -432,7 +442,7 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         waits=_waits(a.waits),
         ranks=_ranks(a),
         compute=a.compute.summary,
-        collectives=_collectives(a.collectives),
+        collectives=_collectives(a),
         projection=findings.headline,
         host_ops=HostOps(top=a.host_ops.top, input_functions=a.host_ops.input_functions),
         bottlenecks=findings.bottlenecks,

@@ -612,24 +612,29 @@ def _communication(a: Analysis) -> Finding | None:
 
 
 def _collective_wait(a: Analysis) -> Finding | None:
-    """The exposed collective time on the device that is waiting no straggler in the trace explains (one rank's
-    trace; or ranks that arrive last by turns): the part of `communication` its transfer fix leaves out, reported
-    with its cost and projected nowhere, since what ends it is on ranks the trace does not show."""
+    """Collective time spent waiting that no straggler in the trace explains (one rank's trace; or ranks that arrive
+    last by turns): on the device, the part of `communication` its transfer fix leaves out; on the host (gloo), the
+    time the step input's collectives wait. Reported with its cost and projected nowhere, since what ends it is on
+    ranks the trace does not show."""
     c = a.collectives
-    if c.side != "device" or c.straggler is not None:
+    if c.side not in ("device", "host") or c.straggler is not None:
         return None
     m = a.step_model
     wait = _collective_waits(a)
     if len(wait) != m.count:
         return None
-    exposed = np.minimum(wait, m.stalls[Stall.COMMUNICATION_EXPOSED])  # a wait under compute costs nothing
     evidence = {
         "waiting_per_step_ns": m.mean(wait),
-        "exposed_waiting_per_step_ns": m.mean(exposed),
         "scope": c.scope,
         "collectives": len(c.instances),
         "why": c.note,
     }
+    if c.side == "host":
+        if a.devices:  # a host backend beside device work: the device ledger does not hold its waiting
+            return None
+        return Finding(evidence, fix(m), cost=fix(m, idle_ns=wait, host_ns=wait), claims={"collective_wait": wait})
+    exposed = np.minimum(wait, m.stalls[Stall.COMMUNICATION_EXPOSED])  # a wait under compute costs nothing
+    evidence["exposed_waiting_per_step_ns"] = m.mean(exposed)
     return Finding(
         evidence, fix(m), cost=fix(m, device_ns=exposed, kernel_ns=exposed), claims={"collective_wait": exposed}
     )
@@ -1333,6 +1338,8 @@ def _found(analysis: Analysis) -> Found:
     fired = []
     for rule in RULES:
         if not analysis.capture.projects and rule.id != WARMUP_RULE:
+            continue
+        if analysis.device_events_cut and not analysis.devices:  # the device's events were cut off
             continue
         finding = rule.check(analysis)
         if finding is not None:

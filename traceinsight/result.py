@@ -658,6 +658,9 @@ class CollectivesSummary:
     unmatched: int = 0
     wait_ns: int = 0  # waiting, summed over ranks (single-rank: beyond the shortest of the same kind and size)
     transfer_ns: int = 0  # transfer, summed over ranks
+    # The step input's, a step: the union of its waits / transfers inside the steps (several in flight count once).
+    wait_per_step_ns: int | None = None
+    transfer_per_step_ns: int | None = None
     groups: list[CollectiveGroup] = field(default_factory=list)
     straggler: StragglerRank | None = None
 

@@ -111,6 +111,10 @@ MIN_STEP_GAP_NS = 1_000_000
 MIN_INFERRED_STEPS = 3
 INFERRED_STEP_MIN_SHARE = 0.1
 LAST_INFERRED_STEP_MIN_SHARE = 0.01
+# The warning of a run whose host launched more kernels than the device rows that survived (`device events cut`):
+# the device events were cut off (a truncated file, a profiler buffer that overflowed). No CPU-only verdict and no
+# finding is given on it: what the device did is not in the trace.
+DEVICE_EVENTS_CUT = "device_events_cut"
 # Fewer steps than this get the `few_steps` warning: "profile at least N steps".
 MIN_STEADY_STEPS = 3
 

@@ -150,3 +150,55 @@ def test_projections_keep_what_their_fixes_cannot_remove(every_run):
             floor = np.clip(m.host_floor_ns - finding.fix.host_ns, 0, None)
             least = float(np.mean(np.maximum(kept_busy, np.minimum(floor, m.step_ns))))
             assert projection.step_ns_after >= least - TOLERANCE_NS, (name, rule.id)
+
+
+def _run_analysis(path):
+    (run,) = find_runs(path)
+    return analyze(load_run(run, path))
+
+
+def test_a_straggler_wait_is_not_claimed_again_by_small_batch():
+    """sleep_rank1 (rank 1 sleeps 30 ms in its data step): rank 0's 31.4 ms a step of waiting is the straggler's;
+    small_batch may only claim the rest of the 41.7 ms step, so together they stay inside the step."""
+    a = _run_analysis(SAMPLE_TRACES / "distributed" / "sleep_rank1")
+    found = {rule.id: (finding, cost) for rule, finding, _, _, cost in _found(a)}
+    wait = found["straggler"][1]
+    assert wait == pytest.approx(31.4e6, rel=0.01)
+    step = a.step_model.mean(a.step_model.step_ns)
+    claimed = sum(cost for _, cost in found.values())
+    assert claimed <= step
+    if "small_batch" in found:
+        assert found["small_batch"][1] <= step - wait
+
+
+def test_a_waiting_cpu_rank_is_reported(shared_traces):
+    """hta/cpu_only: one gloo rank of a pair, one 210 ms step; the time its all-reduces take beyond the shortest of
+    the same size is waiting for the rank not in the trace: collective_wait, with its cost and no projection (it used
+    to say "no bottleneck"); the collectives' figures a step fit in the step (they used to be 538 ms and 1.6 s)."""
+    a = _run_analysis(shared_traces / "hta" / "cpu_only")
+    report = report_of(a)
+    (top,) = [b for b in report.bottlenecks if b.id == "collective_wait"]
+    assert top.projection.basis == "none" and top.time_ns > 0
+    c = report.collectives
+    assert c.wait_per_step_ns + c.transfer_per_step_ns <= report.steps.mean_ns
+    assert top.time_ns == c.wait_per_step_ns * report.steps.count
+
+
+def test_a_cut_trace_is_not_called_cpu_only(tmp_path, shared_traces):
+    """The ResNet trace cut at 500 kB (`head -c 500000`) keeps host ops only, though its header lists the GPUs: the
+    headline says the device events may be cut, and no CPU-only verdict or finding is given."""
+    import gzip
+
+    source = next((shared_traces / "kineto" / "resnet50_num_workers_0").glob("*.json.gz"))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "worker0.pt.trace.json").write_bytes(gzip.decompress(source.read_bytes())[:500_000])
+    a = _run_analysis(cut)
+    report = report_of(a)
+    text = render_terminal(report)
+    assert "The device events may be cut" in text
+    assert "No accelerator activity" not in text
+    assert report.bottlenecks == []
+    from traceinsight.render.html import render_html
+
+    assert "CPU-only run: the host is the device" not in render_html(report, a)

@@ -31,8 +31,8 @@ from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
-from traceinsight.events import Profile, input_labels, rows_of_input, take_rows
-from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, STEADY_MIN_STEPS
+from traceinsight.events import Profile, input_labels, names_matching, rows_of_input, take_rows
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, KERNEL_LAUNCH, STEADY_MIN_STEPS
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class Analysis:
     collectives: Collectives  # collectives matched across ranks: who waits for whom, and the straggler
     # The ledgers of the devices of inputs other than the step input, each over its own input's steps.
     other_ledgers: list[DeviceLedger] = field(default_factory=list)
+    # Kernel launches beyond the device work the trace holds, or (with no device work at all) the GPUs it lists:
+    # device events cut off (a truncated file, a CUPTI buffer that overflowed), so the run is not CPU-only.
+    device_events_cut: int = 0
 
     @property
     def window_ns(self) -> int:
@@ -119,7 +122,19 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         waits=waits,
         compute=_compute(profile, usages, steps),
         collectives=collectives(profile),
+        device_events_cut=_device_events_cut(profile, work),
     )
+
+
+def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:
+    """How many more kernel launch calls the host made than the device rows that survived; with no device row at
+    all, at least the number of GPUs the trace lists. 0 when nothing says device events are missing."""
+    events = profile.events
+    if events.empty:
+        return 0
+    launches = int(names_matching(events, KERNEL_LAUNCH.pattern, events["device"].isna().to_numpy()).sum())
+    missing = max(launches - len(work), 0)
+    return max(missing, len(profile.devices)) if work.empty else missing
 
 
 def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps, capture: Profile | None = None) -> Compute:
@@ -238,6 +253,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         waits=_merged_waits(parts),
         compute=parts[run_input].compute,
         collectives=collectives(profile),  # its events: what each input kept for it (`rows_collectives_read`)
+        device_events_cut=sum(p.device_events_cut for p in parts),
         other_ledgers=[
             replace(d, device=device(i, d.device))
             for i, p in enumerate(parts)

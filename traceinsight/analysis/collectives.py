@@ -28,6 +28,7 @@ straggler is named. Clocks of different hosts are taken as they are (one host's 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -247,7 +248,19 @@ def _label(profile: Profile, input_id: int) -> str:
 def waits_in(c: Collectives, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """An input's waiting inside collectives within each [start, end) window (ns): the union of its waits, so the
     buckets of one step waiting at once count once. What a straggler costs that input's steps."""
-    mine = [(x.arrival_ns, x.arrival_ns + x.wait_ns) for i in c.instances for x in i.arrivals if x.input_id == input_id]
+    return _covered(c, input_id, starts, ends, lambda x: (x.arrival_ns, x.arrival_ns + x.wait_ns))
+
+
+def transfers_in(c: Collectives, input_id: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """An input's collective time after its waits (the transfer) within each window (ns), as a union."""
+    return _covered(c, input_id, starts, ends, lambda x: (x.arrival_ns + x.wait_ns, x.arrival_ns + x.dur_ns))
+
+
+def _covered(
+    c: Collectives, input_id: int, starts: np.ndarray, ends: np.ndarray, interval: Callable[[Arrival], tuple[int, int]]
+) -> np.ndarray:
+    """The union of `interval` of each of an input's arrivals within each window (ns)."""
+    mine = [interval(x) for i in c.instances for x in i.arrivals if x.input_id == input_id]
     if not mine:
         return np.zeros(len(starts), np.int64)
     begin, end = (np.array(v, np.int64) for v in zip(*mine, strict=True))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
 from traceinsight.result import Bottleneck, RunReport
-from traceinsight.rules import AT_LIMIT_FRACTION, MIN_STEADY_STEPS
+from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
 BOTTLENECKS_HEADING = "Bottlenecks: by severity, measured before estimated, each with the step it leaves"
@@ -55,12 +55,25 @@ def verdict_sentence(report: RunReport) -> str:
     the devices that ran kernels, and a warning when too few steps were captured to trust them."""
     top = report.bottlenecks[:1]
     totals = report.totals
-    if not report.devices:
+    cut = report.warnings.get(DEVICE_EVENTS_CUT)
+    if cut and not report.devices:
+        lead = (
+            "The device events may be cut: the trace lists GPUs or kernel launches but holds no device work, so this "
+            "is not judged a CPU-only run"
+        )
+    elif cut:
+        lead = (
+            f"{util_label(report)} {fmt_pct(totals.gpu_util)} of step time, from partial device events (the host "
+            f"launched {plural(cut, 'kernel')} more than the trace holds)"
+        )
+    elif not report.devices:
         lead = "No accelerator activity in this trace"
     else:
-        util, idle = fmt_pct(totals.step_gpu_util), fmt_pct(totals.step_idle_fraction)
+        util, idle = fmt_pct(totals.gpu_util), fmt_pct(totals.idle_fraction)
         lead = f"{util_label(report)} {util} of step time (devices idle {idle} of it)"
-    if not top:
+    if cut and not report.devices:
+        sentence = f"{lead}."
+    elif not top:
         sentence = f"{lead}; no bottleneck worth fixing found."
     else:
         b = top[0]
@@ -169,7 +182,13 @@ def collectives_sentence(report: RunReport) -> str | None:
     c = report.collectives
     if c.scope == "none":
         return None
-    split = f"waiting {fmt_ns(c.wait_ns)}, transfer {fmt_ns(c.transfer_ns)} over {plural(c.count, 'collective')}"
+    if c.wait_per_step_ns is not None and c.transfer_per_step_ns is not None:
+        split = (
+            f"a step: waiting {fmt_ns(c.wait_per_step_ns)}, transfer {fmt_ns(c.transfer_per_step_ns)}; "
+            f"{plural(c.count, 'collective')} in the capture"
+        )
+    else:
+        split = f"waiting {fmt_ns(c.wait_ns)}, transfer {fmt_ns(c.transfer_ns)} over {plural(c.count, 'collective')}"
     if c.straggler is not None:
         return f"Collectives ({split}): {c.straggler.message}."
     return f"Collectives ({split}): {c.note}."
