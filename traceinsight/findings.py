@@ -32,7 +32,7 @@ from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.ledger import KERNEL_PARTS, SHOWN_BUSY_PARTS
-from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, fix, project
+from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, faster_kernels, fix, project
 from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
 from traceinsight.rules import (
     AMPERE_CC,
@@ -44,6 +44,7 @@ from traceinsight.rules import (
     EFFICIENCY_BUSY_MIN,
     EFFICIENCY_MAX_TRANSFER_SHARE,
     ELEMENTWISE_HEAVY_SHARE,
+    EVIDENCE_MIN_COVERAGE,
     FUSED_ATTENTION_OPS,
     GEMM_LOW_EFFICIENCY,
     HEADLINE_FIXES,
@@ -380,16 +381,27 @@ def _warmup_in_window(a: Analysis) -> Finding | None:
     )
 
 
+def _coverage(read_ns: float, total_ns: float) -> float | None:
+    """The share of the time an estimate judges that its evidence covers (None: no such time)."""
+    return round(read_ns / total_ns, 4) if total_ns > 0 else None
+
+
 def _low_occupancy(a: Analysis) -> Finding | None:
+    """Kernels with fewer blocks than SMs, judged only where the trace gives the launch shapes of most of the
+    kernel time (collectives, which run on a few SMs by design, are not judged)."""
     m = a.step_model
+    coverage = _coverage(sum(k.launch_shape_ns for k in a.kernels), sum(k.shaped_kernel_ns for k in a.kernels))
+    if coverage is None or coverage < EVIDENCE_MIN_COVERAGE:
+        return None
     waste = m.kernel_ns[KernelClass.LOW_BLOCKS_WASTE]
     return Finding(
         {
             "kernels_under_one_block_per_sm_ns": sum(k.low_blocks_ns for k in a.kernels),
             "occupancy_mean_pct": [k.occupancy_mean_pct for k in a.kernels],
+            "launch_shape_coverage": coverage,
         },
-        fix(m, device_ns=waste, kernel_ns=waste),
-        claims={"compute": waste},
+        (faster := faster_kernels(m, waste)),
+        claims={"compute": faster.device_ns},
         assumption="kernels with fewer blocks than SMs leave (1 - blocks/SM) of the GPU idle; a batch that fills "
         "every SM does the same work in blocks/SM of their time",
     )
@@ -494,9 +506,13 @@ def _compute_capability(a: Analysis) -> tuple[int, int] | None:
 
 
 def _fp32_compute(a: Analysis) -> Finding | None:
+    """Matrix kernels positively known to run in FP32 without Tensor Cores (never those of untold precision),
+    judged only where the precision of most of the matrix kernel time is known."""
     eligible = sum(k.tensor_core_eligible_ns for k in a.kernels)
+    known = eligible - sum(k.tensor_core_unknown_ns for k in a.kernels)
     tc = sum(k.tensor_core_ns for k in a.kernels)
-    if eligible <= 0 or tc >= TENSOR_CORE_UNUSED_SHARE * eligible:
+    coverage = _coverage(known, eligible)
+    if coverage is None or coverage < EVIDENCE_MIN_COVERAGE or tc >= TENSOR_CORE_UNUSED_SHARE * known:
         return None
     cc = _compute_capability(a)
     speedup = mixed_precision_speedup(cc)
@@ -509,12 +525,13 @@ def _fp32_compute(a: Analysis) -> Finding | None:
         {
             "eligible_kernel_ns": eligible,
             "tensor_core_kernel_ns": tc,
+            "precision_coverage": coverage,
             "fp32_eligible_per_step_ns": m.mean(m.kernel_ns[KernelClass.FP32_ELIGIBLE]),
             "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
             "peak_speedup": round(ratio, 2),
         },
-        fix(m, device_ns=saved, kernel_ns=saved),
-        claims={"compute": saved},
+        (faster := faster_kernels(m, saved)),
+        claims={"compute": faster.device_ns},
         assumption=words,
     )
 
@@ -522,10 +539,13 @@ def _fp32_compute(a: Analysis) -> Finding | None:
 def _low_compute_efficiency(a: Analysis) -> Finding | None:
     """A busy device whose counted work runs far below the roofline (`analysis/compute.py`): the fix is each
     counted op at the roofline of the device's published peaks, so the saving can never pass what the hardware
-    allows; which classes hold the time says what to do."""
+    allows; which classes hold the time says what to do. Judged only where the FLOPs of most of the compute
+    kernels' time are counted: the rest would be judged by a few small GEMMs that stand for none of it."""
     c, m = a.compute.summary, a.step_model
     over = a.compute.over_roofline_ns
     if c.mfu is None or c.mfu >= LOW_MFU_MAX or (m.gpu_util or 0.0) < EFFICIENCY_BUSY_MIN or len(over) != m.count:
+        return None
+    if (c.flop_coverage or 0.0) < EVIDENCE_MIN_COVERAGE:
         return None
     classes = {k.name: k for k in c.classes}
     if sum(classes[k].share for k in ("copy", "communication") if k in classes) >= EFFICIENCY_MAX_TRANSFER_SHARE:
@@ -535,6 +555,9 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     attention_ops = set(a.profile.ops["name"].astype(str).unique()) if len(a.profile.ops) else set()
     evidence: dict[str, Any] = {
         "mfu": c.mfu,
+        "mfu_is_lower_bound": c.mfu_is_lower_bound,
+        "flop_coverage": c.flop_coverage,
+        "precision_coverage": c.precision_coverage,
         "gpu_util": c.gpu_util,
         "compute_share": c.compute_share,
         "compute_efficiency": c.compute_efficiency,
@@ -552,8 +575,8 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
     }
     return Finding(
         evidence,
-        fix(m, device_ns=over, kernel_ns=over),
-        claims={"compute": over},
+        (faster := faster_kernels(m, over)),
+        claims={"compute": faster.device_ns},
         assumption=f"each counted op runs at the roofline of the {c.device}'s published peaks ({c.peak_source}); "
         "time above it is what faster kernels can win back, no more",
     )
@@ -1404,11 +1427,12 @@ def _within_claims(finding: Finding, remaining: dict[str, np.ndarray], on_device
         return replace(finding, claims=kept)
 
     def less(f: Fix) -> Fix:
-        return Fix(
-            np.clip(f.idle_ns - idle, 0, None),
-            np.clip(f.device_ns - device, 0, None),
-            np.clip(f.kernel_ns - kernel, 0, None),
-            np.clip(f.host_ns - host, 0, None),
+        return replace(
+            f,
+            idle_ns=np.clip(f.idle_ns - idle, 0, None),
+            device_ns=np.clip(f.device_ns - device, 0, None),
+            kernel_ns=np.clip(f.kernel_ns - kernel, 0, None),
+            host_ns=np.clip(f.host_ns - host, 0, None),
         )
 
     return replace(

@@ -45,7 +45,7 @@ class TopKernel:
     count: int
     total_ns: int
     mean_ns: int
-    tensor_core: bool
+    tensor_core: bool | None  # None: the name tells neither Tensor Core use nor the precision
     op: str | None = None  # the framework op that launched most of its calls, where the trace links them
 
 
@@ -228,6 +228,13 @@ class ComputeEfficiency:
     memory_tbps: float | None = None
     counted_ops: int = 0
     not_counted: dict[str, int] = field(default_factory=dict)  # FLOP-carrying ops the trace does not tell, by why
+    # Matmul, conv and attention kernels without counted FLOPs: their kernel time (ns) by why.
+    not_counted_kernel_ns: dict[str, int] = field(default_factory=dict)
+    # Of the matmul, conv and attention kernel time (and any other kernel with counted FLOPs): the share whose FLOPs
+    # are counted, and the share whose precision is known (None: no such kernels). MFU reads only the first.
+    flop_coverage: float | None = None
+    precision_coverage: float | None = None
+    mfu_is_lower_bound: bool = False  # FLOP coverage under rules.MFU_EXACT_COVERAGE: the MFU counts only part
     flops: float = 0.0  # counted FLOPs of the analyzed kernels
     classes: list[ComputeClass] = field(default_factory=list)
     ops: list[RooflineOp] = field(default_factory=list)

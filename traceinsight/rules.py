@@ -189,6 +189,8 @@ class NameRule(_Pattern):
     tensor_core: bool
     why: str
     case_sensitive: bool = False
+    # The name shows the work runs on CUDA cores (SIMT): Tensor Cores "no", not "not told".
+    simt: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,14 @@ def _tensor_core(pattern: str, why: str, case_sensitive: bool = False) -> NameRu
 
 
 def _cuda_cores(pattern: str, why: str, case_sensitive: bool = False) -> NameRule:
-    """A rule for matrix work whose name does not show Tensor Core use."""
+    """A rule for matrix work whose name does not show Tensor Core use (nor that it goes without: unless its
+    precision says so, `tensor_cores.classify_kernel_names` calls it unknown)."""
     return NameRule(pattern, eligible=True, tensor_core=False, why=why, case_sensitive=case_sensitive)
+
+
+def _simt(pattern: str, why: str) -> NameRule:
+    """A rule for matrix work whose name shows it runs on CUDA cores, whatever its element type."""
+    return NameRule(pattern, eligible=True, tensor_core=False, why=why, simt=True)
 
 
 # 16-, 8- and 4-bit and TF32 element types as they appear in CUTLASS and attention kernel names.
@@ -277,8 +285,8 @@ NAME_RULES: tuple[NameRule, ...] = (
     _never(r"moe::dev::(?:routing|finalize)", "MoE routing and un-permute: index work"),
     _never(r"depthwise", "depthwise convolution: a per-channel stencil, no GEMM"),
     # --- eligible, on CUDA cores although a Tensor Core pattern below might match ---
-    _cuda_cores(r"cutlass\w*_simt_", "CUTLASS SIMT kernels run on CUDA cores whatever their element type"),
-    _cuda_cores(r"fmha_cutlass[FB]_f32|AttentionKernel<float", "memory-efficient attention in fp32: CUDA cores"),
+    _simt(r"cutlass\w*_simt_", "CUTLASS SIMT kernels run on CUDA cores whatever their element type"),
+    _simt(r"fmha_cutlass[FB]_f32|AttentionKernel<float", "memory-efficient attention in fp32: CUDA cores"),
     # --- on Tensor Cores / matrix cores ---
     _tensor_core(
         r"16816|c1688|conv1x1|conv2d_c1_k1|dgrad_1x1_stride_2x2|direct_group|first_layer_wgrad_kernel|h1688|h884"
@@ -324,9 +332,14 @@ NAME_RULES: tuple[NameRule, ...] = (
 )
 
 PRECISION_RULES: tuple[PrecisionRule, ...] = (
-    PrecisionRule(r"e2m1|fp4|mxf4|nvf4", "fp4", "FP4 / MX-FP4 operand (E2m1); narrowest wins over an fp8 partner"),
+    PrecisionRule(
+        r"e2m1|fp4|mxf4|nvf4", "fp4", "FP4 / MX-FP4 / NVFP4 operand (E2m1); narrowest wins over an fp8 partner"
+    ),
+    PrecisionRule(r"e3m2|e2m3|fp6|mxf6", "fp6", "FP6 / MX-FP6 operand (E3m2, E2m3)"),
     PrecisionRule(r"e4m3|e5m2|fp8|float8", "fp8", "FP8 operand"),
-    PrecisionRule(r"(?<!u)int8|i8816|i16832|imma|i8i8|s8s8", "int8", "8-bit integer MMA"),
+    PrecisionRule(
+        r"(?<!u)int8|i8816|i16832|imma|i8i8|s8s8|(?:^|_)i8(?:_|x|$)", "int8", "8-bit integer MMA (imma, i8, int8)"
+    ),
     PrecisionRule(r"tf32|tfloat32", "tf32", "TF32"),
     PrecisionRule(r"bf16|bfloat16|nvjet_(?:sm\d+_)?tst", "bf16", "bf16 (nvjet 'tst' = bf16 in / out, fp32 compute)"),
     PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_BB", "bf16", "Tensile type code BB (bf16)", case_sensitive=True),
@@ -338,8 +351,16 @@ PRECISION_RULES: tuple[PrecisionRule, ...] = (
     PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_H[HSB]", "fp16", "Tensile type code H (fp16)", case_sensitive=True),
     PrecisionRule(r"s1688(?:gemm|fprop|dgrad|wgrad)", "tf32", "s1688 with fp32 data and no 16-bit type: TF32"),
     PrecisionRule(r"Cijk_A[a-z]+_B[a-z]+_SB?_", "fp32", "Tensile type code S (fp32), B = batched", case_sensitive=True),
-    PrecisionRule(r"sgemm|scudnn|_simt_s|<float\b", "fp32", "single-precision SIMT kernels, float templates"),
+    PrecisionRule(
+        r"sgemm|scudnn|_simt_s|<float\b|fmha_cutlass[FB]_f32",
+        "fp32",
+        "single-precision SIMT kernels, float templates, fp32 memory-efficient attention",
+    ),
 )
+# Matrix work in these precisions exists only on Tensor / matrix cores (FP8, FP6, FP4 and TF32 have no CUDA-core
+# arithmetic; integer MMA is how GEMM libraries run INT8): a matrix kernel in one of them uses them, whatever
+# else its name says (unless it is SIMT).
+TENSOR_CORE_PRECISIONS = ("tf32", "fp8", "fp6", "fp4", "int8")
 
 # --------------------------------------------------------------------------- the step model
 
@@ -648,6 +669,14 @@ COMPUTE_CLASSES = ("matmul", "conv", "attention")
 EFFICIENCY_BUSY_MIN = 0.8
 # `low_compute_efficiency` fires only below this MFU: above it the device does most of what its peak allows.
 LOW_MFU_MAX = 0.5
+# An estimate (`fp32_compute`, `low_occupancy`, `low_compute_efficiency`) projects only from evidence that covers
+# at least this share of the time it judges (compute-class kernel time with counted FLOPs or a known precision,
+# kernel time with launch shapes): under it, most of that time is unread, and what the rest shows cannot stand
+# for it (a decode step whose quantised MoE GEMMs have no FLOPs counted is judged by its small dense GEMMs).
+EVIDENCE_MIN_COVERAGE = 0.5
+# MFU counts only the FLOPs the trace tells: under this FLOP coverage of the compute-class kernel time it is shown
+# as a lower bound ("≥ 5.1 %"); from it on, the uncounted rest can move it by a tenth at most.
+MFU_EXACT_COVERAGE = 0.9
 # ... and only where copies and collectives (bound by a link, not by the device) hold less than this share of the
 # kernel time: a device busy moving data is not slow at computing.
 EFFICIENCY_MAX_TRANSFER_SHARE = 0.5

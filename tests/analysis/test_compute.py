@@ -169,12 +169,3 @@ def test_a_device_busy_moving_data_is_not_called_slow_at_computing() -> None:
     shares = {k.name: k.share for k in report.compute.classes}
     assert shares["copy"] > 0.9 and report.compute.mfu < 1e-4
     assert "low_compute_efficiency" not in {b.id for b in report.bottlenecks}
-
-
-def test_a_server_is_told_to_batch_more_not_to_compile() -> None:
-    """vLLM already compiles its model and replays graphs: its decode GEMMs are slow because each reads every
-    weight for a few rows, so the advice is the server's batch knobs."""
-    (finding,) = analyze_path(shared_trace("inference/vllm_decode_full")).report.bottlenecks
-    assert finding.id == "low_compute_efficiency" and finding.evidence["gemm_below_roofline"]
-    assert finding.recommendations and "--max-num-seqs" in finding.recommendations[0]
-    assert not any("torch.compile" in r for r in finding.recommendations)

@@ -108,7 +108,19 @@ def test_table_is_dense_and_sourced() -> None:
         sixteen_bit = d.bf16 or d.fp16
         assert sixteen_bit, d.name  # every part listed has 16-bit matrix units
         assert d.fp32 is None or sixteen_bit > d.fp32, d.name
-        assert d.peak("fp4") is None and d.peak("bogus") is None
+        assert d.peak("bogus") is None
+        # A narrower block-scaled format runs at least as fast as FP8 where the part multiplies it natively.
+        assert all(d.peak(n) is None or d.peak(n) >= (d.fp8 or 0) for n in ("fp6", "fp4")), d.name
+
+
+def test_fp4_and_fp6_peaks_only_where_the_data_sheet_gives_them() -> None:
+    """Hopper multiplies MXFP4 weights in bf16 (no FP4 Tensor Cores): no peak. B200: FP6 at the FP8 rate and FP4
+    twice it (HGX B200, 72 / 144 PFLOPS sparse for 8 GPUs); MI355X: MXFP6 and MXFP4 10.1 PFLOPS."""
+    by_name = {d.name: d for d in DEVICES}
+    assert by_name["H100 SXM"].peak("fp4") is None and by_name["MI300X"].peak("fp6") is None
+    b200 = by_name["B200"]
+    assert (b200.peak("fp6"), b200.peak("fp4")) == (b200.fp8, 2 * b200.fp8) == (4500.0, 9000.0)
+    assert by_name["MI355X"].peak("fp4") == pytest.approx(10_100, rel=0.01)
 
 
 def test_ridge_point() -> None:

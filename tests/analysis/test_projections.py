@@ -264,13 +264,17 @@ def test_inferred_steps_repeat_at_one_scale(shared_reports):
     assert inferred >= 5
 
 
-def test_measured_stalls_rank_before_estimates_unless_the_device_is_busy(shared_reports):
+def test_bottlenecks_rank_by_severity_then_measured_before_estimates(shared_reports):
+    """One documented rule orders the list (issue 34: "#2 low" above "#3 medium" no more): severity first, then,
+    within a severity, the leading kind (stalls unless the device is busy) before the other."""
+    order = {"high": 0, "medium": 1, "low": 2}
     for name, report in shared_reports.items():
         ranked = [b for b in report["bottlenecks"] if b["id"] != "warmup_in_window"]
-        kinds = [b["kind"] for b in ranked]
-        assert kinds == sorted(kinds, key=lambda k: k != kinds[0]) if kinds else True, name
-        stalls = [b["projection"]["saving_ns"] for b in ranked if b["kind"] == "stall" and b["id"] not in NOT_PROJECTED]
-        assert stalls == sorted(stalls, reverse=True), name
+        severities = [order[b["severity"]] for b in ranked]
+        assert severities == sorted(severities), name
+        for level in set(severities):
+            kinds = [b["kind"] for b in ranked if order[b["severity"]] == level]
+            assert kinds == sorted(kinds, key=lambda k: k != kinds[0]), name
 
 
 def test_high_input_verdict_means_high_input_bound(shared_reports):

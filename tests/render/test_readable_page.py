@@ -236,6 +236,7 @@ def test_pages_render_with_their_hovers_in_a_browser(pages: dict[str, Page], tmp
 def test_evidence_values() -> None:
     assert fmt_evidence("input_fraction", 0.33896962370921735) == "33.9 %"
     assert fmt_evidence("slowest_stage_self_ns", 415_791_000) == "416 ms"
+    assert fmt_evidence("flop_coverage", 0.1369) == "13.7 %"
     assert fmt_evidence("step_ns_after_hidden", 115_567_500) == "116 ms"
     assert fmt_evidence("bytes", 115_607_040) == "110 MiB"
     assert fmt_evidence("occupancy_mean_pct", [None, None]) is None  # nothing known: the row goes

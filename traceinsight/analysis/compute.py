@@ -18,6 +18,13 @@ counts), each kernel is given its share of its op's FLOPs and bytes (by its dura
 
 A device the hardware table does not know gets figures without a peak ratio; a trace without FLOPs gets a note
 saying how to record them, never a made-up MFU.
+
+Every figure says how much of the time it judges it could read: `flop_coverage` is the kernel time of the
+compute-class kernels (matmul, conv, attention, and any kernel with counted FLOPs) whose FLOPs are counted over
+all their kernel time, `precision_coverage` the share of that time whose precision is known (by the op's dtype or
+the kernel's name). MFU counts only what is counted, so under `rules.MFU_EXACT_COVERAGE` it is a lower bound; the
+compute kernels without counted FLOPs are listed by why (`not_counted_kernel_ns`: an op with no shapes, an op with
+no formula, a graph node whose capture is not in the trace, a kernel no op launched).
 """
 
 from __future__ import annotations
@@ -30,9 +37,10 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage
 from traceinsight.analysis.flops import NESTED, NO_FORMULA, op_costs
+from traceinsight.analysis.graphs import NOT_REPLAYED, replay_nodes
 from traceinsight.analysis.hardware import DevicePeaks, device_peaks
 from traceinsight.analysis.kernel_classes import kernel_classes
-from traceinsight.analysis.op_kernels import kernel_owners, replay_owners
+from traceinsight.analysis.op_kernels import kernel_ops, kernel_owners, replay_owners
 from traceinsight.analysis.steps import Steps
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import Profile, concat_op_tables, kind_mask
@@ -44,6 +52,7 @@ from traceinsight.rules import (
     HLO_DTYPES,
     HLO_RESULT_TYPE,
     KERNEL_CLASSES,
+    MFU_EXACT_COVERAGE,
     PROFILER_STEP_PATTERN,
     ROOFLINE_OPS,
     TPU_MATMUL_DTYPE,
@@ -83,6 +92,7 @@ class _Kernels:
     owner: np.ndarray  # counted op (position in the op table), -1
     op_dtype: np.ndarray  # per op of the table: its compute dtype (`_op_dtypes`), TF32 where FP32 ran on Tensor Cores
     flops: np.ndarray  # the kernel's share of its op's FLOPs, 0 where not counted
+    precision_known: np.ndarray  # its op's dtype or its own name tells its precision
     bytes: np.ndarray  # NaN where not known
     roofline_ns: np.ndarray  # the time its share of the work needs at the peaks (its duration where not counted)
 
@@ -101,6 +111,7 @@ def compute_efficiency(
     points = _op_points(ops, costs, kernels, peaks)
     windows, window_kind = _windows(events, steps)
     in_step = _step_of(kernels.start, windows)
+    flop_coverage, precision_coverage = _coverage(kernels, in_step >= 0)
     summary_steps, mfu, util, share, efficiency = _steps(kernels, in_step, windows, steps, peak)
     over = np.zeros(len(windows[0]))
     np.add.at(over, in_step[in_step >= 0], (kernels.work_ns - kernels.roofline_ns)[in_step >= 0])
@@ -114,6 +125,10 @@ def compute_efficiency(
         memory_tbps=None if not peaks else peaks[0].memory_tbps,
         counted_ops=int(np.isfinite(costs["flops"].to_numpy()).sum()) if costs is not None else 0,
         not_counted=_not_counted(ops, costs),
+        not_counted_kernel_ns=_not_counted_kernels(events, ops, costs, kernels, in_step >= 0),
+        flop_coverage=flop_coverage,
+        precision_coverage=precision_coverage,
+        mfu_is_lower_bound=mfu is not None and (flop_coverage or 0.0) < MFU_EXACT_COVERAGE,
         flops=float(kernels.flops.sum()),
         classes=_classes(kernels, peaks, dtype),
         ops=points[:ROOFLINE_OPS],
@@ -205,6 +220,8 @@ def _kernels(
     owner = np.full(len(rows), -1, np.int64)
     flops, nbytes, roofline, work = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy(), dur.copy()
     dtypes = np.full(len(ops), None, dtype=object)
+    names = events["name"].iloc[rows]
+    precision_known = np.array(classify_kernel_names(names)["precision"].notna(), bool)
     if costs is not None and len(rows):
         owner = owners[rows]
         mine = owner >= 0
@@ -235,6 +252,7 @@ def _kernels(
         op_class = costs["op_class"].astype(str).to_numpy()[at]
         for name in COMPUTE_CLASSES:
             classes[mine & (op_class == name)] = KERNEL_CLASSES.index(name)
+        precision_known |= mine & pd.notna(dtypes[at])
     return _Kernels(
         rows=rows,
         device=events["device"].cat.codes.to_numpy()[rows],
@@ -245,6 +263,7 @@ def _kernels(
         owner=owner,
         op_dtype=dtypes,
         flops=np.nan_to_num(flops),
+        precision_known=precision_known,
         bytes=nbytes,
         roofline_ns=roofline,
     )
@@ -321,10 +340,7 @@ def _steps(
     n = len(begin)
     flops = np.zeros(n)
     np.add.at(flops, in_step[in_step >= 0], kernels.flops[in_step >= 0])
-    # The kernels that do the model's arithmetic: the matmul, conv and attention classes, and any other kernel
-    # whose op's FLOPs are counted (an XLA fusion on a TPU), so that every counted FLOP is in their time.
-    arithmetic = np.isin(kernels.kernel_class, [KERNEL_CLASSES.index(c) for c in COMPUTE_CLASSES]) | (kernels.flops > 0)
-    compute = arithmetic & (in_step >= 0)
+    compute = _arithmetic(kernels) & (in_step >= 0)
     compute_ns = float(kernels.dur[compute].sum())
     devices = max(len(np.unique(kernels.device)), 1)
     busy = 0.0
@@ -354,6 +370,52 @@ def _steps(
     efficiency = _ratio(counted, compute_ns * peak) if peak else None
     mfu = _ratio(counted, window_ns * peak) if peak else None
     return per_step, mfu, util, share, efficiency
+
+
+def _arithmetic(kernels: _Kernels) -> np.ndarray:
+    """The kernels that do the model's arithmetic: the matmul, conv and attention classes, and any other kernel
+    whose op's FLOPs are counted (an XLA fusion on a TPU), so that every counted FLOP is in their time."""
+    compute_class = np.isin(kernels.kernel_class, [KERNEL_CLASSES.index(c) for c in COMPUTE_CLASSES])
+    return compute_class | (kernels.flops > 0)
+
+
+def _coverage(kernels: _Kernels, in_steps: np.ndarray) -> tuple[float | None, float | None]:
+    """The shares of the arithmetic kernels' time in the steps' windows whose FLOPs are counted and whose precision
+    is known (None without such kernels): how much of what MFU and the efficiency estimates judge the trace lets
+    them read."""
+    arithmetic = _arithmetic(kernels) & in_steps
+    total = float(kernels.dur[arithmetic].sum())
+    if total <= 0:
+        return None, None
+    counted = float(kernels.dur[arithmetic & (kernels.flops > 0)].sum())
+    known = float(kernels.dur[arithmetic & kernels.precision_known].sum())
+    return round(counted / total, 4), round(known / total, 4)
+
+
+def _not_counted_kernels(
+    events: pd.DataFrame, ops: pd.DataFrame, costs: pd.DataFrame | None, kernels: _Kernels, in_steps: np.ndarray
+) -> dict[str, int]:
+    """The arithmetic kernels in the steps' windows without counted FLOPs, kernel time (ns) by why: their launching
+    op's reason (no shapes recorded, no formula for the op), a graph replay's node whose capture the trace does not
+    hold, or a kernel no op in the trace launched."""
+    missing = _arithmetic(kernels) & (kernels.flops <= 0) & in_steps
+    if not missing.any():
+        return {}
+    rows = kernels.rows[missing]
+    reasons = np.full(len(rows), "no op in the trace launched it", dtype=object)
+    replayed = replay_nodes(events, events.iloc[rows]) != NOT_REPLAYED
+    reasons[replayed] = "graph node without op (its capture is not in the trace)"
+    if costs is not None and len(ops):
+        launcher = kernel_ops(events, ops)[rows]
+        found = (launcher >= 0) & (launcher < len(costs))
+        why = costs["not_counted"].astype(object).to_numpy()[launcher[found]]
+        reasons[found] = [_KERNEL_REASONS.get(w, w) if isinstance(w, str) else "op counted as 0 FLOPs" for w in why]
+    table = pd.Series(kernels.dur[missing]).groupby(reasons).sum().sort_values(ascending=False, kind="stable")
+    return {str(k): int(v) for k, v in table.items()}
+
+
+# The op's reason as a kernel's: an op without a formula is an op we do not know the work of.
+_KERNEL_REASONS = {NO_FORMULA: "unknown op (no FLOP formula)", NESTED: "nested op not counted"}
 
 
 def _ratio(numerator: float, denominator: float | None) -> float | None:

@@ -84,8 +84,9 @@ def mixed_precision_speedup(cc: tuple[int, int] | None) -> tuple[float, str] | N
 
 # --------------------------------------------------------------------------- peaks of the device a trace ran on
 
-# The dtypes a peak is given for, as `rules.PRECISION_RULES` names them (int8 in TOP/s).
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+# The dtypes a peak is given for, as `rules.PRECISION_RULES` names them (int8 in TOP/s; fp6 and fp4: the MX / NV
+# block-scaled formats, which only Blackwell and CDNA 4 multiply natively).
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class DevicePeaks:
     compute_capability: tuple[int, int] | None = None  # NVIDIA: CUDA's; AMD: gfx major.minor as HIP reports it
     units: int | None = None
     memory_gb: float | None = None
+    fp6: float | None = None  # FP6 / MXFP6 Tensor Core, dense (None: the part computes it in a wider type)
+    fp4: float | None = None  # FP4 / MXFP4 / NVFP4 Tensor Core, dense
 
     @property
     def vendor(self) -> str:
@@ -222,10 +225,13 @@ DEVICES: tuple[DevicePeaks, ...] = (
         4500.0,
         4500.0,
         8.0,
-        "NVIDIA Blackwell data sheet, HGX B200 column, https://www.nvidia.com/en-us/data-center/hgx/",
+        "NVIDIA Blackwell data sheet, HGX B200 column, https://www.nvidia.com/en-us/data-center/hgx/ (FP6 at the FP8 "
+        "rate, FP4 twice it: 72 and 144 PFLOPS with sparsity for 8 GPUs)",
         (10, 0),
         148,
         180,
+        fp6=4500.0,
+        fp4=9000.0,
     ),  # fmt: skip
     DevicePeaks(
         "MI250X GCD",
@@ -282,10 +288,13 @@ DEVICES: tuple[DevicePeaks, ...] = (
         5033.2,
         8.0,
         "AMD Instinct MI355X GPU specifications, "
-        "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html",
+        "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html (MXFP6 and MXFP4: 10.1 PFLOPS, twice "
+        "the FP8 rate)",
         (9, 5),
         256,
         288,
+        fp6=10066.4,
+        fp4=10066.4,
     ),  # fmt: skip
     # TPUs: one device per chip (v4 and v5p chips hold two TensorCores run as one megacore); no FP32 / FP16 / FP8
     # peak is published (FP32 matmuls run as several bf16 passes).

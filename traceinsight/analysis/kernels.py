@@ -19,11 +19,12 @@ import pandas as pd
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.graphs import LATER_NODE, NOT_REPLAYED
 from traceinsight.analysis.histogram import Bin, duration_histogram
+from traceinsight.analysis.kernel_classes import class_of_name
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import kind_mask, rows_of_input
 from traceinsight.intervals import exposed, union
 from traceinsight.result import TopKernel
-from traceinsight.rules import COMMUNICATION_PATTERN, DEFAULT_SMALL_KERNEL_NS, TRITON_TEMPLATE_PATTERN
+from traceinsight.rules import COMMUNICATION_PATTERN, COMPUTE_CLASSES, DEFAULT_SMALL_KERNEL_NS
 
 TOP_KERNELS = 15
 # The small-kernel threshold is added as an edge, so the bins below it are exactly the small kernels.
@@ -48,9 +49,15 @@ class KernelStats:
     launch_delay_max_ns: int | None
     tensor_core_ns: int
     tensor_core_eligible_ns: int
+    # Of the eligible time, the kernels whose Tensor Core use (hence precision) the name leaves untold.
+    tensor_core_unknown_ns: int
     communication_ns: int
     communication_exposed_ns: int
     occupancy_mean_pct: float | None
+    # Kernels other than collectives (which run on a few SMs by design): their time, the part of it whose launch
+    # shape (blocks per SM) the trace gives, and of that the kernels with fewer blocks than SMs and their idle SMs.
+    shaped_kernel_ns: int
+    launch_shape_ns: int
     low_blocks_ns: int
     low_blocks_waste_ns: int
     top: list[TopKernel]
@@ -97,19 +104,30 @@ def _launches(events: pd.DataFrame, input_id: int) -> Launches:
 
 def flagged_kernels(work: pd.DataFrame) -> pd.DataFrame:
     """The kernel rows of `device_work`, with the name rules' flags as columns, evaluated once per distinct name:
-    `tensor_core`, `eligible` (matmul/conv/attention work), `fp32` (eligible, not on Tensor Cores, and a
-    precision the name does not hide: Triton templates do not say theirs) and `communication`."""
+    `tensor_core`, `eligible` (matmul/conv/attention work), `tensor_core_known` (False for matrix work whose name
+    tells neither Tensor Core use nor its precision: eligible ones, and those of a compute class by name, such as
+    a Triton attention kernel), `fp32` (eligible, not on Tensor Cores, and positively FP32 by its name: `sgemm`,
+    `scudnn`, SIMT; never a kernel of untold precision) and `communication`."""
     kernels = work[(work["kind"] == "kernel").to_numpy()]
     names = kernels["name"].cat.remove_unused_categories()
     classes = classify_kernel_names(names)
     tc = classes["tensor_core"].to_numpy()
     eligible = classes["eligible"].to_numpy()
+    compute_named = _by_category(names, [class_of_name(n) in COMPUTE_CLASSES for n in names.cat.categories])
     return kernels.assign(
         tensor_core=tc,
         eligible=eligible,
-        fp32=eligible & ~tc & ~_name_flags(names, TRITON_TEMPLATE_PATTERN),
+        tensor_core_known=classes["tensor_core_known"].to_numpy() & (eligible | tc | ~compute_named),
+        fp32=eligible & ~tc & (classes["precision"].to_numpy() == "fp32"),
         communication=_name_flags(names, COMMUNICATION_PATTERN),
     )
+
+
+def _by_category(names: pd.Series, per_category: list[bool]) -> np.ndarray:
+    """A per-category flag spread over the rows (False for a row without name)."""
+    codes = names.cat.codes.to_numpy()
+    flags = np.append(np.array(per_category, bool), False)
+    return flags[np.where(codes >= 0, codes, len(per_category))]
 
 
 def kernel_stats(
@@ -148,11 +166,13 @@ def _device_kernel_stats(
     shorter = int((dur[matched] < launch_dur).sum())
     tc = kernels["tensor_core"].to_numpy()
     eligible = kernels["eligible"].to_numpy()
+    known = kernels["tensor_core_known"].to_numpy()
     comm = kernels["communication"].to_numpy()
     occ = kernels["occupancy_pct"].to_numpy()
     has_occ = ~np.isnan(occ)
     bps = kernels["blocks_per_sm"].to_numpy()
-    low_blocks = ~np.isnan(bps) & (bps < 1.0)
+    shaped = ~np.isnan(bps) & ~comm
+    low_blocks = shaped & (bps < 1.0)
     return KernelStats(
         device=device,
         count=len(dur),
@@ -170,14 +190,17 @@ def _device_kernel_stats(
         launch_delay_max_ns=int(delay.max()) if len(delay) else None,
         tensor_core_ns=int(dur[tc].sum()),
         tensor_core_eligible_ns=int(dur[eligible].sum()),
+        tensor_core_unknown_ns=int(dur[eligible & ~known].sum()),
         communication_ns=int(dur[comm].sum()),
         communication_exposed_ns=_exposed_communication(kernels, comm),
         occupancy_mean_pct=float(np.average(occ[has_occ], weights=np.maximum(dur[has_occ], 1)))
         if has_occ.any()
         else None,
+        shaped_kernel_ns=int(dur[~comm].sum()),
+        launch_shape_ns=int(dur[shaped].sum()),
         low_blocks_ns=int(dur[low_blocks].sum()),
         low_blocks_waste_ns=int((dur[low_blocks] * (1.0 - bps[low_blocks])).sum()),
-        top=_top_kernels(kernels, tc, *_kernel_ops(kernels, launch, known_launches)),
+        top=_top_kernels(kernels, np.where(known, tc, np.nan), *_kernel_ops(kernels, launch, known_launches)),
         histogram=duration_histogram(dur, (*KERNEL_HISTOGRAM_EDGES_NS, small_threshold_ns)),
         durations_ns=dur,
     )
@@ -207,12 +230,13 @@ def _launching_op(names: np.ndarray, codes: np.ndarray) -> str | None:
 
 
 def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray, ops: np.ndarray, op_names: np.ndarray) -> list[TopKernel]:
+    """The longest kernels by total time; `tc`: per row 1 / 0 for Tensor Cores used / not, NaN where unknown."""
     if kernels.empty:
         return []
     # Grouped by the categorical itself: its codes, not a string per kernel, are hashed.
     frame = pd.DataFrame({"name": kernels["name"].array, "dur": kernels["dur_ns"].to_numpy(), "tc": tc})
     grouped = frame.groupby("name", observed=True, sort=False).agg(
-        count=("dur", "size"), total=("dur", "sum"), tc=("tc", "any")
+        count=("dur", "size"), total=("dur", "sum"), tc=("tc", "max")
     )
     grouped = grouped.sort_values("total", ascending=False).head(TOP_KERNELS)
     names = kernels["name"].to_numpy()
@@ -222,7 +246,7 @@ def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray, ops: np.ndarray, op_name
             int(row["count"]),
             int(row["total"]),
             int(row["total"] // row["count"]),
-            bool(row["tc"]),
+            None if np.isnan(row["tc"]) else bool(row["tc"]),
             _launching_op(op_names, ops[names == name]),
         )
         for name, row in grouped.iterrows()

@@ -111,7 +111,7 @@ from traceinsight.rules import (
 )
 
 # Precisions of 16 bits or fewer (the mixed-precision side) and the fp32 side (TF32 is fp32 data on Tensor Cores).
-LOW_PRECISIONS = ("fp16", "bf16", "fp8", "fp4", "int8")
+LOW_PRECISIONS = ("fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 FP32_PRECISIONS = ("fp32", "tf32")
 _STAGE_INDEX = re.compile(r"\[\d+\]$")  # ForeverRepeat[0], ParallelInterleaveV4[2]: the input's index
 _STAGE_PATTERNS = {kind: re.compile(pattern) for kind, pattern in STAGE_TYPES.items()}

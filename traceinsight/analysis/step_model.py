@@ -37,7 +37,7 @@ host-bound step wins only down to the host's own work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -84,6 +84,8 @@ class KernelClass(str, Enum):
     FP32_ELIGIBLE = "fp32_eligible"
     LOW_BLOCKS_WASTE = "low_blocks_waste"
     SMALL_KERNELS = "small_kernels"
+    # Every kernel's duration, summed (not their union): what an estimate's summed kernel time is a share of.
+    ALL = "all"
 
 
 STALLS = tuple(Stall)
@@ -146,6 +148,9 @@ class Fix:
     device_ns: np.ndarray  # device busy time (exposed copies, collectives, faster kernels)
     kernel_ns: np.ndarray  # of `device_ns`, the kernel time (GPU-Util)
     host_ns: np.ndarray  # host work the fix takes away (fused ops, graphs): lowers the host floor
+    # Faster kernels (an efficiency estimate): their time shrinks, it never goes. Such fixes compose by what each
+    # leaves of the kernel time (two that each take half leave a quarter), so no set of them empties a busy device.
+    shrinks: bool = False
 
 
 def speedup(before_ns: int, after_ns: int) -> float:
@@ -168,6 +173,16 @@ def fix(
     return Fix(per_step(idle_ns), per_step(device_ns), per_step(kernel_ns), per_step(host_ns))
 
 
+def faster_kernels(model: StepModel, saved_ns: np.ndarray) -> Fix:
+    """The fix of an efficiency estimate that saves `saved_ns` of summed kernel durations a step: kernels on
+    several streams overlap, so the saving is taken as that share of the summed durations (`KernelClass.ALL`)
+    of the kernel busy time, and it shrinks the kernels (`Fix.shrinks`)."""
+    total = model.kernel_ns[KernelClass.ALL]
+    share = np.divide(saved_ns, total, out=np.zeros(model.count), where=total > 0).clip(0.0, 1.0)
+    saved = share * model.kernel_busy_ns
+    return replace(fix(model, device_ns=saved, kernel_ns=saved), shrinks=True)
+
+
 def project(model: StepModel, fixes: list[Fix]) -> Projection:
     """The mean step once every fix is applied, one after another, on the same steps."""
     step = model.step_ns.astype(np.float64)
@@ -176,11 +191,20 @@ def project(model: StepModel, fixes: list[Fix]) -> Projection:
     device = np.zeros(model.count)
     kernel = np.zeros(model.count)
     host = np.zeros(model.count)
+    kept = np.ones(model.count)  # of the kernel busy time, what the shrinking fixes leave
     for f in fixes:
+        if f.shrinks:
+            kept *= 1.0 - np.divide(
+                f.kernel_ns, model.kernel_busy_ns, out=np.zeros(model.count), where=model.kernel_busy_ns > 0
+            ).clip(0.0, 1.0)
+            continue
         idle = np.minimum(idle + f.idle_ns, step - busy)  # no more idle time than the step has
         device = np.minimum(device + f.device_ns, busy)
         kernel = np.minimum(kernel + f.kernel_ns, model.kernel_busy_ns)
         host = np.minimum(host + f.host_ns, model.host_floor_ns)
+    shrunk = model.kernel_busy_ns * (1.0 - kept)
+    device = np.minimum(device + shrunk, busy)
+    kernel = np.minimum(kernel + shrunk, model.kernel_busy_ns)
     floor = model.host_floor_ns - host
     after = np.maximum.reduce([step - idle - device, busy - device, floor])
     after = np.maximum(np.minimum(after, step), np.minimum(step, 1))  # never longer, never 0 ns
@@ -264,8 +288,9 @@ def _device_figures(
     dur = kernels["dur_ns"].to_numpy().astype(np.float64)
     fp32 = kernels["fp32"].to_numpy()
     bps = kernels["blocks_per_sm"].to_numpy()
-    low = ~np.isnan(bps) & (bps < 1.0)
+    low = ~np.isnan(bps) & (bps < 1.0) & ~comm  # collectives run on a few SMs by design
     figures[KernelClass.FP32_ELIGIBLE] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
+    figures[KernelClass.ALL] = _in_steps(k_ts, dur, starts, ends)
     figures[KernelClass.LOW_BLOCKS_WASTE] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
     small = dur < small_threshold_ns
     figures[KernelClass.SMALL_KERNELS] = np.minimum(

@@ -17,10 +17,14 @@ Three answers per name:
   epilogues, im2col, layout transposes, offset precomputation, and the data / filter / output
   transforms of non-fused Winograd (its GEMM is a separate kernel). Every Tensor Core kernel is
   eligible.
-* ``tensor_core``: the name shows Tensor Core (NVIDIA) or MFMA matrix-core (AMD) use. Where the name
-  cannot show it (a Triton template, whose dtype is not in the name), it is not claimed.
+* ``tensor_core``: the name shows Tensor Core (NVIDIA) or MFMA matrix-core (AMD) use, or a precision
+  that only they compute in (`rules.TENSOR_CORE_PRECISIONS`: FP8, FP6, FP4, TF32, INT8 MMA). Where the
+  name cannot show it (a Triton template, whose dtype is not in the name), it is not claimed.
+* ``tensor_core_known``: whether the answer is known either way: Tensor Cores shown, or no matrix work,
+  or matrix work the name shows runs on CUDA cores (SIMT) or in FP32. An eligible kernel of untold
+  precision is unknown, never "no": it must not count as FP32 work.
 * ``precision``: the narrowest operand type the name gives ("fp32", "tf32", "fp16", "bf16", "fp8",
-  "fp4", "int8"), or None when the name does not tell. Only eligible kernels get one: it is the
+  "fp6", "fp4", "int8"), or None when the name does not tell. Only eligible kernels get one: it is the
   precision of matrix work, and e.g. a cast kernel's types say nothing about that.
 
 Triton kernels come first: Inductor names them after the aten ops they fuse, so the bias-add
@@ -35,9 +39,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.rules import NAME_RULES, PRECISION_RULES
+from traceinsight.rules import NAME_RULES, PRECISION_RULES, TENSOR_CORE_PRECISIONS
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 
 
 _NAME_PATTERNS = tuple(rule.compiled() for rule in NAME_RULES)
@@ -56,25 +60,28 @@ def _first_match(names: pd.Series, patterns: tuple[re.Pattern[str], ...]) -> np.
     return first
 
 
-def _classify_distinct(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The table's answers for distinct names, positional: (eligible, tensor_core, precision, rule) arrays."""
+def _classify_distinct(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The table's answers for distinct names, positional: (eligible, tensor_core, known, precision, rule)."""
     rule = _first_match(names, _NAME_PATTERNS)
     eligible = np.array([r.eligible for r in NAME_RULES] + [False])[rule]  # rule -1 (none) -> the appended False
     tensor_core = np.array([r.tensor_core for r in NAME_RULES] + [False])[rule]
+    simt = np.array([r.simt for r in NAME_RULES] + [False])[rule]
     precision = np.full(len(names), None, dtype=object)
     if eligible.any():
         precision_rule = _first_match(names[eligible], _PRECISION_PATTERNS)
         precision[eligible] = np.array([r.precision for r in PRECISION_RULES] + [None], dtype=object)[precision_rule]
-    return eligible, tensor_core, precision, rule
+    tensor_core |= eligible & ~simt & np.isin(precision.astype(str), TENSOR_CORE_PRECISIONS)
+    known = tensor_core | ~eligible | simt | (precision == "fp32")
+    return eligible, tensor_core, known, precision, rule
 
 
 def classify_kernel_names(names: pd.Series | pd.Index) -> pd.DataFrame:
     """Classify kernel names by the first matching rule of `NAME_RULES` (and `PRECISION_RULES`).
 
-    Returns one row per input name, on the input's index, with boolean columns ``eligible`` and
-    ``tensor_core``, ``precision`` (a string of `PRECISIONS` or None) and ``rule`` (the position of
-    the deciding rule in `NAME_RULES`, -1 when none matched: then not eligible). The regexes run once
-    per distinct name: a categorical Series is classified through its categories and its codes (a
+    Returns one row per input name, on the input's index, with boolean columns ``eligible``,
+    ``tensor_core`` and ``tensor_core_known``, ``precision`` (a string of `PRECISIONS` or None) and
+    ``rule`` (the position of the deciding rule in `NAME_RULES`, -1 when none matched: then not eligible).
+    The regexes run once per distinct name: a categorical Series is classified through its categories and its codes (a
     missing value gets no rule); anything else is factorised first. Pass ``names.cat.categories``
     to get the answers per category.
     """
@@ -85,13 +92,14 @@ def classify_kernel_names(names: pd.Series | pd.Index) -> pd.DataFrame:
     else:
         codes, unique_values = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=True)
         uniques = pd.Series(unique_values, dtype=object).astype(str)
-    eligible, tensor_core, precision, rule = _classify_distinct(uniques.reset_index(drop=True))
+    eligible, tensor_core, known, precision, rule = _classify_distinct(uniques.reset_index(drop=True))
     # A missing name (code -1) takes the appended "no rule" row.
     take = np.where(codes < 0, len(uniques), codes)
     return pd.DataFrame(
         {
             "eligible": np.append(eligible, False)[take],
             "tensor_core": np.append(tensor_core, False)[take],
+            "tensor_core_known": np.append(known, True)[take],
             # object, not pandas' str dtype, so that "not told" stays None rather than NaN
             "precision": pd.Series(np.append(precision, [None])[take], index=index, dtype=object),
             "rule": np.append(rule, -1).astype(np.int64)[take],

@@ -24,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
 from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
+from traceinsight.render.wording import mfu_text  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     PART_WORDS,  # noqa: E402
     ComputeEfficiency,
@@ -581,7 +582,7 @@ def mfu_chart(report: RunReport) -> str | None:
         "(and any other kernel whose FLOPs are counted)",
         f"their efficiency {fmt_pct(c.compute_efficiency)}: those kernels' counted FLOPs against the {c.device}'s "
         f"dense {c.dtype} peak ({fmt_rate(c.peak_tflops)} TFLOP/s) over their time",
-        f"MFU {fmt_pct(c.mfu)} = {fmt_pct(c.gpu_util)} x {fmt_pct(c.compute_share)} x {fmt_pct(c.compute_efficiency)}",
+        f"MFU {mfu_text(c)} = {fmt_pct(c.gpu_util)} x {fmt_pct(c.compute_share)} x {fmt_pct(c.compute_efficiency)}",
     )
     rows = np.arange(len(shares))[::-1]  # GPU-Util on top, MFU at the bottom
     hovers = _Hovers("mfu")

@@ -98,8 +98,9 @@ def evidence_label(key: str) -> str:
 
 
 def fmt_evidence(key: str, value: object) -> str | None:
-    """A bottleneck's evidence value for people, its unit told by its key ('*_ns' a duration, '*fraction' and
-    '*_share' a share, '*bytes' a size); lists and settings joined; None when nothing is known (left out)."""
+    """A bottleneck's evidence value for people, its unit told by its key ('*_ns' a duration, '*fraction',
+    '*_share' and '*_coverage' a share, '*bytes' a size); lists and settings joined; None when nothing is known
+    (left out)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -115,7 +116,7 @@ def fmt_evidence(key: str, value: object) -> str | None:
     words = key.split("_")
     if "ns" in words:
         return fmt_ns(value)
-    if key.endswith(("fraction", "_share")):
+    if key.endswith(("fraction", "_share", "_coverage")):
         return fmt_pct(value)
     if key.endswith("_pct"):
         return f"{value:.1f} %"

@@ -40,7 +40,9 @@ from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
     capture_sentence,
+    coverage_text,
     input_verdict,
+    mfu_text,
     other_warnings,
     partial_notes,
     projection_sentence,
@@ -98,7 +100,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header)
-    env.globals.update({f.__name__: f for f in (*functions, input_verdict)})
+    env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     return env
 
@@ -129,6 +131,9 @@ def _spread(values: Sequence[int | float], fmt: Any) -> str:
     return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)} \u2013 {fmt(high)}"
 
 
+_TENSOR_CORE_WORDS = {True: "yes", False: "no", None: "unknown"}
+
+
 def kernel_tables(devices: Sequence[Device], limit: int = 10) -> list[dict[str, Any]]:
     """The top-kernel tables, one per distinct list: devices whose top `limit` kernels are the same names
     in the same order share one table, whose figures give the devices' range where they differ. Names are
@@ -155,7 +160,9 @@ def kernel_tables(devices: Sequence[Device], limit: int = 10) -> list[dict[str, 
                     "calls": _spread([t.count for t in tops], fmt_count),
                     "total": _spread([t.total_ns for t in tops], fmt_ns),
                     "mean": _spread([t.mean_ns for t in tops], fmt_ns),
-                    "tensor_core": _spread([int(bool(t.tensor_core)) for t in tops], lambda v: "yes" if v else "no"),
+                    # Same name, same answer on every device: the first one's ("unknown" where the name tells
+                    # neither Tensor Core use nor the precision).
+                    "tensor_core": _TENSOR_CORE_WORDS[tops[0].tensor_core],
                     # The framework op that launched it (Kineto links them); the first device's, where linked.
                     "op": clip(tops[0].op or "", 120),
                 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
-from traceinsight.result import Bottleneck, RunReport
+from traceinsight.result import Bottleneck, ComputeEfficiency, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
@@ -170,10 +170,23 @@ def compute_sentence(report: RunReport) -> str | None:
         lead = f"{fmt_flop(c.flops)} counted; no MFU: the device is not in the hardware table"
     else:
         lead = (
-            f"MFU {fmt_pct(c.mfu)} of the {c.device}'s {c.dtype} peak = GPU-Util {fmt_pct(c.gpu_util)} x compute share "
+            f"MFU {mfu_text(c)} of the {c.device}'s {c.dtype} peak = GPU-Util {fmt_pct(c.gpu_util)} x compute share "
             f"{fmt_pct(c.compute_share)} x their efficiency {fmt_pct(c.compute_efficiency)}"
         )
-    return f"Compute: {lead}; kernel time: {held}."
+    coverage = f" ({coverage_text(c)})" if c.flop_coverage is not None else ""
+    return f"Compute: {lead}{coverage}; kernel time: {held}."
+
+
+def mfu_text(c: ComputeEfficiency) -> str:
+    """MFU as a figure, '≥ 5.1 %' where it counts too little of the compute kernels' time to be more than a floor."""
+    return f"≥ {fmt_pct(c.mfu)}" if c.mfu_is_lower_bound else fmt_pct(c.mfu)
+
+
+def coverage_text(c: ComputeEfficiency) -> str:
+    """What the compute figures could read: 'FLOPs counted for 13.7 % of the compute kernels' time, precision known
+    for 91.9 %'."""
+    text = f"FLOPs counted for {fmt_pct(c.flop_coverage)} of the compute kernels' time"
+    return text + (f", precision known for {fmt_pct(c.precision_coverage)}" if c.precision_coverage is not None else "")
 
 
 def collectives_sentence(report: RunReport) -> str | None:
