@@ -99,7 +99,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     server = _server(names)
     training = DistinctNames(rows).rows(TRAINING_PATTERN)
     inference = names.rows(INFERENCE_PATTERN)
-    workload = _workload(server, training.any(), inference.any())
+    workload = _workload(server, bool(training.any()), bool(inference.any()))
     capture = names.rows(GRAPH_CAPTURE_PATTERN)
     costs, unions = _one_time_costs(rows, host, names)
     if capture.any():
