@@ -739,7 +739,7 @@ TABLE: tuple[Row, ...] = (
         "small_batch",
         "jax",
         "any",
-        ("Raise the per-device batch about {batch_factor}x (the leading axis of the inputs to the jitted step).",),
+        (Tip("Raise the per-device batch about {batch_factor}x (the leading axis of the inputs to the jitted step)."),),
     ),
     Row("small_batch", "jax", "training", (_LR_SCALING,)),
     # ------------------------------------------------------------------------------------------- collective_wait

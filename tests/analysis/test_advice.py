@@ -133,6 +133,8 @@ def test_the_tip_table_has_one_row_per_key_and_only_known_rules_frameworks_and_w
     assert {row.framework for row in TABLE} <= {"pytorch", "tensorflow", "jax", "any"}
     assert {row.workload for row in TABLE} <= {"training", "inference", "server", "any"}
     assert all((row.server is not None) <= (row.workload == "server") for row in TABLE)
+    # Only a Tip's text is filled in ({function}, {batch_factor}); a plain string would show the braces.
+    assert [t for row in TABLE for t in row.tips if isinstance(t, str) and re.search(r"\{\w+\}", t)] == []
 
 
 def _text(tip) -> str:
