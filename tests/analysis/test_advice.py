@@ -277,3 +277,15 @@ def test_real_ddp_runs_show_ddps_reducer(run):
     assert (
         "reducer" in analysis.settings.evidence["ddp"] or "DistributedDataParallel" in analysis.settings.evidence["ddp"]
     )
+
+
+def test_an_unknown_framework_gets_each_frameworks_first_tip_named():
+    """100 kernels of 3 us, each launched 2 us after the previous ended (launch-bound), framework unknown: no
+    neutral row for launch_bound, so each framework's first tip, named; small_batch's filled in (4x: no memory
+    events)."""
+    rows = []
+    for i in range(100):
+        rows += [launch(i * 10 + 5, 4, i), kernel(i * 10 + 10, 3, i)]
+    found = {b.id: b for b in find_bottlenecks(analyze(profile(rows, framework="unknown")))}
+    assert [r.split(":")[0] for r in found["launch_bound"].recommendations] == ["pytorch", "tensorflow", "jax"]
+    assert found["small_batch"].recommendations[2].startswith("jax: Raise the per-device batch about 4x")
