@@ -11,7 +11,7 @@ import pytest
 
 from tests.analysis.builders import host, kernel, launch, profile
 from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
-from traceinsight import findings
+from traceinsight import advice, findings
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
 from traceinsight.events import DeviceInfo, Profile, make_op_table
@@ -238,8 +238,9 @@ def _toy_check(a: Analysis) -> Finding | None:
 
 
 def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
-    toy = Rule(TOY, "A toy stall", "half the idle time (a test)", _toy_check, {"any": ("Do the toy fix.",)}, kind=STALL)
+    toy = Rule(TOY, "A toy stall", "half the idle time (a test)", _toy_check, kind=STALL)
     monkeypatch.setattr(findings, "RULES", (*RULES, toy))
+    monkeypatch.setattr(advice, "TABLE", (*advice.TABLE, advice.Row(TOY, "any", "any", ("Do the toy fix.",))))
     exported = tmp_path / "timeline.json.gz"
     analyzed = analyze_path(
         SAMPLE_TRACES / "synthetic_gpu" / "input_bound",

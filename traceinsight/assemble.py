@@ -269,6 +269,7 @@ def _capture(c: CaptureAnalysis) -> Capture:
         kind=c.kind,
         evidence=c.evidence,
         server=c.server,
+        workload=c.workload,
         one_time_ns=c.one_time_ns,
         one_time_share=c.one_time_share,
         one_time=c.one_time,

@@ -2,7 +2,8 @@
 
 Each rule is data: an id (fixed by the JSON contract), a title, where its
 threshold comes from, a check over an `Analysis` (the evidence that triggered it
-and the `Fix`: what it removes from each step) and advice per framework.
+and the `Fix`: what it removes from each step). What to change is looked up by the rule's id in
+`advice.TABLE`, which keys its tips by rule, framework and workload and drops what the run already does.
 
 Every bottleneck carries a projection: the mean step once that one fix is applied
 on the step model (`analysis/step_model.py`). Measured stalls (the device waits:
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.advice import COMPILED_STEP, advise, seen_evidence
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
@@ -35,7 +37,6 @@ from traceinsight.analysis.ledger import KERNEL_PARTS, SHOWN_BUSY_PARTS
 from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, faster_kernels, fix, project
 from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
 from traceinsight.rules import (
-    AMPERE_CC,
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
     DEFAULT_BATCH_FACTOR,
@@ -105,52 +106,11 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Tip:
-    """One piece of advice that depends on what the run already does (`analysis/settings.py` keys): dropped
-    when any of `skip_if` is seen in place, given only when one of `only_if` is (if it has any).
-    `{function}` names the input pipeline's slowest user function."""
-
-    text: str
-    skip_if: tuple[tuple[str, bool | str], ...] = ()
-    only_if: tuple[tuple[str, bool | str], ...] = ()
-    stage: str | None = None  # the tf.data stage kind it speeds up: it comes first when that stage is the slowest
-    # Given only on NVIDIA GPUs of at least / below this compute capability (bf16 and TF32 arrive with Ampere, 8.0);
-    # on a run whose GPU is unknown every variant is given.
-    cc_at_least: tuple[int, int] | None = None
-    cc_below: tuple[int, int] | None = None
-    # Given only where the trace shows one of these settings at all (a DataLoader, tf.data stages), or none of them:
-    # advice about an input pipeline goes only where the trace shows that pipeline.
-    only_with: tuple[str, ...] = ()
-    unless_with: tuple[str, ...] = ()
-    # Given only where the finding's evidence holds this key true (what its figures say is worth doing).
-    when: str | None = None
-
-    def applies(
-        self, seen: dict[str, Any], cc: tuple[int, int] | None = None, evidence: dict[str, Any] | None = None
-    ) -> bool:
-        if self.when is not None and not (evidence or {}).get(self.when):
-            return False
-        if any(seen.get(key) == value for key, value in self.skip_if):
-            return False
-        if self.only_with and not any(key in seen for key in self.only_with):
-            return False
-        if any(key in seen for key in self.unless_with):
-            return False
-        if cc is not None and not (self.cc_at_least or (0, 0)) <= cc < (self.cc_below or (99, 0)):
-            return False
-        return not self.only_if or any(seen.get(key) == value for key, value in self.only_if)
-
-
-Advice = dict[str, tuple[str | Tip, ...]]
-
-
-@dataclass(frozen=True)
 class Rule:
     id: str
     title: str
     basis: str
     check: Callable[[Analysis], Finding | None]
-    advice: Advice
     kind: str = STALL
     max_severity: str = "high"
     # False for what the trace shows but no fix in it removes (time with no known cause, waits for work outside the
@@ -283,7 +243,8 @@ def _framework_overhead(a: Analysis) -> Finding | None:
         },
         fix(m, idle_ns=overhead + dispatch, host_ns=dispatch),
         claims={"between_ops": overhead, "host_work": dispatch},
-        assumption="a compiled step (tf.function / torch.compile) removes the Python and framework dispatch "
+        assumption=f"a compiled step ({COMPILED_STEP.get(a.profile.framework, 'tf.function / torch.compile')}) "
+        "removes the Python and framework dispatch "
         f"between ops{eager}, and keeps the rest of the ops' time, which graph-mode fusion usually lowers further",
         title="Framework overhead: the step is spent between ops (CPU-only run: the host is the device)",
     )
@@ -674,48 +635,6 @@ def _idle_other(a: Analysis) -> Finding | None:
     )
 
 
-_PT_LOADER = "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, persistent_workers=True)"
-# The settings that say the trace shows a DataLoader / tf.data stages (`analysis/settings.py` keys).
-DATALOADER = "dataloader"
-TF_DATA = ("prefetch", "cache", "map_parallel", "interleave_parallel")
-# A server's own knobs (`capture.server`): they replace the training advice of the rules that read them.
-_VLLM_BATCH = (
-    "Batch more requests per step: raise `--max-num-seqs` and `--max-num-batched-tokens`, so each step's fixed "
-    "host and launch cost is spread over more tokens."
-)
-_VLLM_CHUNKED = (
-    "Enable chunked prefill (`--enable-chunked-prefill`) so prefills and decodes share one step instead of alternating."
-)
-_VLLM_GRAPHS = (
-    "Capture CUDA graphs for the batch sizes you serve: `--compilation-config "
-    "'{\"cudagraph_capture_sizes\": [...]}'` up to `--max-num-seqs`, so decode steps replay a graph."
-)
-_SGLANG_BATCH = "Run more requests at once: raise `--max-running-requests` (and `--chunked-prefill-size` for prefills)."
-_SGLANG_GRAPHS = (
-    "Raise `--cuda-graph-max-bs` to the running batch size, so decode steps replay a captured graph instead of "
-    "launching kernels one by one."
-)
-_TGI_BATCH = (
-    "Batch more requests per step: raise `--max-batch-total-tokens` (and `--max-batch-size`, "
-    "`--max-concurrent-requests`) so each step's fixed cost is spread over more tokens."
-)
-_TGI_GRAPHS = (
-    "List the batch sizes you serve in `--cuda-graphs` (e.g. `--cuda-graphs 1,2,4,8,16,32`), so decode steps replay "
-    "a graph."
-)
-_TRTLLM_BATCH = (
-    "Batch more requests per step: raise `max_batch_size` and `max_num_tokens` in the LLM API / `trtllm-serve` config."
-)
-_TRTLLM_GRAPHS = (
-    "Capture CUDA graphs for the batch sizes you serve: `cuda_graph_config` with `batch_sizes` up to "
-    "`max_batch_size` (`enable_padding: true` so other sizes round up to one)."
-)
-SERVING_ADVICE: Advice = {
-    "server:vLLM": (_VLLM_BATCH, _VLLM_CHUNKED, _VLLM_GRAPHS),
-    "server:SGLang": (_SGLANG_BATCH, _SGLANG_GRAPHS),
-    "server:TGI": (_TGI_BATCH, _TGI_GRAPHS),
-    "server:TensorRT-LLM": (_TRTLLM_BATCH, _TRTLLM_GRAPHS),
-}
 RULES: tuple[Rule, ...] = (
     Rule(
         "input_bound",
@@ -723,61 +642,6 @@ RULES: tuple[Rule, ...] = (
         f"XProf input-bound thresholds ({_pct(HIGH_INPUT_FRACTION)} / {_pct(MODERATE_INPUT_FRACTION)} of the step "
         "waiting for input); the PyTorch plugin's DataLoader rule",
         _input_bound,
-        {
-            "pytorch": (
-                Tip(
-                    f"Load batches in worker processes: `{_PT_LOADER}` (start near the number of CPU cores).",
-                    skip_if=(("dataloader", "multiprocess"),),
-                ),
-                Tip(
-                    "Raise `num_workers` while CPU cores allow: the loader already uses worker processes and the "
-                    "loop still waits for them.",
-                    only_if=(("dataloader", "multiprocess"),),
-                ),
-                "Keep workers alive between epochs (`persistent_workers=True`) and let them run ahead "
-                "(`prefetch_factor=4`).",
-                'Make `__getitem__` cheaper: decode on the GPU (`torchvision.io.decode_jpeg(..., device="cuda")`, '
-                "NVIDIA DALI), augment on the GPU, or pre-process once offline.",
-                "Cache decoded samples in memory (or on local disk) when they fit, instead of decoding every epoch.",
-            ),
-            "tensorflow": (
-                Tip(
-                    "Parallelise the map: `ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`.",
-                    skip_if=(("map_parallel", True), ("cache", True)),
-                    only_if=(("map_parallel", False), ("map_function_py", True)),  # a map the trace shows
-                    stage="Map",
-                ),
-                Tip(
-                    "`{function}` is a `tf.py_function` / `numpy_function`: it holds Python's GIL, so parallel calls "
-                    "barely scale it. Rewrite it with TF ops (`tf.io`, `tf.image`) or do that work offline.",
-                    only_if=(("map_function_py", True),),
-                ),
-                Tip(
-                    "Read files in parallel: `ds = files.interleave(tf.data.TFRecordDataset, "
-                    "num_parallel_calls=tf.data.AUTOTUNE)`.",
-                    skip_if=(("interleave_parallel", True),),
-                    stage="Interleave",
-                ),
-                Tip(
-                    "Overlap input with compute: end the pipeline with `ds = ds.prefetch(tf.data.AUTOTUNE)`.",
-                    skip_if=(("prefetch", True),),
-                ),
-                Tip(
-                    "Cache what does not change between epochs: `ds = ds.cache()` after the expensive map "
-                    "(where the data fits in memory or on local disk).",
-                    skip_if=(("cache", True),),
-                ),
-                "Vectorise: `ds.batch(n).map(fn)` runs the function once per batch instead of once per element; "
-                "move image work onto the device (`tf.image` inside the model) or into NVIDIA DALI.",
-                "Add input workers or hosts: the tf.data service (`tf.data.experimental.service.distribute`) "
-                "spreads preprocessing over other machines.",
-            ),
-            "jax": (
-                "Feed from a parallel loader (grain with `worker_count > 0`, or tf.data with `prefetch` and "
-                "`num_parallel_calls=tf.data.AUTOTUNE`).",
-                "Put the next batch on the device while this step runs (`jax.device_put` ahead of time).",
-            ),
-        },
     ),
     Rule(
         "launch_bound",
@@ -787,35 +651,6 @@ RULES: tuple[Rule, ...] = (
         f"delay <= {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us), and graph replays carrying < {_pct(MOST)} of the "
         "kernel time",
         _launch_bound,
-        {
-            **SERVING_ADVICE,
-            "pytorch": (
-                Tip("Fuse small ops: `model = torch.compile(model)`.", skip_if=(("torch_compile", True),)),
-                Tip(
-                    'Capture the step in CUDA graphs: `torch.compile(model, mode="reduce-overhead")`, or '
-                    "`torch.cuda.make_graphed_callables`, so hundreds of kernels launch with one call.",
-                    skip_if=(("cuda_graphs", True),),
-                ),
-                "Use a bigger batch so each kernel does more work per launch.",
-            ),
-            "tensorflow": (
-                Tip(
-                    "Run the step as a graph: `@tf.function` on the train step (no per-op Python dispatch).",
-                    skip_if=(("graph", True),),
-                ),
-                Tip(
-                    "Fuse kernels with XLA: `@tf.function(jit_compile=True)` or "
-                    "`model.compile(..., jit_compile=True)`.",
-                    skip_if=(("xla", True),),
-                ),
-                "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
-                "Use a bigger batch so each kernel does more work per launch.",
-            ),
-            "jax": (
-                "`jax.jit` the whole train step, not its pieces, so XLA fuses it into few kernels.",
-                "Run several steps per call with `jax.lax.scan`, and use a bigger batch.",
-            ),
-        },
     ),
     Rule(
         "host_bound",
@@ -824,86 +659,12 @@ RULES: tuple[Rule, ...] = (
         "the kernels launched one by one under the small-kernel threshold, or a deep launch queue (median launch "
         f"delay > {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us); with no accelerator, the step outside the host's ops",
         _host_bound,
-        {
-            **SERVING_ADVICE,
-            "pytorch": (
-                "Look at the host activity in the longest gaps below and move that work out of the step.",
-                Tip(
-                    "Remove Python overhead with `torch.compile(model)`; avoid per-step `.item()`, `.cpu()`, logging.",
-                    skip_if=(("torch_compile", True),),
-                ),
-                Tip(
-                    'Cut launch overhead with CUDA graphs: `torch.compile(model, mode="reduce-overhead")`.',
-                    skip_if=(("cuda_graphs", True),),
-                ),
-            ),
-            "tensorflow": (
-                Tip(
-                    "Wrap the step in `@tf.function` and avoid Python-side work per step.",
-                    skip_if=(("graph", True),),
-                ),
-                Tip(
-                    "Compile the step with XLA: `@tf.function(jit_compile=True)`.",
-                    skip_if=(("xla", True),),
-                ),
-                "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
-            ),
-            "jax": ("`jax.jit` the whole step and keep Python-side bookkeeping out of the loop.",),
-            "tensorflow:cpu": (
-                Tip(
-                    "Run the step as a graph: `@tf.function` on the train step, so ops no longer go through "
-                    "Python and the eager runtime one by one.",
-                    skip_if=(("graph", True),),
-                ),
-                Tip("Compile the step with XLA: `@tf.function(jit_compile=True)`.", skip_if=(("xla", True),)),
-                "Run several steps per call: `model.compile(..., steps_per_execution=32)`.",
-                "Use a bigger batch so each op does more work per dispatch.",
-            ),
-            "pytorch:cpu": (
-                Tip(
-                    "Compile the model: `model = torch.compile(model)` fuses small ops and removes per-op Python "
-                    "dispatch.",
-                    skip_if=(("torch_compile", True),),
-                ),
-                "Use a bigger batch so each op does more work per dispatch.",
-            ),
-        },
     ),
     Rule(
         "h2d_copy",
         "Host-to-device copies the GPU waits for",
         "Exposed copy time (not overlapped by kernels); Nsight's pageable-memory rule",
         _h2d_copy,
-        {
-            "pytorch": (
-                Tip(
-                    "Pin host memory and copy asynchronously: `DataLoader(..., pin_memory=True)` and "
-                    '`x = x.to("cuda", non_blocking=True)`.',
-                    skip_if=(("pin_memory", True),),
-                    only_with=(DATALOADER,),
-                ),
-                Tip(
-                    'Pin host memory and copy asynchronously: `x = x.pin_memory().to("cuda", non_blocking=True)`, '
-                    "or allocate the host buffers pinned once (`torch.empty(..., pin_memory=True)`).",
-                    skip_if=(("pin_memory", True),),
-                    unless_with=(DATALOADER,),
-                ),
-                "Keep tensors on the GPU across steps: create constants, masks and buffers on the device once.",
-                "Send compact data (uint8 images) and convert/normalise on the GPU.",
-            ),
-            "tensorflow": (
-                Tip(
-                    "Stage batches on the GPU ahead of time: `ds = ds.apply(tf.data.experimental.prefetch_to_device("
-                    '"/gpu:0"))` as the last stage.',
-                    only_with=TF_DATA,
-                ),
-                "Keep variables and constants on the device; send compact dtypes (uint8) and cast on the GPU.",
-            ),
-            "jax": (
-                "`jax.device_put` the next batch ahead of time and keep parameters on the device.",
-                "Send compact dtypes and convert on the device.",
-            ),
-        },
     ),
     Rule(
         "d2h_sync",
@@ -911,38 +672,12 @@ RULES: tuple[Rule, ...] = (
         "Idle time while the host blocked in a sync or blocking copy (Nsight cuda_api_sync / memcpy_sync rules), "
         "less the waits for work outside the trace (external_wait)",
         _d2h_sync,
-        {
-            "server:vLLM": (
-                "Overlap the scheduler with the GPU: `--async-scheduling`, so the host does not wait for each "
-                "step's sampled tokens before preparing the next step.",
-            ),
-            "server:SGLang": (
-                "Keep the overlap scheduler on (do not pass `--disable-overlap-schedule`), so the host prepares the "
-                "next batch while the GPU runs this one.",
-            ),
-            "pytorch": (
-                "Remove `.item()`, `.cpu()`, `.numpy()`, `print(loss)` from the step: accumulate metrics on the GPU "
-                "and read them every N steps.",
-                "Drop `torch.cuda.synchronize()` from the loop (keep it only around timing code).",
-                "Copy results back with `non_blocking=True` into pinned buffers.",
-            ),
-            "tensorflow": (
-                "Avoid `.numpy()` and Python conditionals on tensors inside the loop; log metrics every N steps.",
-            ),
-            "jax": ("Avoid `block_until_ready()`, `float(x)` or `np.asarray(x)` every step; log every N steps.",),
-        },
     ),
     Rule(
         "low_occupancy",
         "Kernels too small to fill the GPU",
         "Kernels with fewer blocks than SMs (PyTorch plugin's SM-efficiency estimate)",
         _low_occupancy,
-        {
-            "any": (
-                "Use a bigger batch (if memory allows) so kernels launch enough blocks to fill every SM.",
-                "Fuse small ops (torch.compile, XLA `jit_compile=True`) so fewer, larger kernels run.",
-            ),
-        },
         kind=EFFICIENCY,
         max_severity="medium",
     ),
@@ -953,39 +688,6 @@ RULES: tuple[Rule, ...] = (
         f"of their time on Tensor Cores, compute capability >= {MIN_TENSOR_CORE_CC[0]}.{MIN_TENSOR_CORE_CC[1]}; "
         "gain from the GPU's published FP16 Tensor Core / FP32 peak ratio",
         _fp32_compute,
-        {
-            "pytorch": (
-                Tip(
-                    'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.bfloat16):` around the forward '
-                    "pass (Ampere and newer; bf16 needs no loss scaler).",
-                    cc_at_least=AMPERE_CC,
-                ),
-                Tip(
-                    'Enable mixed precision: `with torch.autocast("cuda", dtype=torch.float16):` around the forward '
-                    "pass with `scaler = torch.amp.GradScaler()` for the loss (Volta/Turing Tensor Cores have no "
-                    "bf16).",
-                    cc_below=AMPERE_CC,
-                ),
-                Tip(
-                    "Allow TF32 for what stays in FP32 (Ampere and newer): "
-                    "`torch.backends.cuda.matmul.allow_tf32 = True` and `torch.backends.cudnn.allow_tf32 = True`.",
-                    cc_at_least=AMPERE_CC,
-                ),
-            ),
-            "tensorflow": (
-                Tip(
-                    'Enable mixed precision: `tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")` '
-                    "(Ampere and newer).",
-                    cc_at_least=AMPERE_CC,
-                ),
-                Tip(
-                    'Enable mixed precision: `tf.keras.mixed_precision.set_global_policy("mixed_float16")` '
-                    "(Volta/Turing Tensor Cores have no bf16; Keras scales the loss).",
-                    cc_below=AMPERE_CC,
-                ),
-            ),
-            "jax": ("Compute in bfloat16: cast parameters and inputs to `jnp.bfloat16` (keep an fp32 master copy).",),
-        },
         kind=EFFICIENCY,
         max_severity="medium",
     ),
@@ -996,62 +698,6 @@ RULES: tuple[Rule, ...] = (
         f"{_pct(EFFICIENCY_MAX_TRANSFER_SHARE)} of kernel time (FLOPs from the trace, peaks from the device's data "
         "sheet); the win is each counted op's time above its roofline",
         _low_compute_efficiency,
-        {
-            # A served model's GEMMs read every weight once a step whatever the batch: more sequences a step is more
-            # work for the same memory traffic (the server already compiles and replays graphs).
-            "server:vLLM": (
-                "Batch more requests per step: raise `--max-num-seqs` and `--max-num-batched-tokens`, so each GEMM "
-                "multiplies more rows for the weights it reads anyway.",
-            ),
-            "server:SGLang": (
-                "Run more requests at once: raise `--max-running-requests` (and `--cuda-graph-max-bs` with "
-                "it), so each GEMM multiplies more rows for the weights it reads anyway.",
-            ),
-            "server:TGI": (
-                "Batch more requests per step: raise `--max-batch-total-tokens` and `--max-batch-size`, so "
-                "each GEMM multiplies more rows for the weights it reads anyway.",
-            ),
-            "server:TensorRT-LLM": (
-                "Batch more requests per step: raise `max_batch_size` and `max_num_tokens`, so each "
-                "GEMM multiplies more rows for the weights it reads anyway.",
-            ),
-            "pytorch": (
-                Tip(
-                    "Fuse the elementwise and normalisation kernels that hold most of the time: "
-                    "`model = torch.compile(model)` (or fused kernels: RMSNorm, SwiGLU, rotary).",
-                    when="elementwise_heavy",
-                ),
-                Tip(
-                    "Use FlashAttention / SDPA instead of matmul + softmax: "
-                    '`torch.nn.functional.scaled_dot_product_attention` (or `attn_implementation="sdpa"`).',
-                    when="attention_unfused",
-                ),
-                Tip(
-                    'Compute in bf16 (or FP8 on Hopper and newer): `torch.autocast("cuda", dtype=torch.bfloat16)`.',
-                    when="wide_dtype",
-                ),
-                Tip(
-                    "Give the GEMMs more work each: a bigger batch or sequence, fused QKV / gate-up projections, "
-                    'and CUDA graphs or torch.compile(mode="max-autotune") to pick faster kernels.',
-                    when="gemm_below_roofline",
-                ),
-            ),
-            "tensorflow": (
-                Tip(
-                    "Let XLA fuse the elementwise kernels: `@tf.function(jit_compile=True)`.", when="elementwise_heavy"
-                ),
-                Tip(
-                    'Compute in bf16: `tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")`.',
-                    when="wide_dtype",
-                ),
-                Tip("Give the matmuls more work each: a bigger batch, fused projections.", when="gemm_below_roofline"),
-            ),
-            "jax": (
-                Tip("Keep the step in one `jax.jit` so XLA fuses its elementwise ops.", when="elementwise_heavy"),
-                Tip("Compute in bfloat16 (`jnp.bfloat16` inputs and parameters).", when="wide_dtype"),
-                Tip("Give the matmuls more work each: a bigger batch, fused projections.", when="gemm_below_roofline"),
-            ),
-        },
         kind=EFFICIENCY,
         max_severity="medium",
     ),
@@ -1062,20 +708,6 @@ RULES: tuple[Rule, ...] = (
         f">= {_pct(STRAGGLER_MIN_LAST_SHARE)} of them, late by >= {_pct(STRAGGLER_MIN_STEP_SHARE)} of the step; the "
         "fix is every rank at the median rank's pace (its wait removed)",
         _straggler,
-        {
-            "pytorch": (
-                "Even out the late rank's slow phase (the evidence names it): its data loading (more DataLoader "
-                "workers, the same shard sizes on every rank), its batch (the same per-rank batch, or sequence "
-                "lengths bucketed alike), or its host (a busier or slower machine).",
-                "Find what differs on that rank: profile all ranks together and compare the phase the evidence "
-                "names (`traceinsight runs` lists them).",
-            ),
-            "tensorflow": (
-                "Even out the late worker's slow phase: the same input pipeline settings and shard sizes on every "
-                "worker (`tf.data` with `num_parallel_calls` and `prefetch`).",
-            ),
-            "jax": ("Even out the late host's slow phase: the same input pipeline and shard sizes on every host.",),
-        },
     ),
     Rule(
         "communication",
@@ -1083,15 +715,6 @@ RULES: tuple[Rule, ...] = (
         "Collective kernel time not hidden under compute kernels, its transfer part (the waiting part is the "
         "straggler's, or for ranks not in the trace), ranked by its share of the step like every stall",
         _communication,
-        {
-            "pytorch": (
-                "Let DDP overlap all-reduce with backward: tune `bucket_cap_mb`, use `gradient_as_bucket_view=True`, "
-                "avoid `find_unused_parameters=True`.",
-                "Communicate less often: gradient accumulation with `model.no_sync()`, or a bigger batch.",
-            ),
-            "tensorflow": ("Use NCCL all-reduce (`MultiWorkerMirroredStrategy`) and a bigger per-replica batch.",),
-            "jax": ("Shard so collectives overlap compute (`jax.jit` with shardings); use a bigger batch.",),
-        },
     ),
     Rule(
         "small_batch",
@@ -1102,41 +725,6 @@ RULES: tuple[Rule, ...] = (
         f"memory must fit a >= {MIN_BATCH_FACTOR:g}x batch; the PyTorch plugin's GPU-utilisation rule advised a "
         "bigger batch",
         _small_batch,
-        {
-            **SERVING_ADVICE,
-            "pytorch": (
-                Tip(
-                    "Raise the batch size about {batch_factor}x: `DataLoader(..., batch_size={batch_factor} * bs)`.",
-                    only_with=(DATALOADER,),
-                ),
-                Tip(
-                    "Raise the batch size about {batch_factor}x (the leading dimension of the step's inputs).",
-                    unless_with=(DATALOADER,),
-                ),
-                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
-                "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
-                "For inference, batch requests together.",
-            ),
-            "tensorflow": (
-                Tip(
-                    "Raise the batch size about {batch_factor}x: `ds = ds.batch({batch_factor} * batch_size)`.",
-                    only_with=TF_DATA,
-                ),
-                Tip(
-                    "Raise the batch size about {batch_factor}x (the leading dimension of the step's inputs).",
-                    unless_with=TF_DATA,
-                ),
-                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
-                "Keep the global batch fixed with gradient accumulation if the recipe needs it.",
-            ),
-            "jax": (
-                Tip(
-                    "Raise the per-device batch about {batch_factor}x (the leading axis of the inputs to the "
-                    "jitted step)."
-                ),
-                "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up).",
-            ),
-        },
         kind=EFFICIENCY,
         max_severity="medium",
     ),
@@ -1146,14 +734,6 @@ RULES: tuple[Rule, ...] = (
         "Exposed collective kernel time beyond the latest arrival's (matched ranks), or beyond the shortest instance "
         "of the same collective and size (one rank's trace), where no straggler is named",
         _collective_wait,
-        {
-            "any": (
-                "Profile every rank together (one trace per rank in one folder): the rank the others wait for, and "
-                "the phase that makes it late, are then named (`straggler`).",
-                "Look for imbalance across ranks: uneven data shards or sequence lengths, a slower or busier host, "
-                "a rank that logs, checkpoints or evaluates while the others train.",
-            ),
-        },
         projects=False,
     ),
     Rule(
@@ -1161,15 +741,6 @@ RULES: tuple[Rule, ...] = (
         "Idle time without a known cause (unexplained: no fix is projected from it)",
         "Idle gaps whose next op was launched in time and no host wait or sync covers them",
         _idle_other,
-        {
-            "any": (
-                "Read the host activity of the longest gaps below: it shows what the device waited for.",
-                'Name suspect code in the trace (`torch.profiler.record_function("...")`, '
-                '`tf.profiler.experimental.Trace("...")`, `jax.named_scope`) and profile again.',
-                "Capture what the trace lacks to explain it: other streams and processes (all ranks together), "
-                "the Python stack (`with_stack=True`), and more steps to separate warm-up from the steady state.",
-            ),
-        },
         projects=False,
     ),
     Rule(
@@ -1179,16 +750,6 @@ RULES: tuple[Rule, ...] = (
         f">= {WAIT_OWN_WORK_RATIO:g}x their own device work while the device runs < {_pct(WAIT_SEEN_MIN_SHARE)} "
         "of the wait: the work started before the capture window, or runs in another process or rank",
         _external_wait,
-        {
-            "any": (
-                "Profile a window that starts before this call (more steps, or start the profiler earlier), so "
-                "the work it waits for is in the trace.",
-                "Profile every process and rank of the job together (one trace per rank, same window): the wait "
-                "may be another rank's collective or a scheduler process.",
-                "A server's first request waits for start-up work (weight loading, graph capture): profile a later "
-                "request.",
-            ),
-        },
         projects=False,
     ),
     Rule(
@@ -1197,116 +758,9 @@ RULES: tuple[Rule, ...] = (
         f"One-time costs (compilation, autotuning, context creation, slow first calls) cover >= "
         f"{_pct(WARMUP_MIN_SHARE)} of the window",
         _warmup_in_window,
-        {
-            "pytorch": (
-                "Profile after warm-up: `torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, "
-                "active=3), on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir))` and call "
-                "`prof.step()` every step.",
-                "Or run a few steps (torch.compile's compilation, cuDNN autotuning) before starting the profiler.",
-            ),
-            "tensorflow": (
-                "Profile after warm-up: Keras `tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))`.",
-                "Or call `tf.profiler.experimental.start(logdir)` after a few steps (XLA compiles on the first "
-                "call) and `tf.profiler.experimental.stop()` a few steps later.",
-            ),
-            "jax": (
-                "Profile after the first call: run the jitted step once (it compiles), `block_until_ready()`, then "
-                "`jax.profiler.start_trace(logdir)` for a few steps.",
-            ),
-            "any": ("Start the profiler after a few steps, so compilation and set-up are not in the window.",),
-        },
         projects=False,
     ),
 )
-
-
-# Words for the settings a sentence names (analysis/settings.py keys).
-SETTING_WORDS = {
-    "prefetch": "prefetch",
-    "map_parallel": "a parallel map",
-    "interleave_parallel": "parallel interleave",
-    "cache": "a cache",
-    "pin_memory": "pinned memory",
-    "graph": "graph mode (tf.function)",
-    "xla": "XLA",
-    "torch_compile": "torch.compile",
-    "cuda_graphs": "CUDA graphs",
-    "mixed_precision": "mixed precision",
-}
-
-
-def _settings_of(rule: Rule, analysis: Analysis) -> set[str]:
-    """The settings a rule's advice depends on: the keys of its tips."""
-    tips = _tips_for(rule, analysis)
-    return {key for t in tips if isinstance(t, Tip) for key, _ in (*t.skip_if, *t.only_if)}
-
-
-def _seen_evidence(rule: Rule, analysis: Analysis) -> dict[str, Any]:
-    """`seen`: the settings relevant to the rule that the trace shows (every input setting for input_bound),
-    and `in_place`: a sentence saying what is already there and what is not, for people."""
-    settings = analysis.settings
-    every = {**settings.input, **settings.run}
-    keys = _settings_of(rule, analysis) | (set(settings.input) if rule.id == "input_bound" else set())
-    seen = {k: every[k] for k in sorted(keys) if k in every}
-    if not seen:
-        return {}
-    present = [SETTING_WORDS[k] for k, v in seen.items() if v is True and k in SETTING_WORDS]
-    missing = [SETTING_WORDS[k] for k, v in seen.items() if v is False and k in SETTING_WORDS]
-    if seen.get("dataloader") == "multiprocess":
-        present.append("DataLoader worker processes")
-    elif seen.get("dataloader") == "single_process":
-        missing.append("DataLoader worker processes")
-    words = []
-    if present:
-        words.append(f"already in place: {', '.join(present)}")
-    if missing:
-        words.append(f"not in place: {', '.join(missing)}")
-    sentence = "; ".join(words)
-    return {"seen": seen, "in_place": sentence[:1].upper() + sentence[1:] + "." if words else None}
-
-
-def _speeds_up(tip: str | Tip, evidence: dict[str, Any], seen: dict[str, Any]) -> bool:
-    """Whether `tip` works on the slowest tf.data stage (an `Iterator::...::Interleave` stage: parallel
-    interleave first), or on an interleave the trace shows runs one input at a time."""
-    if not isinstance(tip, Tip) or tip.stage is None:
-        return False
-    stage = str(evidence.get("slowest_stage") or "").rsplit("::", 1)[-1]
-    return tip.stage in stage or (tip.stage == "Interleave" and seen.get("interleave_parallel") is False)
-
-
-def _advice(rule: Rule, analysis: Analysis, evidence: dict[str, Any]) -> list[str]:
-    """The rule's advice for the run's framework, without what the run already does, in the rule's order."""
-    seen = {**analysis.settings.input, **analysis.settings.run}
-    context = {
-        "function": evidence.get("slowest_function") or "the map function",
-        "batch_factor": f"{evidence.get('batch_factor_assumed', DEFAULT_BATCH_FACTOR):g}",
-    }
-
-    cc = _compute_capability(analysis)
-
-    def text(tip: str | Tip) -> str | None:
-        if isinstance(tip, str):
-            return tip
-        return tip.text.format(**context) if tip.applies(seen, cc, evidence) else None
-
-    own = _tips_for(rule, analysis)
-    if own:
-        tips = [text(t) for t in sorted(own, key=lambda t: not _speeds_up(t, evidence, seen))]
-    else:  # framework unknown: each framework's first tip, named
-        tips = [f"{fw}: {t}" for fw, ts in rule.advice.items() if ":" not in fw for t in map(text, ts[:1]) if t]
-    return [t for t in tips if t]
-
-
-def _tips_for(rule: Rule, analysis: Analysis) -> tuple[str | Tip, ...]:
-    """The rule's tips for this run: a server's own knobs where the rule has them, else its framework's (a CPU-only
-    run's own variant where there is one), else the tips for any framework; empty when none exists."""
-    server = analysis.capture.server
-    if server is not None and f"server:{server}" in rule.advice:
-        return rule.advice[f"server:{server}"]
-    framework = analysis.profile.framework
-    if not analysis.devices and f"{framework}:cpu" in rule.advice:
-        return rule.advice[f"{framework}:cpu"]
-    return rule.advice.get(framework) or rule.advice.get("any") or ()
 
 
 def severity_for(fraction: float) -> str | None:
@@ -1476,8 +930,8 @@ def _bottlenecks(analysis: Analysis, found: Found) -> list[Bottleneck]:
             time_ns=finding.window_cost[0] if finding.window_cost else cost * steps,
             fraction=finding.window_cost[1] if finding.window_cost else round(cost / projection.step_ns_before, 4),
             title=finding.title or rule.title,
-            evidence={**finding.evidence, "basis": rule.basis, **_seen_evidence(rule, analysis)},
-            recommendations=_advice(rule, analysis, finding.evidence),
+            evidence={**finding.evidence, "basis": rule.basis, **seen_evidence(rule.id, analysis)},
+            recommendations=advise(rule.id, analysis, finding.evidence, _compute_capability(analysis)),
             kind=rule.kind,
             projection=projection,
         )

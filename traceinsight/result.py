@@ -528,6 +528,7 @@ class Capture:
     kind: str
     evidence: list[str]
     server: str | None = None
+    workload: str = "unknown"  # training, inference, server or unknown: what the advice is chosen for
     one_time_ns: int = 0
     one_time_share: float = 0.0
     one_time: list[OneTimeCost] = field(default_factory=list)

@@ -454,6 +454,16 @@ SERVERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("TGI", re.compile(r"text_generation_server")),
     ("TensorRT-LLM", re.compile(r"tensorrt_llm|trtllm", re.I)),
 )
+# Inference without a server, on positive evidence only (a trace with no backward op may still be a training
+# run's forward pass): PyTorch's grad-mode context entered with no backward op (`torch.no_grad` /
+# `torch.inference_mode` / `set_grad_enabled(False)`: the `with_stack` frame `torch/autograd/grad_mode.py(80):
+# __enter__`, seen in both Hugging Face inference traces of tracelens/h100), `torch.inference_mode`'s own C call,
+# Hugging Face's generation loop (`transformers/generation/utils.py` frames, a `generate` frame) and ranges named
+# for generation (`generate`, `prefill`, `decode`, `decode_step`).
+INFERENCE_PATTERN = re.compile(
+    r"^torch/autograd/grad_mode\.py\(\d+\): __enter__$|_enter_inference_mode|^transformers/generation/"
+    r"|\.py\(\d+\): generate$|^(?:generate|prefill|decode)(?:_step)?$"
+)
 # A micro-benchmark: the outermost host ops are at most this many distinct framework ops (``aten::``, TF ops), each
 # called at least this many times, with no training and no serving frames. Inference needs more distinct framework
 # ops than that (a model's), else what ran cannot be told.
@@ -534,6 +544,14 @@ TORCH_COMPILE = NamePattern(
     ("\ntriton_", "compiled", "torchdynamo cache lookup", "torch/_inductor/"),
 )
 TORCH_OP = NamePattern(re.compile(r"^aten::"), ("\naten::",))
+# DDP's gradient reducer ran: `DistributedDataParallel.forward` (its record_function range) and the reducer's own ops
+# (`torch.distributed.ddp.reducer::copy_bucket_to_grad`, `torch::distributed::reducer::copy_` / `mul_out`), seen in
+# sample_traces/distributed/* (gloo) and ../shared/traces/hta/{nccl_parser_config,ns_resolution_trace,trace_diff}
+# (NCCL). A bare `c10d::allreduce_` is no evidence: FSDP, tensor parallelism and hand-written all-reduces call it too.
+DDP_REDUCER = NamePattern(
+    re.compile(r"^DistributedDataParallel\.forward$|^torch(?:\.distributed\.ddp\.reducer|::distributed::reducer)::"),
+    ("\ndistributeddataparallel.forward", "reducer::"),
+)
 MULTIPROCESS_LOADER = NamePattern(re.compile(r"_MultiProcessingDataLoaderIter"), ("_multiprocessingdataloaderiter",))
 SINGLE_PROCESS_LOADER = NamePattern(re.compile(r"_SingleProcessDataLoaderIter"), ("_singleprocessdataloaderiter",))
 GRAPH_LAUNCH = NamePattern(re.compile(r"^(?:cuda|cu|hip)GraphLaunch"), ("graphlaunch",))

@@ -108,7 +108,7 @@ def test_a_graph_capture_pass_gets_no_stall_finding(folder):
 @pytest.mark.parametrize(("folder", "server"), [("vllm_decode_full", "vLLM"), ("vllm_prefilldecode_piecewise", "vLLM")])
 def test_a_replay_is_the_servers_inference(folder, server):
     a = analyze_path(shared_trace(f"inference/{folder}")).analysis
-    assert (a.capture.kind, a.capture.server) == ("inference", server)
+    assert (a.capture.kind, a.capture.server, a.capture.workload) == ("inference", server, "server")
 
 
 @pytest.mark.parametrize("run", ["kineto/resnet50_num_workers_0", "tf_cpu/a_input_bound", "hta/nccl_parser_config"])
@@ -177,3 +177,63 @@ def test_a_jax_step_annotated_train_is_jax():
 def test_every_capture_kind_is_documented():
     readme = (REPO / "README.md").read_text()
     assert all(f"| `{kind}` |" in readme for kind in CAPTURE_KINDS)
+
+
+FORWARD_OPS = ("aten::linear", "aten::addmm", "aten::relu", "aten::layer_norm", "aten::softmax")
+
+
+def _forward_steps(extra: str | None = None):
+    """Three marked 1 ms steps of a model's forward ops (5 distinct aten ops, each launching a 100 us kernel) and no
+    backward op; `extra`: one more host event in each step."""
+    rows = []
+    for i in range(3):
+        t = i * 1_000
+        rows += [{**host("annotation", t, 1_000, f"ProfilerStep#{i}"), "step_id": i}]
+        for j, op in enumerate(FORWARD_OPS):
+            corr = 10 * i + j + 1
+            rows += [host("cpu_op", t + 150 * j, 20, op), launch(t + 150 * j + 5, 5, corr)]
+            rows += [kernel(t + 150 * j + 20, 100, corr)]
+        if extra is not None:
+            rows += [host("python", t + 900, 5, extra)]
+    return analyze(profile(rows)).capture
+
+
+def test_forward_ops_alone_are_no_evidence_of_inference():
+    """No backward op is absence of evidence: a training run's forward pass looks the same."""
+    c = _forward_steps()
+    assert (c.kind, c.workload) == ("unknown", "unknown")
+    assert "5 distinct framework ops" in c.evidence[0]
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "torch/autograd/grad_mode.py(80): __enter__",  # torch.no_grad() / inference_mode entered
+        "transformers/generation/utils.py(2215): generate",
+    ],
+)
+def test_an_inference_marker_makes_it_inference(marker):
+    c = _forward_steps(marker)
+    assert (c.kind, c.workload) == ("inference", "inference")
+    assert marker in c.evidence[0]
+
+
+def test_a_backward_op_makes_it_training():
+    c = _forward_steps("autograd::engine::evaluate_function: AddmmBackward0")
+    assert (c.kind, c.workload) == ("training", "training")
+
+
+@pytest.mark.parametrize(
+    "trace", ["Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "google_owlv2-large-patch14-ensemble__1016001.json.gz"]
+)
+def test_hugging_face_inference_under_no_grad_is_inference(trace):
+    """TraceLens's H100 traces: Hugging Face models run under `torch.no_grad()` (with_stack frames of grad_mode.py)."""
+    c = analyze_path(shared_trace(f"tracelens/h100/{trace}")).analysis.capture
+    assert (c.kind, c.workload, c.server) == ("inference", "inference", None)
+
+
+def test_a_warmup_keeps_its_workload():
+    """A warm-up window's kind says warmup; its workload still says what the run does (torch.compile's first
+    training step: backward ops)."""
+    c = analyze_path(WARMUP / "torch_compile_first_call").analysis.capture
+    assert (c.kind, c.workload) == ("warmup", "training")

@@ -11,13 +11,19 @@ holds decides (`rules.py`'s capture section holds every name and threshold):
                     `WARMUP_MIN_SHARE` of the window; where steps follow them, those steps are analyzed alone
                     (`steady_from_ns`, applied by `analysis.analyze`);
 ``training``        backward ops or an optimizer update;
-``inference``       a serving framework's own frames (vLLM, SGLang, TGI, TensorRT-LLM: `server`), or framework
-                    ops with no backward and no optimizer;
+``inference``       a serving framework's own frames (vLLM, SGLang, TGI, TensorRT-LLM: `server`), or, with no
+                    backward op and no optimizer update, an inference marker (`rules.INFERENCE_PATTERN`:
+                    ``torch.no_grad`` / ``inference_mode`` entered, a ``generate`` loop); no backward op alone is
+                    no evidence (a forward pass may be a training run's, cut short);
 ``microbenchmark``  the outermost host ops are a few framework ops repeated, with no model step around them (no
                     step marker, no input wait): their figures are reported, but no claim about a training step;
 ``unknown``         nothing above can be told.
 
 (A micro-benchmark is told before plain inference, after training and serving.)
+
+Whatever the kind, `workload` says what the run does, on positive evidence only, for the advice
+(`advice.py` keys its tips by it): ``training`` (backward ops or an optimizer update), ``server`` (a serving
+framework's frames), ``inference`` (an inference marker), else ``unknown``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from traceinsight.rules import (
     FIRST_CALL_MIN_NS,
     FIRST_CALL_RATIO,
     GRAPH_CAPTURE_PATTERN,
+    INFERENCE_PATTERN,
     MICROBENCHMARK_MAX_OPS,
     MICROBENCHMARK_MIN_CALLS,
     MODEL_FRAME_PATTERN,
@@ -50,6 +57,7 @@ from traceinsight.rules import (
 )
 
 CAPTURE_KINDS = ("training", "inference", "graph_capture", "warmup", "microbenchmark", "unknown")
+WORKLOADS = ("training", "inference", "server", "unknown")
 # Kinds whose window holds no training or serving step to project a fix on.
 NO_STEADY_STATE = ("graph_capture", "microbenchmark")
 # Host kinds whose slow first call can be lazy initialisation: framework ops, runtime calls, data waits (syncs wait,
@@ -62,6 +70,7 @@ class Capture:
     kind: str  # one of CAPTURE_KINDS
     evidence: list[str]  # the facts that decided it, for people
     server: str | None = None  # the serving framework whose frames the trace shows
+    workload: str = "unknown"  # one of WORKLOADS, whatever the kind (a warm-up of a training run: training)
     one_time_ns: int = 0  # the union of all one-time costs
     one_time_share: float = 0.0  # of the window
     one_time: list[OneTimeCost] = field(default_factory=list)
@@ -88,6 +97,9 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     host = rows["device"].isna().to_numpy()
     names = DistinctNames(rows, host)
     server = _server(names)
+    training = DistinctNames(rows).rows(TRAINING_PATTERN)
+    inference = names.rows(INFERENCE_PATTERN)
+    workload = _workload(server, bool(training.any()), bool(inference.any()))
     capture = names.rows(GRAPH_CAPTURE_PATTERN)
     costs, unions = _one_time_costs(rows, host, names)
     if capture.any():
@@ -102,6 +114,7 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
                     f"({kernels} kernels ran, outside the graph); no replay follows in the window"
                 ],
                 server=server,
+                workload=workload,
             )
         costs.append(OneTimeCost("CUDA / HIP graph capture", calls, cap_end - cap_start))
         unions.append(Intervals(np.array([cap_start]), np.array([cap_end])))
@@ -112,12 +125,12 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
         "one_time_share": round(share, 4),
         "one_time": sorted(costs, key=lambda c: -c.ns),
         "server": server,
+        "workload": workload,
     }
     if share >= WARMUP_MIN_SHARE:
         listed = "; ".join(f"{c.what} {c.ns / 1e6:,.1f} ms ({c.example})" for c in found["one_time"][:3])
         evidence = [f"one-time costs cover {100 * share:.1f} % of the window: {listed}"]
         return Capture("warmup", evidence, steady_from_ns=int(one_time.ends.max()), **found)
-    training = DistinctNames(rows).rows(TRAINING_PATTERN)
     if training.any():
         return Capture("training", [f"backward ops or an optimizer update: {_counted_names(rows, training)}"], **found)
     if server is not None:
@@ -132,16 +145,32 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
             [f"the outermost ops are {repeated}, repeated with no model step, training or serving frames around them"],
             **found,
         )
+    if inference.any():
+        return Capture(
+            "inference",
+            [f"inference markers, no backward op or optimizer update: {_counted_names(rows, inference)}"],
+            **found,
+        )
     distinct = rows["name"][ops].nunique()
     if distinct > MICROBENCHMARK_MAX_OPS:
-        return Capture(
-            "inference", [f"{distinct:,} distinct framework ops, no backward op or optimizer update"], **found
+        why = (
+            f"{distinct:,} distinct framework ops; no backward op, optimizer update, serving frame or inference "
+            "marker to tell training from inference"
         )
-    if ops.any():
+    elif ops.any():
         why = f"too few framework ops to tell: {int(ops.sum()):,} calls of {distinct} distinct ops"
     else:
         why = "no framework op, backward op, optimizer update or serving frame to tell"
     return Capture("unknown", [why], **found)
+
+
+def _workload(server: str | None, training: bool, inference: bool) -> str:
+    """What the run does, on positive evidence only (see the module docstring)."""
+    if training:
+        return "training"
+    if server is not None:
+        return "server"
+    return "inference" if inference else "unknown"
 
 
 def _server(names: DistinctNames) -> str | None:

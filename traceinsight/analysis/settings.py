@@ -63,6 +63,9 @@ mixed_precision      True when 16-bit or narrower kernels (fp16, bf16, fp8, fp4,
                      the eligible (matrix) kernel time, False when fp32/TF32 ones do; absent with no
                      eligible kernels or when the names do not tell the precision of most of it.
 low_precision_share  That 16-bit-or-narrower share of all eligible kernel time (absent as above).
+ddp                  True when DDP's gradient reducer ran (``DistributedDataParallel.forward``,
+                     ``torch.distributed.ddp.reducer::*`` ops); absent otherwise (advice about DDP's
+                     buckets and ``no_sync`` goes only where DDP is in the trace).
 ===================  ===================================================================================
 
 Precision is read by `tensor_cores.classify_kernel_names`; `Seen.kernel_precision_ns` keeps the
@@ -88,6 +91,7 @@ from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import FRAMEWORKS, kind_mask
 from traceinsight.intervals import union_of_rows
 from traceinsight.rules import (
+    DDP_REDUCER,
     GRAPH_LAUNCH,
     JAX_XLA,
     KERNEL_LAUNCH,
@@ -294,7 +298,7 @@ def _jax(events: pd.DataFrame, names: _Names, found: _Found) -> None:
 
 
 def _torch(events: pd.DataFrame, names: _Names, found: _Found) -> None:
-    """DataLoader kind and torch.compile in a PyTorch run."""
+    """DataLoader kind, torch.compile and DDP in a PyTorch run."""
     loaders = {
         "multiprocess": names.matching(MULTIPROCESS_LOADER),
         "single_process": names.matching(SINGLE_PROCESS_LOADER),
@@ -310,6 +314,9 @@ def _torch(events: pd.DataFrame, names: _Names, found: _Found) -> None:
         found.set_run("torch_compile", True, _first(compiled))
     elif len(ops):
         found.set_run("torch_compile", False, f"{len(ops)} aten ops ran, no compiled region or Inductor kernel did")
+    reducer = names.matching(DDP_REDUCER)
+    if len(reducer):  # absent otherwise: a trace cannot show that a run does not use DDP
+        found.set_run("ddp", True, _first(reducer))
 
 
 def _cuda_graphs(names: _Names, found: _Found) -> None:
