@@ -290,7 +290,8 @@ def test_diff_summaries_and_schema():
     diff = build_diff(_report("base"), _report("new"), ({"path": "b.json", "source": "report"}, None))
     assert diff["schema"] == "traceinsight.diff/1"
     assert diff["base"]["run"] == "base" and diff["base"]["path"] == "b.json" and diff["base"]["source"] == "report"
-    assert diff["new"]["schema"] == "traceinsight.report/1" and diff["new"]["framework"] == "pytorch"
+    # A saved /1 report is read into the current schema (its step figures moved into GPU-Util and idle).
+    assert diff["new"]["schema"] == "traceinsight.report/2" and diff["new"]["framework"] == "pytorch"
     assert diff["new"]["window_ns"] == 2_000_000 and diff["new"]["small_kernel_threshold_ns"] == 10_000
     assert diff["new"]["inputs"] == [{"path": "new.pt.trace.json.gz", "format": "kineto"}]
 

@@ -78,6 +78,7 @@ def _gaps(g: DeviceGaps) -> Gaps:
         p50_ns=g.p50_ns,
         p90_ns=g.p90_ns,
         max_ns=g.max_ns,
+        by_cause=g.by_cause,
         histogram=g.histogram,
         longest=[
             LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=x.cause, host_activity=x.host_activity)
@@ -161,7 +162,7 @@ def _devices(a: Analysis) -> list[Device]:
                 name=info.name if info else None,
                 span_ns=usage.span_ns,
                 busy_ns=usage.busy_ns,
-                span_idle_ns=usage.idle_ns,
+                idle_ns=usage.idle_ns,
                 idle_fraction=_rounded(ledgers[usage.id].share(IDLE_PARTS)) if usage.id in ledgers else None,
                 gpu_util=_rounded(ledgers[usage.id].share(KERNEL_PARTS)) if usage.id in ledgers else None,
                 gaps=_gaps(gaps),

@@ -63,7 +63,7 @@ RUN_METRICS: tuple[Metric, ...] = (
     Metric("steps.breakdown_total.compute", None, "ns"),
     *(Metric(f"steps.breakdown_total.{part}", UP, "ns") for part in tuple(PART_WORDS)[1:]),
     Metric("steps.breakdown_total.device_compute", None, "ns"),
-    *(Metric(f"steps.breakdown_total.{part}", UP, "ns") for part in BREAKDOWN[1:]),
+    *(Metric(f"steps.breakdown_total.{part}", UP, "ns") for part in BREAKDOWN[1:] if part not in PART_WORDS),
     Metric("totals.kernel_count", UP, "count"),
     Metric("totals.small_kernel_count", UP, "count"),
     Metric("totals.h2d_count", UP, "count"),
@@ -88,7 +88,7 @@ RUN_METRICS: tuple[Metric, ...] = (
 
 DEVICE_METRICS: tuple[Metric, ...] = (
     Metric("idle_fraction", UP, "fraction"),
-    Metric("span_idle_ns", UP, "ns"),
+    Metric("idle_ns", UP, "ns"),
     Metric("busy_ns", None, "ns"),
     Metric("span_ns", None, "ns"),
     Metric("gaps.count", UP, "count"),

@@ -339,6 +339,9 @@ class Gaps:
     p50_ns: int | None = None
     p90_ns: int | None = None
     max_ns: int | None = None
+    # Whole gaps over the capture, each under the cause of the op that ended it (`analysis/gaps.py`): what the gap
+    # list and the timeline's gap slices say; the idle time of the steps by cause is the ledger's.
+    by_cause: dict[str, int] = field(default_factory=dict)
     histogram: list[Bin] = field(default_factory=list)
     longest: list[LongGap] = field(default_factory=list)
 
@@ -492,7 +495,7 @@ class Device:
     name: str | None = None
     span_ns: int | None = None
     busy_ns: int | None = None  # over the span
-    span_idle_ns: int | None = None  # span less busy
+    idle_ns: int | None = None  # span less busy (over the span)
     idle_fraction: float | None = None  # over the steps of its input (null: no steps on it)
     gpu_util: float | None = None  # over the steps of its input (null: no steps on it)
     gaps: Gaps = field(default_factory=Gaps)
@@ -795,23 +798,16 @@ def from_document(doc: dict[str, Any]) -> RunReport:
 
 
 def _current(doc: dict[str, Any]) -> dict[str, Any]:
-    """A saved report in this schema. Version 1 measured a device's GPU-Util and idle share over its span and named
-    the step-window figures `step_*`; now both words mean the step window: its step figures move into them, and a
-    device's (over its span only) are dropped, not relabelled."""
+    """A saved report in this schema. Version 1 measured GPU-Util and idle over the devices' spans and named the
+    step-window figures `step_*`; now both words mean the step window, so a `/1` report's step figures move into
+    them where it has them (its per-device figures stay the span's: the only ones it holds)."""
     if doc.get("schema") not in OLDER_SCHEMAS:
         return doc
     totals = dict(doc.get("totals") or {})
-    totals["gpu_util"], totals["idle_fraction"] = totals.get("step_gpu_util"), totals.get("step_idle_fraction")
-    devices = [
-        {
-            **{k: v for k, v in d.items() if k != "idle_ns"},
-            "span_idle_ns": d.get("idle_ns"),
-            "gpu_util": None,
-            "idle_fraction": None,
-        }
-        for d in doc.get("devices") or []
-    ]
-    return {**doc, "schema": SCHEMA, "totals": totals, "devices": devices}
+    for word in ("gpu_util", "idle_fraction"):
+        if totals.get(f"step_{word}") is not None:
+            totals[word] = totals[f"step_{word}"]
+    return {**doc, "schema": SCHEMA, "totals": totals}
 
 
 def schema_outline() -> str:
