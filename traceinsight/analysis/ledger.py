@@ -84,7 +84,8 @@ class Ledger:
     def share(self, parts: tuple[str, ...]) -> float | None:
         """Share of the step windows in `parts`, the mean over devices; None without devices or steps."""
         shares = [d.share(parts) for d in self.devices]
-        return float(np.mean(shares)) if shares and None not in shares else None
+        known = [x for x in shares if x is not None]
+        return float(np.mean(known)) if known and len(known) == len(shares) else None
 
 
 def device_ledger(
