@@ -162,6 +162,38 @@ def _served(rule: str, knobs: dict[str, tuple[str, ...]]) -> tuple[Row, ...]:
 
 
 TABLE: tuple[Row, ...] = (
+    # ------------------------------------------------------------------------------------------- transfer_bound
+    Row(
+        "transfer_bound",
+        "jax",
+        "any",
+        (
+            "Host offloading moves these arrays between host and device memory every step: keep the ones that fit "
+            "on the device (offload fewer activations or optimizer states, or drop `memory_kind='pinned_host'` "
+            "for them).",
+            "Give each copy-start independent work to overlap before its copy-done (offload earlier, fetch "
+            "back later), so the transfer runs under compute.",
+        ),
+    ),
+    Row(
+        "transfer_bound",
+        "pytorch",
+        "any",
+        (
+            "Keep tensors on the device instead of moving them back and forth each step (CPU offload of "
+            "activations or optimizer states costs this time).",
+            "Overlap the copies that remain: `non_blocking=True` from pinned memory, on a side stream.",
+        ),
+    ),
+    Row(
+        "transfer_bound",
+        "tensorflow",
+        "any",
+        (
+            "Keep tensors on the device between steps, and stage input batches with "
+            '`tf.data.experimental.prefetch_to_device("/gpu:0")`.',
+        ),
+    ),
     # ---------------------------------------------------------------------------------------------- input_bound
     Row(
         "input_bound",

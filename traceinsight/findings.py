@@ -33,7 +33,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
-from traceinsight.analysis.ledger import KERNEL_PARTS, SHOWN_BUSY_PARTS
+from traceinsight.analysis.ledger import COPY_PARTS, KERNEL_PARTS, SHOWN_BUSY_PARTS
 from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, faster_kernels, fix, project
 from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
 from traceinsight.rules import (
@@ -66,6 +66,7 @@ from traceinsight.rules import (
     STRAGGLER_MIN_LAST_SHARE,
     STRAGGLER_MIN_STEP_SHARE,
     TENSOR_CORE_UNUSED_SHARE,
+    TRANSFER_BOUND_SHARE,
     UNFUSED_ATTENTION_OPS,
     VERDICT_SEVERITY,
     WAIT_OWN_WORK_RATIO,
@@ -281,6 +282,30 @@ def _h2d_copy(a: Analysis) -> Finding | None:
         },
         fix(m, device_ns=m.stalls[Stall.H2D_EXPOSED]),
         claims={"copy_h2d": m.stalls[Stall.H2D_EXPOSED]},
+    )
+
+
+def _transfer_bound(a: Analysis) -> Finding | None:
+    """The device's busy time in the steps is mostly copies no kernel hides (host offloading, weights or
+    activations moved every step): the transfers themselves are the bottleneck, whatever their direction. The fix
+    hides or avoids them (the copies go, the kernels stay)."""
+    ledger = a.ledger
+    if not ledger.devices:
+        return None
+    copies = {part: ledger.mean(part) for part in COPY_PARTS}
+    moved = sum(copies.values())
+    busy = sum(ledger.mean(part) for part in SHOWN_BUSY_PARTS)
+    if busy.sum() <= 0 or moved.sum() < TRANSFER_BOUND_SHARE * busy.sum():
+        return None
+    m = a.step_model
+    return Finding(
+        {
+            "copy_share_of_busy": round(float(moved.sum() / busy.sum()), 4),
+            "copy_per_step_ns": {part: m.mean(ns) for part, ns in copies.items() if ns.any()},
+            "compute_per_step_ns": m.mean(ledger.mean("compute")),
+        },
+        fix(m, device_ns=moved),
+        claims=copies,
     )
 
 
@@ -659,6 +684,13 @@ RULES: tuple[Rule, ...] = (
         "the kernels launched one by one under the small-kernel threshold, or a deep launch queue (median launch "
         f"delay > {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us); with no accelerator, the step outside the host's ops",
         _host_bound,
+    ),
+    Rule(
+        "transfer_bound",
+        "The device is busy moving data: copies no kernel hides hold most of its busy time",
+        f"The ledger's copy parts >= {_pct(TRANSFER_BOUND_SHARE)} of the device's busy time in the steps (XLA's "
+        "copy-start / copy-done of host offloading, CUDA / HIP copies)",
+        _transfer_bound,
     ),
     Rule(
         "h2d_copy",

@@ -44,6 +44,12 @@ COPY_KIND_PATTERNS = (
     ("d2d", re.compile(r"DtoD|D2D|DeviceToDevice")),
     ("p2p", re.compile(r"PtoP|P2P|Peer")),
 )
+# XLA's asynchronous copies on a TPU's "XLA Ops" line (`%copy-start.2 = (...) copy-start(...)`, `%copy-done.2 = ...`):
+# transfers, not compute. Memory space S(5) is the host's (XLA's host offloading, memory_space=5), so a copy whose
+# destination shape carries it goes to the host and one whose other shapes do comes from it; XProf files them under
+# its "data formatting / host offload" categories rather than compute.
+XLA_ASYNC_COPY = re.compile(r"^%?copy-(?:start|done)(?:\.\d+)?(?:\s|$)")
+XLA_HOST_MEMORY_SPACE = "S(5)"
 # XProf's host-side rules (as in xspace.py): explicit step markers with a step_num
 # stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
 STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
@@ -698,6 +704,10 @@ MFU_EXACT_COVERAGE = 0.9
 # ... and only where copies and collectives (bound by a link, not by the device) hold less than this share of the
 # kernel time: a device busy moving data is not slow at computing.
 EFFICIENCY_MAX_TRANSFER_SHARE = 0.5
+# `transfer_bound`: copies not hidden under kernels hold at least this share of the device's busy time in the steps
+# (the ledger's copy parts over its busy parts): the device mostly moves data, so what it runs is not the question
+# (the same bar as `EFFICIENCY_MAX_TRANSFER_SHARE`, past which compute efficiency is not judged).
+TRANSFER_BOUND_SHARE = EFFICIENCY_MAX_TRANSFER_SHARE
 # Advice: fuse elementwise and norm kernels when they hold at least this share of kernel time.
 ELEMENTWISE_HEAVY_SHARE = 0.3
 # Advice: larger or fused GEMMs when matmul kernels reach under this share of the roofline.

@@ -202,3 +202,29 @@ def test_a_cut_trace_is_not_called_cpu_only(tmp_path, shared_traces):
     from traceinsight.render.html import render_html
 
     assert "CPU-only run: the host is the device" not in render_html(report, a)
+
+
+def test_tpu_host_offload_copies_are_transfers_not_compute(shared_traces):
+    """xprof/test_xplanes (TPU v6e, JAX): most of the XLA Ops line is `copy-start` / `copy-done` of host offloading
+    (shapes in memory space S(5)). They are copies: TPU-Util counts only the other ops, which is the share of the
+    step their union covers (computed here from the event rows by name), and the top finding says the device is
+    busy moving data."""
+    from traceinsight.intervals import union
+
+    (run,) = find_runs(shared_traces / "xprof" / "test_xplanes")
+    profile = load_run(run, shared_traces / "xprof" / "test_xplanes")
+    events = profile.events
+    names = events["name"].astype(str)
+    on_ops = events["device"].notna().to_numpy() & events["kind"].isin(["kernel", "memcpy"]).to_numpy()
+    copies = on_ops & names.str.match(r"%?copy-(?:start|done)\b").to_numpy()
+    assert copies.sum() > 0 and (events["kind"].to_numpy()[copies] == "memcpy").all()
+    a = analyze(profile)
+    report = report_of(a)
+    starts, ends = a.steps.bounds()
+    for device in a.ledger.devices:
+        mine = on_ops & ~copies & (events["device"] == device.device).to_numpy()
+        ts = events["ts_ns"].to_numpy()[mine]
+        compute = union(ts, ts + events["dur_ns"].to_numpy()[mine]).covered_between(starts, ends)
+        assert int(device.parts["compute"].sum()) == int(compute.sum()), device.device
+    assert report.bottlenecks[0].id == "transfer_bound"
+    assert "TPU-Util" in render_terminal(report) and "GPU-Util" not in render_terminal(report)

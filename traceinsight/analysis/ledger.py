@@ -43,6 +43,7 @@ IDLE_PARTS = (
 )
 PARTS = BUSY_PARTS + IDLE_PARTS
 COLLECTIVE_PARTS = ("collective_wait", "collective_transfer")
+COPY_PARTS = ("copy_h2d", "copy_d2h", "copy_d2d", "copy_other")
 # The parts a report shows: the collective part split into waiting and transfer.
 SHOWN_BUSY_PARTS = ("compute", *COLLECTIVE_PARTS, "copy_h2d", "copy_d2h", "copy_d2d", "copy_other")
 SHOWN_PARTS = SHOWN_BUSY_PARTS + IDLE_PARTS

@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from traceinsight.rules import COPY_KIND_PATTERNS, NON_KERNEL_ACTIVITY, SYNC_API_PATTERN, TF_OP_PATTERN
+from traceinsight.rules import (
+    COPY_KIND_PATTERNS,
+    NON_KERNEL_ACTIVITY,
+    SYNC_API_PATTERN,
+    TF_OP_PATTERN,
+    XLA_ASYNC_COPY,
+    XLA_HOST_MEMORY_SPACE,
+)
 
 T = TypeVar("T")
 
@@ -60,6 +67,19 @@ def copy_kind(name: str) -> str:
         if pattern.search(name):
             return kind
     return "other"
+
+
+def xla_copy_kind(name: str) -> str | None:
+    """Direction of an XLA asynchronous copy from its HLO text (`rules.XLA_ASYNC_COPY`), None for any other op:
+    d2h when its destination (the first shape of its result) is in host memory, h2d when another of its shapes is,
+    else d2d."""
+    if not XLA_ASYNC_COPY.match(name):
+        return None
+    result = name.split(" = ", 1)[1] if " = " in name else ""
+    destination = result.lstrip("(").split("}", 1)[0]
+    if XLA_HOST_MEMORY_SPACE in destination:
+        return "d2h"
+    return "h2d" if XLA_HOST_MEMORY_SPACE in result else "d2d"
 
 
 def _memory_word(word: str | None) -> str:

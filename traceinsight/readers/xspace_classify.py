@@ -20,6 +20,7 @@ from traceinsight.readers._classify import (
     device_activity_kind,
     is_sync_api,
     step_number,
+    xla_copy_kind,
     xprof_host_kind,
 )
 from traceinsight.rules import STEP_MARKER_PATTERN
@@ -141,6 +142,7 @@ class NameRules:
     host_kind: _NameRule = field(default_factory=lambda: _NameRule(_host_kind, np.int8))
     step_marker: _NameRule = field(default_factory=lambda: _NameRule(_is_step_marker, bool))
     sync_api: _NameRule = field(default_factory=lambda: _NameRule(is_sync_api, bool))
+    xla_copy: _NameRule = field(default_factory=lambda: _NameRule(_xla_copy_code, np.int8))
 
 
 def _activity_kind(name: str) -> int:
@@ -149,6 +151,12 @@ def _activity_kind(name: str) -> int:
 
 def _copy_kind_code(name: str) -> int:
     return COPY_KINDS.index(_copy_kind(name))
+
+
+def _xla_copy_code(name: str) -> int:
+    """Index in COPY_KINDS of an XLA asynchronous copy's direction, -1 for any other op."""
+    kind = xla_copy_kind(name)
+    return -1 if kind is None else COPY_KINDS.index(kind)
 
 
 def _host_kind(name: str) -> int:

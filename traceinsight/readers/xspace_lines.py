@@ -266,7 +266,12 @@ class _LineReader:
         annotation[stream] = self._annotation_codes(stats.strings["level 0"][stream])
 
         # Other device lines.
-        kind[role == DEVICE_KERNEL] = KINDS.index("kernel")
+        ops = np.flatnonzero(role == DEVICE_KERNEL)
+        kind[ops] = KINDS.index("kernel")
+        xla_copies = self.rules.xla_copy(name_code[ops], names)  # a TPU's async copies are transfers, not compute
+        moved = xla_copies >= 0
+        kind[ops[moved]] = KINDS.index("memcpy")
+        copy_kind[ops[moved]] = xla_copies[moved]
         kind[role == DEVICE_ANNOTATION] = KINDS.index("annotation")
         device_steps = np.flatnonzero(role == DEVICE_STEPS)
         kind[device_steps] = KINDS.index("step")

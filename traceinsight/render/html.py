@@ -99,7 +99,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(_FILTERS)
-    functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header)
+    functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     return env
@@ -220,7 +220,6 @@ def _page(report: RunReport, drawn: Charts) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
-            util_word=util_label(report),
             part_words=PART_WORDS,
             part_meanings=PART_MEANINGS,
         )
@@ -252,7 +251,6 @@ def render_notebook(report: RunReport, analysis: Analysis) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
-            util_word=util_label(report),
             part_words=PART_WORDS,
             part_meanings=PART_MEANINGS,
         )

@@ -170,7 +170,8 @@ def compute_sentence(report: RunReport) -> str | None:
         lead = f"{fmt_flop(c.flops)} counted; no MFU: the device is not in the hardware table"
     else:
         lead = (
-            f"MFU {mfu_text(c)} of the {c.device}'s {c.dtype} peak = GPU-Util {fmt_pct(c.gpu_util)} x compute share "
+            f"MFU {mfu_text(c)} of the {c.device}'s {c.dtype} peak = {util_label(report)} {fmt_pct(c.gpu_util)} x "
+            "compute share "
             f"{fmt_pct(c.compute_share)} x their efficiency {fmt_pct(c.compute_efficiency)}"
         )
     coverage = f" ({coverage_text(c)})" if c.flop_coverage is not None else ""
