@@ -228,3 +228,26 @@ def test_tpu_host_offload_copies_are_transfers_not_compute(shared_traces):
         assert int(device.parts["compute"].sum()) == int(compute.sum()), device.device
     assert report.bottlenecks[0].id == "transfer_bound"
     assert "TPU-Util" in render_terminal(report) and "GPU-Util" not in render_terminal(report)
+
+
+def test_each_xspace_gpu_is_judged_over_its_own_steps(shared_traces):
+    """xprof/GPU-multi-worker: GPU:4 and GPU:6 each have a Steps line on their own clock (the run's steps are
+    GPU:4's). Each device's idle share is taken over its own step, computed here from its rows: GPU:6 used to be
+    reported 100 % idle over GPU:4's window, and the headline was the mean of that."""
+    from traceinsight.intervals import union
+
+    path = shared_traces / "xprof" / "GPU-multi-worker"
+    (run,) = find_runs(path)
+    profile = load_run(run, path)
+    events = profile.events
+    report = report_of(analyze(profile))
+    for device in ("GPU:4", "GPU:6"):
+        mine = (events["device"] == device).to_numpy()
+        step = events[mine & (events["kind"] == "step").to_numpy()].iloc[0]
+        work = events[mine & events["kind"].isin(["kernel", "memcpy", "memset"]).to_numpy()]
+        ts = work["ts_ns"].to_numpy()
+        start, end = np.array([step["ts_ns"]]), np.array([step["ts_ns"] + step["dur_ns"]])
+        busy = union(ts, ts + work["dur_ns"].to_numpy()).covered_between(start, end)[0]
+        (row,) = [d for d in report.devices if d.id == device]
+        assert row.idle_fraction == pytest.approx(1 - busy / step["dur_ns"], abs=1e-4), device
+    assert max(d.idle_fraction for d in report.devices if d.idle_fraction is not None) < 0.5

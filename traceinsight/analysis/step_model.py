@@ -377,6 +377,30 @@ def _host_floor(
     return floor, ops, _eager_dispatch(mine, runs, other, starts, ends), work
 
 
+def _own_step_bounds(
+    events: pd.DataFrame, device: str, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The windows of a device's own steps where it has a Steps line with as many steps as the run (XSpace: each
+    GPU of a multi-worker job steps on its own clock and at its own pace), else the run's (the same arrays): a
+    device is judged over the steps it ran, not over another device's."""
+    mine = (events["device"] == device).to_numpy() & kind_mask(events, "step")
+    if not mine.any():
+        return starts, ends
+    rows = events[mine].drop_duplicates("step_id").sort_values("ts_ns")
+    own = rows["ts_ns"].to_numpy().astype(np.int64)
+    if len(own) != len(starts) or (own == starts).all():
+        return starts, ends
+    return own, own + rows["dur_ns"].to_numpy().astype(np.int64)
+
+
+def _rescaled(parts: dict[str, np.ndarray], scale: np.ndarray, step_ns: np.ndarray) -> dict[str, np.ndarray]:
+    """A device's parts over its own steps, each scaled to the run's step of the same index; the rounding is left
+    in the unexplained part, so they still sum to the step exactly."""
+    out = {name: np.rint(values * scale).astype(np.int64) for name, values in parts.items()}
+    out["unexplained"] += step_ns - sum(out.values())
+    return out
+
+
 def _input_wait(events: pd.DataFrame, input_id: int, busy: list[Intervals]) -> Intervals:
     """The input's host input waits that no host runtime call and no device work of the input covers: the step
     breakdown's input wait (`steps.breakdown`), the same instants on every device of the input."""
@@ -426,9 +450,14 @@ def step_model(
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
         its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]  # type: ignore[index]
+        own_starts, own_ends = _own_step_bounds(events, usage.id, starts, ends)
         parts, figures = _device_figures(
-            rows, its_kernels, usage, device_gaps, starts, ends, small_threshold_ns, outside_waits, input_wait
+            rows, its_kernels, usage, device_gaps, own_starts, own_ends, small_threshold_ns, outside_waits, input_wait
         )
+        if own_starts is not starts:  # in the run's step lengths, each part keeping its share of the device's step
+            scale = (ends - starts) / np.maximum(own_ends - own_starts, 1)
+            parts = _rescaled(parts, scale, ends - starts)
+            figures = {name: values * scale for name, values in figures.items()}
         ledgers.append(DeviceLedger(usage.id, parts, ends - starts))
         per_device.append(figures)
 
