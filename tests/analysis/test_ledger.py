@@ -16,7 +16,7 @@ from tests.conftest import SAMPLE_TRACES, SHARED_TRACES
 from traceinsight.analysis import analyze
 from traceinsight.analysis.ledger import IDLE_PARTS, KERNEL_PARTS
 from traceinsight.assemble import report_of
-from traceinsight.discover import find_runs
+from traceinsight.discover import choose_run, find_runs
 from traceinsight.findings import _claimable, _found
 from traceinsight.load import load_run
 from traceinsight.render.format import fmt_pct
@@ -251,3 +251,32 @@ def test_each_xspace_gpu_is_judged_over_its_own_steps(shared_traces):
         (row,) = [d for d in report.devices if d.id == device]
         assert row.idle_fraction == pytest.approx(1 - busy / step["dur_ns"], abs=1e-4), device
     assert max(d.idle_fraction for d in report.devices if d.idle_fraction is not None) < 0.5
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["kineto/resnet50_num_workers_0", "xprof/GPU-multi-worker", "xprof/test_xplanes", "inference/vllm_decode_full"],
+)
+def test_the_page_gives_one_figure_for_one_word(shared_traces, relative):
+    """On the rendered page, the headline's GPU-Util and idle are the totals, and each device row of the device
+    table and of the idle-causes table shows the device's ledger shares."""
+    from traceinsight.render.html import render_html
+    from traceinsight.render.wording import util_label
+
+    path = shared_traces / relative
+    a = analyze(load_run(choose_run(path).run, path))
+    report = report_of(a)
+    page = render_html(report, a)
+    word = util_label(report)
+    util, idle = fmt_pct(report.totals.gpu_util), fmt_pct(report.totals.idle_fraction)
+    assert f"{word} {util} of step time (devices idle {idle} of it)" in page
+    devices = page[
+        page.index('<section id="devices">') : page.index("</section>", page.index('<section id="devices">'))
+    ]
+    causes = page[page.index('<table id="idle-causes">') :]
+    for d in report.devices:
+        if d.idle_fraction is None:
+            continue
+        cells = f'<td class="num">{fmt_pct(d.gpu_util)}</td><td class="num">{fmt_pct(d.idle_fraction)}</td>'
+        assert cells in devices, d.id
+        assert f'<td>{d.id}</td><td class="num">{fmt_pct(d.idle_fraction)}</td>' in causes, d.id

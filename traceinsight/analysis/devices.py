@@ -99,21 +99,3 @@ def device_usage(events: pd.DataFrame, work: pd.DataFrame | None = None) -> list
             )
         )
     return usages
-
-
-def _span_weighted(usages: list[DeviceUsage], part: str) -> float | None:
-    """`part` (a DeviceUsage ns field) over all devices' spans (None without devices)."""
-    span = sum(u.span_ns for u in usages)
-    if span <= 0:
-        return None
-    return float(np.sum([getattr(u, part) for u in usages]) / span)
-
-
-def span_weighted_idle(usages: list[DeviceUsage]) -> float | None:
-    """Idle fraction over all devices, each weighted by its span (None without devices)."""
-    return _span_weighted(usages, "idle_ns")
-
-
-def span_weighted_gpu_util(usages: list[DeviceUsage]) -> float | None:
-    """GPU-Util over all devices, each weighted by its span (None without devices)."""
-    return _span_weighted(usages, "kernel_busy_ns")

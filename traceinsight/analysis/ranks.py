@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from traceinsight.analysis.devices import span_weighted_idle
+from traceinsight.analysis.ledger import IDLE_PARTS, DeviceLedger
 from traceinsight.analysis.steps import Steps
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class RankStats:
     device_count: int
     span_ns: int  # summed over the input's devices
     busy_ns: int
-    idle_fraction: float | None  # span-weighted over its devices; None without device activity
+    idle_fraction: float | None  # its devices' ledger idle share over its own steps; None without device activity
     steps: Steps
 
     @property
@@ -65,14 +65,24 @@ class RankView:
         return spread / self.step_mean_min_ns
 
 
+def _idle_share(ledgers: list[DeviceLedger]) -> float | None:
+    """The idle share of an input's devices over their steps (the ledger's: the word's one definition)."""
+    total = sum(float(d.step_ns.sum()) for d in ledgers)
+    if total <= 0:
+        return None
+    return sum(float(d.parts[p].sum()) for d in ledgers for p in IDLE_PARTS) / total
+
+
 def rank_view(analysis: Analysis) -> RankView | None:
     """The cross-rank view of a run with several inputs, else None."""
     profile = analysis.profile
     if len(profile.inputs) < 2:
         return None
     ranks = []
+    ledgers = {d.device: d for d in analysis.device_ledgers}
     for input_id, info in enumerate(profile.inputs):
         usages = [u for u in analysis.devices if u.input_id == input_id]
+        mine = [ledgers[u.id] for u in usages if u.id in ledgers]
         steps = analysis.input_steps[input_id]
         ranks.append(
             RankStats(
@@ -84,7 +94,7 @@ def rank_view(analysis: Analysis) -> RankView | None:
                 device_count=len(usages),
                 span_ns=sum(u.span_ns for u in usages),
                 busy_ns=sum(u.busy_ns for u in usages),
-                idle_fraction=span_weighted_idle(usages),
+                idle_fraction=_idle_share(mine),
                 steps=steps,
             )
         )
