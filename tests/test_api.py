@@ -147,7 +147,9 @@ def test_devices_kernels_and_host_ops_are_the_json_figures(run) -> None:
         ("kernels_small_count", lambda d: d["kernels"]["small_count"]),
         ("copies_h2d_bytes", lambda d: d["copies"]["h2d"]["bytes"]),
     ):
-        assert not cli["devices"] or devices[column].tolist() == [get(d) for d in cli["devices"]]
+        if cli["devices"]:
+            got = [None if isinstance(v, float) and v != v else v for v in devices[column].tolist()]  # NaN: null
+            assert got == [get(d) for d in cli["devices"]]
     kernels = report.kernels
     tops = [(d["id"], t["name"], t["total_ns"]) for d in cli["devices"] for t in d["kernels"]["top"]]
     assert list(kernels[["device", "name", "total_ns"]].itertuples(index=False, name=None)) == tops

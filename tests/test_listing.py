@@ -144,7 +144,7 @@ def test_a_bad_entry_is_a_miss(logdir: Path, cache: ReportCache) -> None:
         good[: len(good) // 2],
         orjson.dumps({**doc, "schema": "traceinsight.cache/0"}),
         orjson.dumps({**doc, "key": "another"}),
-        orjson.dumps({**doc, "report": {**doc["report"], "schema": "traceinsight.report/2"}}),
+        orjson.dumps({**doc, "report": {**doc["report"], "schema": "traceinsight.report/3"}}),
         orjson.dumps({**doc, "report": {"schema": "traceinsight.report/1"}}),
     ):
         entry.write_bytes(bad)

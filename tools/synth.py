@@ -126,6 +126,24 @@ def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
+def _intersection(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intervals shared by two lists of disjoint sorted intervals."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
 def _intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     """Length shared by two lists of disjoint sorted intervals."""
     total, i, j = 0, 0, 0
@@ -217,11 +235,23 @@ class GpuTimeline:
                 "pageable_count": sum(op.host_memory == "pageable" for op in sel),
                 "exposed_ns": sum(e - s for s, e in copy_union) - _intersection_ns(copy_union, kernel_union),
             }
+        steps = [(h.start_ns, h.end_ns) for h in self._of_kind("step")]
         return {
             "start_ns": start,
             "end_ns": end,
             "span_ns": end - start,
             "busy_ns": busy_ns,
+            # Busy time inside the step windows (the ledger's busy parts): idle over the steps is 1 - this / steps.
+            "busy_in_steps_ns": _intersection_ns(busy, _union(steps)),
+            # The ledger's input wait: the host waiting for input in the steps, no runtime call or sync running and
+            # the device idle.
+            "input_wait_in_steps_ns": _length(
+                _intersection(_union([(w.start_ns, w.end_ns) for w in waits]), _union(steps))
+            )
+            - _intersection_ns(
+                _intersection(_union([(w.start_ns, w.end_ns) for w in waits]), _union(steps)),
+                _union(busy + [(h.start_ns, h.end_ns) for h in (*launches, *syncs)]),
+            ),
             "idle_ns": end - start - busy_ns,
             "idle_fraction": (end - start - busy_ns) / (end - start),
             "gaps": {

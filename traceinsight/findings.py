@@ -841,9 +841,9 @@ def _found(analysis: Analysis) -> Found:
     ranking order, with its cost a step. A window with no steady state (a graph capture pass, a micro-benchmark, a
     warm-up with no steps after it) gets only the warm-up finding: no claim about a step it does not hold.
 
-    Findings claim disjoint time (`_within_claims`): measured stalls first, by cost, then estimates; each gets what
-    the earlier ones left of the ledger parts it names. The list is ordered by severity (`severity_for`, the one
-    rule), then the leading kind, then what each wins back."""
+    Findings claim disjoint time (`_within_claims`): measured stalls first, by cost, then estimates in the rules'
+    order; each gets what the earlier ones left of the ledger parts it names. The list is ordered by severity
+    (`severity_for`, the one rule), then the leading kind, then what each wins back."""
     fired = []
     for rule in RULES:
         if not analysis.capture.projects and rule.id != WARMUP_RULE:
@@ -853,7 +853,7 @@ def _found(analysis: Analysis) -> Found:
         finding = rule.check(analysis)
         if finding is not None:
             fired.append((rule, finding, _cost_ns(analysis, finding, _projection(analysis, finding, rule))))
-    fired.sort(key=lambda f: (f[0].kind != STALL or f[1].assumption is not None, -f[2]))
+    fired.sort(key=_claim_order)
     remaining = _claimable(analysis)
     found = []
     for rule, finding, _ in fired:
@@ -876,6 +876,17 @@ def _found(analysis: Analysis) -> Found:
         )
     )
     return found
+
+
+_RULE_ORDER = {rule.id: i for i, rule in enumerate(RULES)}
+
+
+def _claim_order(fired: tuple[Rule, Finding, int]) -> tuple[bool, int]:
+    """Who claims first: measured stalls, the costliest first; then estimates in the rules' order (the most specific
+    cause first: framework overhead before a batch-size guess)."""
+    rule, finding, cost = fired
+    estimated = rule.kind != STALL or finding.assumption is not None
+    return estimated, _RULE_ORDER[rule.id] if estimated else -cost
 
 
 def _claimable(a: Analysis) -> dict[str, np.ndarray]:

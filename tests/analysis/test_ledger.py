@@ -280,3 +280,20 @@ def test_the_page_gives_one_figure_for_one_word(shared_traces, relative):
         cells = f'<td class="num">{fmt_pct(d.gpu_util)}</td><td class="num">{fmt_pct(d.idle_fraction)}</td>'
         assert cells in devices, d.id
         assert f'<td>{d.id}</td><td class="num">{fmt_pct(d.idle_fraction)}</td>' in causes, d.id
+
+
+@pytest.mark.parametrize("fmt", ["synthetic_gpu", "synthetic_gpu_xspace"])
+@pytest.mark.parametrize("scenario", ["healthy", "input_bound", "launch_bound", "sync_heavy", "h2d_pageable"])
+def test_ledger_equals_the_synthetic_ground_truth(fmt, scenario):
+    """The synthetic scenarios' ground truth (`tools/synth.py`, plain interval arithmetic on the spec): the busy
+    parts are the device's busy time inside the steps, and the input wait is the host waiting for input with no
+    runtime call or sync running and the device idle."""
+    import json
+
+    folder = SAMPLE_TRACES / fmt / scenario
+    truth = json.loads((folder / "ground_truth.json").read_text())["devices"]["GPU:0"]
+    (run,) = find_runs(folder)
+    (device,) = analyze(load_run(run, folder)).ledger.devices
+    busy = sum(int(device.parts[p].sum()) for p in device.parts if p not in IDLE_PARTS)
+    assert busy == truth["busy_in_steps_ns"]
+    assert int(device.parts["input_wait"].sum()) == truth["input_wait_in_steps_ns"]

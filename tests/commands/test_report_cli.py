@@ -34,7 +34,7 @@ def input_bound_outputs(tmp_path_factory):
 
 def test_json_contract_fields(input_bound_outputs):
     _, report, _ = input_bound_outputs
-    assert report["schema"] == "traceinsight.report/1"
+    assert report["schema"] == "traceinsight.report/2"
     truth = json.loads((INPUT_BOUND / "ground_truth.json").read_text())
     (device,) = report["devices"]
     want = truth["devices"]["GPU:0"]

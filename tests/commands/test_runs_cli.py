@@ -67,7 +67,9 @@ def test_every_shared_run_is_listed(shared_traces: Path, shared_listing: tuple[P
     for capture in CAPTURE_PASSES:
         assert rows[capture]["capture_kind"] == "graph_capture"
         replay = rows[capture.removesuffix("/capture_traces")]
-        assert replay["capture_kind"] == "inference" and replay["top_bottleneck"] is not None
+        # The vLLM replays' devices are >= 99 % busy with FLOPs counted for about an eighth of their kernel time: no
+        # stall and no estimate to claim (issue 34); SGLang's replay waits for device work outside the trace.
+        assert replay["capture_kind"] == "inference" and replay["top_bottleneck"] in (None, "external_wait")
     assert rows["traces/xprof/GPU-multi-worker"]["format"] == "xspace"
     assert rows["traces/tracelens/h100"]["files"] == 2
 

@@ -14,11 +14,12 @@ from traceinsight.render.chart_data import chart_run
 from traceinsight.render.html import render_html
 from traceinsight.render.painter import CHART_NAMES, Painter
 from traceinsight.result import RunReport
+from traceinsight.rules import BREAKDOWN
 from traceinsight.workflow import analyze_path
 
 
 def _steps(n: int) -> RunReport:
-    parts = {c: (j + 1) * 1_000_000 for j, c in enumerate(charts.BREAKDOWN)}
+    parts = {c: (j + 1) * 1_000_000 for j, c in enumerate(BREAKDOWN)}
     items = [{"id": i, "start_ns": 0, "dur_ns": sum(parts.values()), "breakdown": parts} for i in range(n)]
     return typed_report(steps={"items": items})
 
@@ -27,9 +28,9 @@ def test_step_chart_bars_then_areas():
     few = charts.step_breakdown(_steps(10))
     many = charts.step_breakdown(_steps(200))
     assert few.startswith("<svg") and many.startswith("<svg")
-    assert few.count('<g id="steps-hover-') == 10 * len(charts.BREAKDOWN)  # one rectangle per step and part
-    assert many.count('<g id="steps-hover-') == len(charts.BREAKDOWN)  # one area per part, not 1,200 rectangles
-    assert few.count("<title>step ") == 10 * len(charts.BREAKDOWN)  # each rectangle says its value on hover
+    assert few.count('<g id="steps-hover-') == 10 * len(BREAKDOWN)  # one rectangle per step and part
+    assert many.count('<g id="steps-hover-') == len(BREAKDOWN)  # one area per part, not 1,200 rectangles
+    assert few.count("<title>step ") == 10 * len(BREAKDOWN)  # each rectangle says its value on hover
     assert charts.step_breakdown(typed_report()) is None
 
 

@@ -123,6 +123,24 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         compute=_compute(profile, usages, steps),
         collectives=collectives(profile),
         device_events_cut=_device_events_cut(profile, work),
+        other_ledgers=[
+            d
+            for other in input_steps
+            if other.input_id != steps.input_id
+            for d in with_collective_waits(
+                step_model(
+                    events,
+                    usages,
+                    gaps,
+                    other,
+                    small_kernel_ns,
+                    work,
+                    kernels,
+                    outside_waits=waits.outside_of(other.input_id),
+                ).ledger,
+                np.zeros(0),
+            ).devices
+        ],
     )
 
 

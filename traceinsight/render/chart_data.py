@@ -41,7 +41,7 @@ class DeviceBusy:
     busy: Intervals  # when it was busy
     busy_ns: int
     span_ns: int
-    gpu_util: float  # kernels running, over its span
+    gpu_util: float | None  # kernels running, over its input's steps (the ledger's); None without steps
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,25 @@ def _spans(steps: Steps) -> StepSpans:
 
 
 def chart_run(analysis: Analysis) -> ChartRun:
-    """What the charts read of `analysis`."""
+    """What the charts read of `analysis` (in the command's process, which has pandas: the ledger's module is
+    imported here, not by the painting process)."""
+    from traceinsight.analysis.ledger import KERNEL_PARTS
+
+    ledgers = {d.device: d for d in analysis.device_ledgers}
     return ChartRun(
         analysis.window_start_ns,
         analysis.window_end_ns,
-        [DeviceBusy(u.id, u.input_id, u.busy, u.busy_ns, u.span_ns, u.gpu_util) for u in analysis.devices],
+        [
+            DeviceBusy(
+                u.id,
+                u.input_id,
+                u.busy,
+                u.busy_ns,
+                u.span_ns,
+                ledgers[u.id].share(KERNEL_PARTS) if u.id in ledgers else None,
+            )
+            for u in analysis.devices
+        ],
         _spans(analysis.steps),
         [_spans(steps) for steps in analysis.input_steps],
         {m.device: m.input_id for m in reversed(analysis.memory)},  # the first of a device's, as it is drawn

@@ -201,15 +201,17 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                     f"{usage.id}: busy {fmt_pct(usage.busy_ns / usage.span_ns if usage.span_ns else None)} of its span "
                     f"({fmt_ns(usage.busy_ns)} of {fmt_ns(usage.span_ns)}); busiest bin {fmt_pct(float(share.max()))}",
                 )
-                util = ax.hlines(
-                    base + _BAND * usage.gpu_util,
-                    centres_ms[0],
-                    centres_ms[-1],
-                    colors=_TARGET,
-                    linewidth=1.2,
-                    linestyles="--",
-                )
-                hovers.add(util, f"{usage.id}: GPU-Util {fmt_pct(usage.gpu_util)} (kernels running, over its span)")
+                if usage.gpu_util is not None:
+                    util = ax.hlines(
+                        base + _BAND * usage.gpu_util,
+                        centres_ms[0],
+                        centres_ms[-1],
+                        colors=_TARGET,
+                        linewidth=1.2,
+                        linestyles="--",
+                    )
+                    words = f"GPU-Util {fmt_pct(usage.gpu_util)} (kernels running, over its steps)"
+                    hovers.add(util, f"{usage.id}: {words}")
                 steps = _device_steps(run, usage)
                 if steps.items:
                     lines = ax.vlines(
