@@ -75,6 +75,18 @@ def _h2d_copy() -> Profile:
     return profile(rows)
 
 
+def _transfer_bound() -> Profile:
+    # Two 1 ms steps: a 600 us H2D copy then a 100 us kernel each: copies hold 600 / 700 of the busy time.
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        copy = {"kind": "memcpy", "ts": t + 10, "dur": 600, "device": "GPU:0", "stream": 7, "correlation": 10 + i}
+        rows += [_marked(i, t, 1_000), launch(t + 5, 5, 10 + i, "cudaMemcpyAsync")]
+        rows += [{**copy, "name": "Memcpy HtoD (Pinned -> Device)", "copy_kind": "h2d", "src_memory": "pinned"}]
+        rows += [launch(t + 610, 5, i + 1), kernel(t + 620, 100, i + 1)]
+    return profile(rows)
+
+
 def _d2h_sync() -> Profile:
     # Two steps: a 500 us kernel the host syncs on, then 300 us of Python before the next launch.
     rows = []
@@ -189,6 +201,7 @@ FIRES: dict[str, Callable[[], Profile]] = {
     "launch_bound": _launch_bound,
     "host_bound": _host_bound,
     "h2d_copy": _h2d_copy,
+    "transfer_bound": _transfer_bound,
     "d2h_sync": _d2h_sync,
     "external_wait": _external_wait,
     "low_occupancy": _low_occupancy,

@@ -180,6 +180,12 @@ TABLE: tuple[Row, ...] = (
         "pytorch",
         "any",
         (
+            Tip(
+                "Pin host memory so copies run at full speed and asynchronously: `DataLoader(..., pin_memory=True)` "
+                'or `tensor.pin_memory()`, then `x.to("cuda", non_blocking=True)`.',
+                skip_if=(("pin_memory", True),),
+                only_if=(("pin_memory", False),),
+            ),
             "Keep tensors on the device instead of moving them back and forth each step (CPU offload of "
             "activations or optimizer states costs this time).",
             "Overlap the copies that remain: `non_blocking=True` from pinned memory, on a side stream.",

@@ -293,8 +293,8 @@ def _transfer_bound(a: Analysis) -> Finding | None:
     if not ledger.devices:
         return None
     copies = {part: ledger.mean(part) for part in COPY_PARTS}
-    moved = sum(copies.values())
-    busy = sum(ledger.mean(part) for part in SHOWN_BUSY_PARTS)
+    moved = np.sum(list(copies.values()), axis=0)
+    busy = np.sum([ledger.mean(part) for part in SHOWN_BUSY_PARTS], axis=0)
     if busy.sum() <= 0 or moved.sum() < TRANSFER_BOUND_SHARE * busy.sum():
         return None
     m = a.step_model

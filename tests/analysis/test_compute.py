@@ -163,9 +163,11 @@ def test_fp32_work_on_tensor_cores_is_rated_against_tf32() -> None:
 
 
 def test_a_device_busy_moving_data_is_not_called_slow_at_computing() -> None:
-    """The TPU run is 96 % host-offload copies (XProf: transfer-dominated): its MFU is near 0, but no compute fix
-    is claimed."""
+    """The TPU run is mostly host-offload copies (XProf: transfer-dominated; `copy-start` / `copy-done` are copies,
+    not kernels): its MFU is near 0, but no compute fix is claimed; that it moves data is the finding."""
     report = analyze_path(shared_trace("xprof/test_xplanes")).report
-    shares = {k.name: k.share for k in report.compute.classes}
-    assert shares["copy"] > 0.9 and report.compute.mfu < 1e-4
-    assert "low_compute_efficiency" not in {b.id for b in report.bottlenecks}
+    copies = sum(v for k, v in report.ledger.total.items() if k.startswith("copy_"))
+    busy = copies + sum(report.ledger.total[k] for k in ("compute", "collective_wait", "collective_transfer"))
+    assert copies > 0.8 * busy and report.compute.mfu < 1e-4
+    ids = [b.id for b in report.bottlenecks]
+    assert "low_compute_efficiency" not in ids and ids[0] == "transfer_bound"

@@ -76,9 +76,10 @@ def test_flop_rates_match_xprof() -> None:
 
 
 def _assert_rows_are_kernels(read: TraceRead) -> None:
-    """Each op row is a kernel of the event table: one of the same device, start and name."""
+    """Each op row is a kernel (or one of XLA's asynchronous copies) of the event table: one of the same device,
+    start and name."""
     events = read.events
-    kernels = events[(events["kind"] == "kernel").to_numpy()]
+    kernels = events[events["kind"].isin(["kernel", "memcpy"]).to_numpy()]
     key = ["device", "ts_ns", "name"]
     joined = read.ops[key].astype(str).merge(kernels[key].astype(str).drop_duplicates(), how="left", indicator=True)
     assert (joined["_merge"] == "both").all() and len(joined) == len(read.ops)

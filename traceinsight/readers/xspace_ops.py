@@ -2,7 +2,7 @@
 of an XSpace's device ops (TPU ``XLA Ops`` carry them on their event metadata), read into the op table
 (events.py) for FLOP rates, MFU and the roofline.
 
-Only kernels (device work, one row per execution) with one of these stats are rows: a plane without any such
+Only kernels and copies (device work, one row per execution) with one of these stats are rows: a plane without any such
 stat costs nothing more to read. An op's time is the device's own count, ``device_duration_ps``, where the
 event has it (TPU): the event's duration is on the host's clock, a few percent off for some ops (7.6 % for
 one fusion of ``tpu_inference_2``), and XProf's op statistics and roofline take the device's.
@@ -48,7 +48,12 @@ def read_ops(
     """
     if not any(name in plane.stat_ids for name in OP_FLOAT_STATS):
         return None
-    rows = np.flatnonzero(kind == KINDS.index("kernel"))
+    # XLA's asynchronous copies on a TPU's ops line are copies in the event table, but ops of the compiler's all
+    # the same: XProf's op statistics and roofline list them (a GPU's copies are CUPTI's, not the compiler's).
+    ops = kind == KINDS.index("kernel")
+    if plane.device_type == "TPU":
+        ops |= kind == KINDS.index("memcpy")
+    rows = np.flatnonzero(ops)
     used = set(np.unique(events.md[rows]).tolist())
     stats = read_stats(
         plane,
