@@ -439,6 +439,11 @@ ONE_TIME_MIN_NS = 1_000_000
 # first convolution, an optimizer's state on its first step, DataLoader workers starting).
 FIRST_CALL_MIN_NS = 100_000_000
 FIRST_CALL_RATIO = 20.0
+# A kernel launch call (`KERNEL_LAUNCH`) that takes FIRST_CALL_MIN_NS and FIRST_CALL_RATIO times the median launch is
+# CUDA's lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) in a kernel's first launch: a
+# one-time cost too, whichever launch of the run it is. Seen at 347-675 ms against medians of 6-9 us in three public
+# A100 traces of two projects (tools/corpus: particle_transformer, SwitchTransformers); no launch of any trace in
+# ../shared/traces or sample_traces comes near 100 ms.
 # One-time costs covering this share of the window make it a warm-up capture (kind `warmup`); at least this many
 # steps after them are a steady state, analyzed alone.
 WARMUP_MIN_SHARE = 0.25

@@ -43,6 +43,7 @@ from traceinsight.rules import (
     FIRST_CALL_RATIO,
     GRAPH_CAPTURE_PATTERN,
     INFERENCE_PATTERN,
+    KERNEL_LAUNCH,
     MICROBENCHMARK_MAX_OPS,
     MICROBENCHMARK_MIN_CALLS,
     MODEL_FRAME_PATTERN,
@@ -217,7 +218,20 @@ def _one_time_costs(
         add(what, names.rows(pattern) & long_enough)
     named = union_of(*unions) if unions else EMPTY
     add("lazy initialisation in an op's first call", _slow_first_calls(rows, host, named))
+    add(
+        "lazy module loading in a kernel's first launch", _slow_launches(rows, names.rows(KERNEL_LAUNCH.pattern) & host)
+    )
     return costs, unions
+
+
+def _slow_launches(rows: pd.DataFrame, launches: np.ndarray) -> np.ndarray:
+    """The kernel launch calls that took `FIRST_CALL_MIN_NS` and `FIRST_CALL_RATIO` times the median launch (CUDA's
+    lazy module loading in a kernel's first launch: `rules.FIRST_CALL_MIN_NS`)."""
+    if not launches.any():
+        return launches
+    dur = rows["dur_ns"].to_numpy()
+    median = float(np.median(dur[launches]))
+    return launches & (dur >= FIRST_CALL_MIN_NS) & (dur >= FIRST_CALL_RATIO * median)
 
 
 def _slow_first_calls(rows: pd.DataFrame, host: np.ndarray, named: Intervals) -> np.ndarray:
