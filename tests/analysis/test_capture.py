@@ -98,6 +98,27 @@ def test_context_creation_in_the_first_allocation_is_warmup_and_the_steps_after_
     assert a.devices[0].busy_ns == 3 * 4_000 * US
 
 
+@pytest.mark.parametrize(("slow_us", "warmup"), [(400_000, True), (90_000, False)])
+def test_a_kernels_first_launch_loading_its_module_is_warmup(slow_us, warmup):
+    """Two marked 600 ms steps of 20 launches each (5 us, a 1 ms kernel each); in the first, one launch lasts
+    `slow_us` (CUDA's lazy module loading: 347-675 ms in public A100 traces). 400 ms is 80 000x the median launch
+    and a third of the window: warm-up. 90 ms stays under the 100 ms bar: a steady step."""
+    rows = []
+    for i in range(2):
+        t = i * 600_000
+        rows += [{**host("step", t, 600_000, f"ProfilerStep#{i}"), "step_id": i}]
+        for j in range(20):
+            start = t + j * 2_000
+            slow = i == 0 and j == 3
+            rows += [launch(start, slow_us if slow else 5, 100 * i + j + 1)]
+            begin = start + (slow_us if slow else 5) + 10
+            rows += [kernel(begin, 1_000, corr=100 * i + j + 1)]
+    a = analyze(profile(rows))
+    assert (a.capture.kind == "warmup") is warmup
+    lazy = [c for c in a.capture.one_time if c.what.startswith("lazy module loading")]
+    assert [c.ns for c in lazy] == ([slow_us * US] if warmup else [])
+
+
 @pytest.mark.parametrize("folder", ["vllm_decode_full", "vllm_prefilldecode_piecewise", "sglang_decode"])
 def test_a_graph_capture_pass_gets_no_stall_finding(folder):
     a = analyze_path(shared_trace(f"inference/{folder}/capture_traces")).analysis
