@@ -32,7 +32,9 @@ def _report(trace: Path, python: str, pythonpath: str | None) -> dict | None:
         out = Path(tmp) / "r.json"
         env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
         command = [python, "-m", "traceinsight", "report", str(folder), "-o", str(Path(tmp) / "r.html")]
-        done = subprocess.run([*command, "--json", str(out)], capture_output=True, env=env, timeout=600)
+        # Run from the temporary folder: `python -m` puts the working directory first on the path, which would
+        # shadow the checkout named by --pythonpath.
+        done = subprocess.run([*command, "--json", str(out)], capture_output=True, env=env, timeout=600, cwd=tmp)
         return json.loads(out.read_text()) if done.returncode == 0 and out.exists() else None
 
 
@@ -44,7 +46,7 @@ def _claims(report: dict) -> set[str]:
     workload = capture.get("workload") or capture.get("kind")
     claims = set(ids)
     claims.add(f"workload={workload}")
-    if not report["devices"]:
+    if not report["devices"] and not report["warnings"].get("device_events_cut"):
         claims.add("cpu_only")
     if "bucket_cap_mb" in tips or "no_sync" in tips:
         claims.add("ddp_advice")

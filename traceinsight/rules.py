@@ -117,10 +117,14 @@ MIN_STEP_GAP_NS = 1_000_000
 MIN_INFERRED_STEPS = 3
 INFERRED_STEP_MIN_SHARE = 0.1
 LAST_INFERRED_STEP_MIN_SHARE = 0.01
-# The warning of a run whose host launched more kernels than the device rows that survived (`device events cut`):
-# the device events were cut off (a truncated file, a profiler buffer that overflowed). No CPU-only verdict and no
-# finding is given on it: what the device did is not in the trace.
+# The warning of a run whose host calls say device events are missing (`analysis._device_events_cut`): the GPU was
+# not recorded (a CPU-only activity list) or its events were cut off (a truncated file, a profiler buffer that
+# overflowed). With no device work left, no CPU-only verdict and no finding is given: what the device did is not in
+# the trace.
 DEVICE_EVENTS_CUT = "device_events_cut"
+# With device work in the trace, kernel launches missing their kernel by at least this share of the launches: the
+# device events were cut (a launch or two at the window's end may lose its kernel to the profiler's window).
+DEVICE_EVENTS_MISSING_SHARE = 0.1
 # Fewer steps than this get the `few_steps` warning: "profile at least N steps".
 MIN_STEADY_STEPS = 3
 

@@ -186,7 +186,7 @@ def test_a_waiting_cpu_rank_is_reported(shared_traces):
 
 def test_a_cut_trace_is_not_called_cpu_only(tmp_path, shared_traces):
     """The ResNet trace cut at 500 kB (`head -c 500000`) keeps host ops only, though its header lists the GPUs: the
-    headline says the device events may be cut, and no CPU-only verdict or finding is given."""
+    headline says the device events are missing, and no CPU-only verdict or finding is given."""
     import gzip
 
     source = next((shared_traces / "kineto" / "resnet50_num_workers_0").glob("*.json.gz"))
@@ -196,7 +196,7 @@ def test_a_cut_trace_is_not_called_cpu_only(tmp_path, shared_traces):
     a = _run_analysis(cut)
     report = report_of(a)
     text = render_terminal(report)
-    assert "The device events may be cut" in text
+    assert "The device events are missing" in text
     assert "No accelerator activity" not in text
     assert report.bottlenecks == []
     from traceinsight.render.html import render_html
@@ -297,3 +297,19 @@ def test_ledger_equals_the_synthetic_ground_truth(fmt, scenario):
     busy = sum(int(device.parts[p].sum()) for p in device.parts if p not in IDLE_PARTS)
     assert busy == truth["busy_in_steps_ns"]
     assert int(device.parts["input_wait"].sum()) == truth["input_wait_in_steps_ns"]
+
+
+@pytest.mark.parametrize(("runtime", "missing"), [(False, 0), (True, 3)])
+def test_gpu_calls_without_device_events_are_not_cpu_only(runtime, missing):
+    """A machine with a GPU (the trace lists it) running a CPU model is CPU-only; a process that called the GPU
+    (three launches) but whose trace holds no device event is not: its device events are missing."""
+    from traceinsight.events import DeviceInfo
+    from traceinsight.rules import DEVICE_EVENTS_CUT
+
+    rows = [_step(0, 1000, 1), host("cpu_op", 10, 900, "aten::mm")]
+    rows += [launch(100 + 200 * i, 5, i + 1) for i in range(3)] if runtime else []
+    p = profile(rows)
+    p.devices = {"GPU:0": DeviceInfo("GPU:0")}
+    report = report_of(analyze(p))
+    assert report.warnings.get(DEVICE_EVENTS_CUT, 0) == missing
+    assert ("No accelerator activity" in render_terminal(report)) is not runtime

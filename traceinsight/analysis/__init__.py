@@ -31,8 +31,9 @@ from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
-from traceinsight.events import Profile, input_labels, names_matching, rows_of_input, take_rows
-from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, KERNEL_LAUNCH, STEADY_MIN_STEPS
+from traceinsight.errors import is_truncation_warning
+from traceinsight.events import Profile, input_labels, kind_mask, names_matching, rows_of_input, take_rows
+from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, DEVICE_EVENTS_MISSING_SHARE, KERNEL_LAUNCH, STEADY_MIN_STEPS
 
 
 @dataclass(frozen=True)
@@ -145,14 +146,21 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
 
 
 def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:
-    """How many more kernel launch calls the host made than the device rows that survived; with no device row at
-    all, at least the number of GPUs the trace lists. 0 when nothing says device events are missing."""
+    """How many device events the host's calls say are missing (0: none). With device work, the kernel launches
+    beyond the device rows, when they are `DEVICE_EVENTS_MISSING_SHARE` of the launches or more (a launch at the
+    window's end may lose its kernel). With none, the host's CUDA / HIP runtime calls (the GPU was used but not
+    recorded, or its events were cut), else, in a file cut short, the GPUs it lists."""
     events = profile.events
     if events.empty:
         return 0
-    launches = int(names_matching(events, KERNEL_LAUNCH.pattern, events["device"].isna().to_numpy()).sum())
-    missing = max(launches - len(work), 0)
-    return max(missing, len(profile.devices)) if work.empty else missing
+    host = events["device"].isna().to_numpy()
+    if not work.empty:
+        launches = int(names_matching(events, KERNEL_LAUNCH.pattern, host).sum())
+        missing = launches - len(work)
+        return missing if missing >= DEVICE_EVENTS_MISSING_SHARE * launches and missing > 0 else 0
+    runtime = int((host & kind_mask(events, "runtime", "sync")).sum())
+    truncated = any(is_truncation_warning(w) for w in profile.warnings)
+    return runtime or (len(profile.devices) if truncated else 0)
 
 
 def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps, capture: Profile | None = None) -> Compute:

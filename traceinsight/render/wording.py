@@ -58,13 +58,14 @@ def verdict_sentence(report: RunReport) -> str:
     cut = report.warnings.get(DEVICE_EVENTS_CUT)
     if cut and not report.devices:
         lead = (
-            "The device events may be cut: the trace lists GPUs or kernel launches but holds no device work, so this "
-            "is not judged a CPU-only run"
+            "The device events are missing: the host called the GPU (or the file was cut short) but the trace holds "
+            "no device work, so this is not judged a CPU-only run; profile with the device's activity "
+            "(`ProfilerActivity.CUDA`) and check the file is whole"
         )
     elif cut:
         lead = (
             f"{util_label(report)} {fmt_pct(totals.gpu_util)} of step time, from partial device events (the host "
-            f"launched {plural(cut, 'kernel')} more than the trace holds)"
+            f"launched {plural(cut, 'kernel')} the trace does not hold)"
         )
     elif not report.devices:
         lead = "No accelerator activity in this trace"
