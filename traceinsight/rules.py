@@ -174,8 +174,13 @@ DEFAULT_SMALL_KERNEL_NS = 10_000
 DEFAULT_SMALL_KERNEL_US = DEFAULT_SMALL_KERNEL_NS / 1000  # as --small-kernel-us and the API take it
 # torch.compile's Triton GEMM templates: their names do not tell the precision they compute in.
 TRITON_TEMPLATE_PATTERN = re.compile(r"^triton_tem_")
+# Expert-parallel all-to-all kernels are collectives too: DeepEP's `deep_ep::intranode::dispatch`,
+# `deep_ep::internode::combine`, `deep_ep::internode_ll::dispatch` (its source's namespaces; DeepSeek's own build names
+# them `dpsk::ep::internode::*`, seen in its public V3 training trace, tools/corpus), which run on a few SMs by design.
 COMMUNICATION_PATTERN = re.compile(
-    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv", re.IGNORECASE
+    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|multimem|sendrecv"
+    r"|\bep::(?:intranode|internode(?:_ll)?)::",
+    re.IGNORECASE,
 )
 
 

@@ -13,6 +13,7 @@ from tests.analysis.test_compute import QWEN
 from tests.conftest import shared_trace
 from tests.test_findings import _low_compute_efficiency, _marked
 from traceinsight.analysis import analyze
+from traceinsight.analysis.step_model import KernelClass
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.assemble import assemble
 from traceinsight.events import DeviceInfo, Profile
@@ -262,3 +263,21 @@ def test_qwen_mfu_is_exact_with_full_flop_coverage():
     c = analyze_path(shared_trace(QWEN)).report.compute
     assert c.mfu == pytest.approx(0.167, abs=0.001)
     assert c.flop_coverage >= MFU_EXACT_COVERAGE and not c.mfu_is_lower_bound
+
+
+@pytest.mark.parametrize(("overlap_us", "waste_us"), [(0, 375), (300, 150)])
+def test_low_occupancy_counts_only_the_time_no_other_stream_fills(overlap_us, waste_us):
+    """Two 1 ms steps, each with a 500 us kernel of 0.25 blocks per SM on stream 7; a 300 us kernel on stream 8
+    overlaps it by `overlap_us`. The SMs it leaves free are idle only while nothing else runs: waste (500 - overlap)
+    x 0.75 a step (DualPipe-style overlap runs compute beside communication on purpose)."""
+    rows = []
+    for i in range(2):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), launch(t, 5, i + 1), kernel(t + 10, 500, corr=i + 1, blocks_per_sm=0.25)]
+        other = t + 10 + 500 - overlap_us if overlap_us else t + 600
+        rows += [launch(t + 6, 5, 20 + i), kernel(other, 300, corr=20 + i, blocks_per_sm=2.0, stream=8)]
+    a = analyze(profile(rows))
+    assert a.step_model.kernel_ns[KernelClass.LOW_BLOCKS_WASTE].tolist() == [waste_us * 1_000] * 2
+    if not overlap_us:  # one kernel at a time: the finding costs that waste
+        found = {b.id: b for b in find_bottlenecks(a)}
+        assert found["low_occupancy"].time_ns == pytest.approx(2 * waste_us * 1_000)

@@ -291,12 +291,29 @@ def _device_figures(
     low = ~np.isnan(bps) & (bps < 1.0) & ~comm  # collectives run on a few SMs by design
     figures[KernelClass.FP32_ELIGIBLE] = _in_steps(k_ts[fp32], dur[fp32], starts, ends)
     figures[KernelClass.ALL] = _in_steps(k_ts, dur, starts, ends)
-    figures[KernelClass.LOW_BLOCKS_WASTE] = _in_steps(k_ts[low], dur[low] * (1.0 - bps[low]), starts, ends)
+    alone = _alone_ns(k_ts, k_end, kernels["stream"].to_numpy(), low)
+    figures[KernelClass.LOW_BLOCKS_WASTE] = _in_steps(k_ts[low], alone * (1.0 - bps[low]), starts, ends)
     small = dur < small_threshold_ns
     figures[KernelClass.SMALL_KERNELS] = np.minimum(
         _in_steps(k_ts[small], dur[small], starts, ends), figures["kernel_busy_ns"]
     )
     return parts, {name: np.asarray(v, np.float64) for name, v in figures.items()}
+
+
+def _alone_ns(starts: np.ndarray, ends: np.ndarray, streams: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """Of each kernel in `which` (a mask), the time no kernel of another stream overlaps: the SMs a kernel with
+    fewer blocks than SMs leaves free are idle only then (DualPipe-style overlap runs compute on the SMs its
+    communication kernels leave). A loop over the streams that hold such kernels, a handful."""
+    rows = np.flatnonzero(which)
+    alone = (ends[rows] - starts[rows]).astype(np.float64)
+    for stream in np.unique(streams[rows]):
+        mine = streams[rows] == stream
+        others = streams != stream
+        if not others.any():
+            continue
+        covered = union(starts[others], ends[others]).covered_between(starts[rows[mine]], ends[rows[mine]])
+        alone[mine] -= covered
+    return alone
 
 
 def _gap_intervals(gaps: DeviceGaps, which: np.ndarray) -> Intervals:
