@@ -101,25 +101,30 @@ def device_ledger(
     outside_waits: Intervals,
 ) -> dict[str, np.ndarray]:
     """One device's parts per step (see the module docstring). `compute`: its non-collective kernels; `kernels`:
-    all its kernels; `copies`: its h2d, d2h, d2d and other copies or memsets; `busy`: all its work;
+    all its kernels; `copies`: its h2d, d2h and d2d copies; `busy`: all its work;
     `input_wait`: the host's input waits less its runtime calls; `gaps_by_cause`: its gaps by `gaps.CAUSES`;
     `outside_waits`: waits for work outside the trace."""
     parts: dict[str, np.ndarray] = {}
     covered = np.zeros(len(starts), np.int64)
     so_far: Intervals = Intervals(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
-    def take(name: str, layer: Intervals) -> None:
+    def take(name: str, layer: Intervals, holds_all_so_far: bool = False) -> None:
+        """`holds_all_so_far`: the layer already contains every earlier one (all kernels hold the compute ones,
+        all device work holds every kernel and copy), so it is the new union as it is."""
         nonlocal so_far, covered
-        so_far = union_of(so_far, layer)
+        parts.setdefault(name, np.zeros(len(starts), np.int64))
+        if len(layer) == 0:  # nothing new: no union to redo (most runs have no graph, sync or D2D layer)
+            return
+        so_far = layer if holds_all_so_far or not len(so_far) else union_of(so_far, layer)
         now = so_far.covered_between(starts, ends)
-        parts[name] = parts.get(name, 0) + now - covered
+        parts[name] = parts[name] + now - covered
         covered = now
 
     take("compute", compute)
-    take("collective", kernels)
-    for name, layer in zip(BUSY_PARTS[2:], copies, strict=True):
+    take("collective", kernels, holds_all_so_far=True)
+    for name, layer in zip(("copy_h2d", "copy_d2h", "copy_d2d"), copies, strict=True):
         take(name, layer)
-    take("copy_other", busy)  # device work of no known kind: counted as a copy of unknown direction
+    take("copy_other", busy, holds_all_so_far=True)  # device work of no known kind: a copy of unknown direction
     take("input_wait", input_wait)
     take("graph_internal", gaps_by_cause["graph_internal"])
     sync = gaps_by_cause["sync"]

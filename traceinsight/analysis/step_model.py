@@ -267,7 +267,7 @@ def _device_figures(
         ends,
         compute=union(k_ts[~comm], k_end[~comm]),
         kernels=union(k_ts, k_end),
-        copies=[*copies, usage.busy],
+        copies=copies,
         busy=usage.busy,
         input_wait=input_wait,
         gaps_by_cause={cause: _gap_intervals(gaps, gaps.causes == i) for i, cause in enumerate(CAUSES)},
