@@ -102,6 +102,7 @@ def environment() -> jinja2.Environment:
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
+    env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)
     return env
 
 
@@ -220,8 +221,6 @@ def _page(report: RunReport, drawn: Charts) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
-            part_words=PART_WORDS,
-            part_meanings=PART_MEANINGS,
         )
     )
     return without_empty_columns(page)
@@ -251,7 +250,5 @@ def render_notebook(report: RunReport, analysis: Analysis) -> str:
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
             headline=projection_sentence(report),
-            part_words=PART_WORDS,
-            part_meanings=PART_MEANINGS,
         )
     )

@@ -48,8 +48,8 @@ def provenance(report: RunReport, html_link: str | None) -> list[str]:
 def _device_rows(totals: Totals) -> list[str]:
     """The accelerator rows (a CPU-only run has none)."""
     return [
-        f"| idle fraction | {fmt_pct(totals.idle_fraction)} |",
-        f"| GPU-Util | {fmt_pct(totals.gpu_util)} |",
+        f"| idle (share of the steps) | {fmt_pct(totals.idle_fraction)} |",
+        f"| GPU-Util (share of the steps) | {fmt_pct(totals.gpu_util)} |",
         f"| kernels (small) | {fmt_count(totals.kernel_count)} ({fmt_count(totals.small_kernel_count)}) |",
         f"| H2D copies | {fmt_count(totals.h2d_count)}, {fmt_ns(totals.h2d_ns)}, {fmt_bytes(totals.h2d_bytes)} |",
     ]

@@ -68,13 +68,15 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         lines.append("  " + escape_control(collectives))
     lines += [paint("  " + escape_control(note), _SEVERITY_COLOUR["high"]) for note in partial_notes(report)]
     if report.devices:
-        lines += ["", f"  {'device':<22}{'idle':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]
+        lines += ["", f"  {'device':<22}{'idle*':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]
     for d in report.devices:
         h2d = d.copies["h2d"]
         lines.append(
             f"  {escape_control(d.id):<22}{fmt_pct(d.idle_fraction):>9}{fmt_count(d.kernels.count):>10}"
             f"{fmt_count(d.kernels.small_count):>9}{fmt_ns(h2d.total_ns):>11}{fmt_bytes(h2d.bytes):>12}"
         )
+    if report.devices:
+        lines.append("  * idle: share of the steps' time nothing runs on the device; counts and copies: whole capture")
     lines += [f"  {line}" for line in memory_lines(report)]
     lines += ["", f"  input pipeline: {input_verdict(report)}", ""]
     if report.bottlenecks:
