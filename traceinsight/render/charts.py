@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
-from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural  # noqa: E402
+from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural, util_word  # noqa: E402
 from traceinsight.render.wording import mfu_text  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     PART_WORDS,  # noqa: E402
@@ -181,6 +181,7 @@ def utilisation_timeline(run: ChartRun) -> str | None:
     busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in run.devices])
     rows = len(run.devices)
     labels = [usage.id for usage in run.devices]
+    word = util_word(labels)
     hovers = _Hovers("timeline")
     low, high = GPU_UTIL_TARGET
     with plt.rc_context(_STYLE):
@@ -193,7 +194,7 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                     [centres_ms[0], centres_ms[-1]], base + _BAND * low, base + _BAND * high, color=_TARGET, alpha=0.12
                 )
                 hovers.add(
-                    target, f"{usage.id}: the target practitioners aim GPU-Util at, {low * 100:.0f}-{fmt_pct(high, 0)}"
+                    target, f"{usage.id}: the target practitioners aim {word} at, {low * 100:.0f}-{fmt_pct(high, 0)}"
                 )
                 band = ax.fill_between(centres_ms, base, base + _BAND * share, step="mid", color=_BUSY, linewidth=0)
                 hovers.add(
@@ -210,7 +211,7 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                         linewidth=1.2,
                         linestyles="--",
                     )
-                    words = f"GPU-Util {fmt_pct(usage.gpu_util)} (kernels running, over its steps)"
+                    words = f"{word} {fmt_pct(usage.gpu_util)} (kernels running, over its steps)"
                     hovers.add(util, f"{usage.id}: {words}")
                 steps = _device_steps(run, usage)
                 if steps.items:
@@ -223,13 +224,11 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                         linestyles=":",
                     )
                     hovers.add(lines, _steps_title(usage.id, steps, origin))
-            ax.set_yticks(
-                np.arange(rows) + 0.42, [f"{u.id}\nGPU-Util {fmt_pct(u.gpu_util)}" for u in run.devices][::-1]
-            )
+            ax.set_yticks(np.arange(rows) + 0.42, [f"{u.id}\n{word} {fmt_pct(u.gpu_util)}" for u in run.devices][::-1])
             ax.set_ylim(0, rows)
             note = (
-                "green: % busy per time bin; dashed: GPU-Util over the device's span;\n"
-                f"blue strip: the {low * 100:.0f}-{fmt_pct(high, 0)} GPU-Util target; dotted: step starts"
+                f"green: % busy per time bin; dashed: {word} over the device's steps;\n"
+                f"blue strip: the {low * 100:.0f}-{fmt_pct(high, 0)} {word} target; dotted: step starts"
             )
         else:
             image = ax.imshow(

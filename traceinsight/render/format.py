@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # Control characters (newlines, terminal escapes) that a file or event name could smuggle into a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def util_word(device_ids: Iterable[str]) -> str:
+    """What the share of time some kernel (XLA op) runs is called for these devices: TPU-Util on TPUs alone, else
+    GPU-Util, as `nvidia-smi` names it."""
+    ids = list(device_ids)
+    return "TPU-Util" if ids and all("TPU" in d for d in ids) else "GPU-Util"
 
 
 def escape_control(text: str) -> str:

@@ -7,7 +7,7 @@ the wording and the figures are the same everywhere.
 from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
-from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
+from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
 from traceinsight.result import Bottleneck, ComputeEfficiency, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
 
@@ -44,10 +44,8 @@ def input_verdict(report: RunReport) -> str:
 
 
 def util_label(report: RunReport) -> str:
-    """What the share of time some kernel (XLA op) runs is called for these devices: TPU-Util on TPUs alone, else
-    GPU-Util, as `nvidia-smi` names it."""
-    devices = report.devices
-    return "TPU-Util" if devices and all("TPU" in d.id for d in devices) else "GPU-Util"
+    """The devices' word for GPU-Util (`format.util_word`)."""
+    return util_word(d.id for d in report.devices)
 
 
 def verdict_sentence(report: RunReport) -> str:
