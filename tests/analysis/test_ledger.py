@@ -313,3 +313,36 @@ def test_gpu_calls_without_device_events_are_not_cpu_only(runtime, missing):
     report = report_of(analyze(p))
     assert report.warnings.get(DEVICE_EVENTS_CUT, 0) == missing
     assert ("No accelerator activity" in render_terminal(report)) is not runtime
+
+
+def _hand_built_traces() -> dict[str, object]:
+    """The hand-built traces of the tests: one per rule that fires (`test_findings.FIRES`), the worked-out scenario
+    and the exported run."""
+    from tests.analysis.test_scenario import ROWS
+    from tests.render.test_trace_export import _rows
+    from tests.test_findings import FIRES
+
+    traces = {f"fires:{rule}": make for rule, make in FIRES.items()}
+    traces["scenario"] = lambda: profile(ROWS)
+    traces["trace_export"] = lambda: profile(_rows())
+    return traces
+
+
+@pytest.mark.parametrize("name", sorted(_hand_built_traces()))
+def test_the_ledger_holds_on_the_tests_own_traces(name):
+    """The properties checked on the real traces, on every hand-built trace of the tests: each device's parts sum to
+    its steps, no part is claimed past its size, and the claims stay inside the step."""
+    a = analyze(_hand_built_traces()[name]())
+    for device in a.device_ledgers:
+        assert np.abs(sum(device.parts.values()) - device.step_ns).max() <= TOLERANCE_NS
+        assert min(v.min() for v in device.parts.values()) >= 0
+    found = _found(a)
+    claimable = _claimable(a)
+    claimed: dict[str, np.ndarray] = {}
+    for _, finding, *_ in found:
+        for part, ns in finding.claims.items():
+            claimed[part] = claimed.get(part, 0) + ns
+    for part, ns in claimed.items():
+        assert (ns <= claimable[part] + 1).all(), part
+    if claimed:
+        assert (sum(claimed.values()) <= a.step_model.step_ns + 1).all()
