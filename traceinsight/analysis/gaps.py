@@ -66,6 +66,16 @@ class DeviceGaps:
     causes: np.ndarray  # every gap's cause, an index into CAUSES (int8)
 
 
+def gap_intervals(gaps: DeviceGaps) -> dict[str, Intervals]:
+    """A device's gaps by cause (`CAUSES`), as intervals (sorted: the gaps are in time order)."""
+    out = {}
+    for i, cause in enumerate(CAUSES):
+        which = gaps.causes == i
+        starts = gaps.starts_ns[which]
+        out[cause] = Intervals(starts, starts + gaps.durations_ns[which])
+    return out
+
+
 @dataclass(frozen=True)
 class HostContext:
     """What the host of one input was doing, as unions, plus launch ends by correlation.

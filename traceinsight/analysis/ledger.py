@@ -125,21 +125,32 @@ def device_ledger(
     for name, layer in zip(("copy_h2d", "copy_d2h", "copy_d2d"), copies, strict=True):
         take(name, layer)
     take("copy_other", busy, holds_all_so_far=True)  # device work of no known kind: a copy of unknown direction
-    take("input_wait", input_wait)
-    take("graph_internal", gaps_by_cause["graph_internal"])
-    sync = gaps_by_cause["sync"]
-    take("wait_outside_trace", intersection(sync, outside_waits))
-    take("blocking_wait", sync)
-    take("host_launch", gaps_by_cause["host_launch"])
-    # The rest of gaps judged input waits: the host ran runtime calls there (copies, launches), not waiting.
-    take("host_launch", gaps_by_cause["input_wait"])
-    parts["unexplained"] = (ends - starts) - covered
+    # The idle parts are disjoint from the busy time and from each other (`idle_layers`): each is its own coverage.
+    for name, layer in idle_layers(input_wait, gaps_by_cause, outside_waits).items():
+        parts[name] = parts.get(name, 0) + layer.covered_between(starts, ends)
+    # What is left: gaps whose next op was queued in time, and idle time before the device's first or after its last
+    # work in the step.
+    parts["unexplained"] = (ends - starts) - covered - sum(parts[p] for p in IDLE_PARTS[:-1])
     return {name: np.asarray(parts[name], np.int64) for name in PARTS}
 
 
-def host_input_wait(input_wait: Intervals, runtime: Intervals) -> Intervals:
-    """The host's input waits less its runtime calls: what the step breakdown counts as input wait."""
-    return difference(input_wait, runtime)
+def idle_layers(
+    input_wait: Intervals, gaps_by_cause: dict[str, Intervals], outside_waits: Intervals
+) -> dict[str, Intervals]:
+    """A device's idle time by part, as disjoint intervals (what the timeline export names its idle slices by):
+    the input wait first (`input_wait`: the host's, less its runtime calls and the input's device work), then each
+    gap less it, by the gap's cause (`gaps.CAUSES`): syncs split by whether the work they wait for is in the trace,
+    the rest of an input-wait gap counted as the host launching, gaps whose op was queued in time unexplained."""
+    sync = difference(gaps_by_cause["sync"], input_wait)
+    return {
+        "input_wait": input_wait,
+        "graph_internal": difference(gaps_by_cause["graph_internal"], input_wait),
+        "wait_outside_trace": intersection(sync, outside_waits),
+        "blocking_wait": difference(sync, outside_waits),
+        # The rest of gaps judged input waits: the host ran runtime calls there (copies, launches), not waiting.
+        "host_launch": difference(union_of(gaps_by_cause["host_launch"], gaps_by_cause["input_wait"]), input_wait),
+        "unexplained": difference(gaps_by_cause["other"], input_wait),
+    }
 
 
 def with_collective_waits(ledger: Ledger, waits: np.ndarray) -> Ledger:

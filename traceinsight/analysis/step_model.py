@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
-from traceinsight.analysis.gaps import CAUSES, DeviceGaps
+from traceinsight.analysis.gaps import DeviceGaps, gap_intervals
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.ledger import BUSY_PARTS, DeviceLedger, Ledger, device_ledger
@@ -270,7 +270,7 @@ def _device_figures(
         copies=copies,
         busy=usage.busy,
         input_wait=input_wait,
-        gaps_by_cause={cause: _gap_intervals(gaps, gaps.causes == i) for i, cause in enumerate(CAUSES)},
+        gaps_by_cause=gap_intervals(gaps),
         outside_waits=outside_waits,
     )
     figures = {
@@ -314,12 +314,6 @@ def _alone_ns(starts: np.ndarray, ends: np.ndarray, streams: np.ndarray, which: 
         covered = union(starts[others], ends[others]).covered_between(starts[rows[mine]], ends[rows[mine]])
         alone[mine] -= covered
     return alone
-
-
-def _gap_intervals(gaps: DeviceGaps, which: np.ndarray) -> Intervals:
-    """The gaps `which` (a mask over the device's gaps), as intervals."""
-    starts = gaps.starts_ns[which]
-    return Intervals(starts, starts + gaps.durations_ns[which])
 
 
 def _host_op_figures(
@@ -418,7 +412,7 @@ def _rescaled(parts: dict[str, np.ndarray], scale: np.ndarray, step_ns: np.ndarr
     return out
 
 
-def _input_wait(events: pd.DataFrame, input_id: int, busy: list[Intervals]) -> Intervals:
+def input_wait_intervals(events: pd.DataFrame, input_id: int, busy: list[Intervals]) -> Intervals:
     """The input's host input waits that no host runtime call and no device work of the input covers: the step
     breakdown's input wait (`steps.breakdown`), the same instants on every device of the input."""
     mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device"])
@@ -462,7 +456,7 @@ def step_model(
     if devices:
         work = device_work(events) if work is None else work
         kernels = flagged_kernels(work) if kernels is None else kernels
-    input_wait = _input_wait(events, steps.input_id, [u.busy for u, _ in mine]) if devices else EMPTY
+    input_wait = input_wait_intervals(events, steps.input_id, [u.busy for u, _ in mine]) if devices else EMPTY
     ledgers = []
     for usage, device_gaps in devices:
         rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
@@ -487,10 +481,7 @@ def step_model(
     floor, host_ops, dispatch, host_work = (
         _host_floor(events, steps.input_id, starts, ends) if count else (np.zeros(0), 0, np.zeros(0), EMPTY)
     )
-    launch = CAUSES.index("host_launch")
-    in_launch_gaps = [
-        _overlap_in_steps(host_work, _gap_intervals(g, g.causes == launch), starts, ends) for _, g in devices
-    ]
+    in_launch_gaps = [_overlap_in_steps(host_work, gap_intervals(g)["host_launch"], starts, ends) for _, g in devices]
     if not per_device:  # a host-only run: the input wait is the step breakdown's (host waiting, nothing else running)
         stalls[Stall.INPUT_WAIT] = np.array([s.breakdown["input_wait"] for s in steps.items], np.float64)
     ops = host_op_rows(events, steps.input_id) if ops is None else ops

@@ -10,8 +10,9 @@ gzip when the name ends in ``.gz``). It holds:
   such as ``aten::item`` that gap causes count as syncs) and step markers (and framework ops, kind ``cpu_op``,
   on a CPU-only run), a process per input (``/host:CPU``, ``rank0/host:CPU``)
   and a thread per host thread;
-* per device an **idle gaps** track (`gap_track_name`): one slice per gap, named by its cause, args
-  ``length_ns``, ``cause`` and, for the longest gaps the report lists, ``host_activity``;
+* per device an **idle gaps** track (`gap_track_name`): its gaps as the ledger splits them (`ledger.idle_layers`),
+  a slice per stretch of one part, named by the part (``input_wait``, ``host_launch``, ``blocking_wait``...), args
+  ``length_ns``, ``part`` and, on the slice a longest gap of the report starts with, ``host_activity``;
 * per device a **GPU-Util** counter: the share of each fixed bin (1 ms) in which some kernel runs, in %;
 * a process ``traceinsight`` with a **steps** track (the run's steps) and a **bottlenecks** track: per step, one
   slice per finding that costs that step time (`Findings.step_costs`), starting at the step's start and as long as that
@@ -56,7 +57,9 @@ import pandas as pd
 
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.gaps import CAUSES, DeviceGaps
+from traceinsight.analysis.gaps import DeviceGaps, gap_intervals
+from traceinsight.analysis.ledger import idle_layers
+from traceinsight.analysis.step_model import input_wait_intervals
 from traceinsight.analysis.steps import Step
 from traceinsight.errors import TraceError
 from traceinsight.events import (
@@ -69,7 +72,7 @@ from traceinsight.events import (
     kind_mask,
 )
 from traceinsight.findings import Findings
-from traceinsight.intervals import Intervals, union
+from traceinsight.intervals import Intervals, intersection, union, union_of
 from traceinsight.render.output import check_output
 from traceinsight.result import Bottleneck
 
@@ -178,9 +181,10 @@ def _trace_chunks(
     table = events[_ROW_COLUMNS].take(rows)
     waits = _collective_waits(analysis, windows)
     layout = _Layout(analysis, table, waits)
+    idle = _idle_slices(analysis, events)
     blocks = [
         _row_events(table, layout),
-        *(_gap_events(gaps, layout, windows) for gaps in analysis.gaps),
+        *(_gap_events(gaps, idle[gaps.device], layout, windows) for gaps in analysis.gaps),
         *_util_counters(analysis, events, layout, windows, util_bin_ns, warnings),
         _step_events(chosen),
         _bottleneck_events(analysis, findings, chosen, warnings),
@@ -420,11 +424,32 @@ def _optional(n: int, where: np.ndarray, prefix: str | np.ndarray, values: np.nd
 # --------------------------------------------------------------------------- what traceinsight adds
 
 
-def _gap_events(gaps: DeviceGaps, layout: _Layout, windows: Intervals | None) -> str:
-    """One device's idle gaps: a slice each on its gaps track, named by cause."""
-    starts, durations, causes = gaps.starts_ns, gaps.durations_ns, gaps.causes.astype(np.int64)
+def _idle_slices(analysis: Analysis, events: pd.DataFrame) -> dict[str, dict[str, Intervals]]:
+    """Per device, its idle time by ledger part (`ledger.idle_layers`): the same instants the report's idle parts
+    count, so a slice's name is the word the page uses for that time."""
+    layers = {}
+    for gaps in analysis.gaps:
+        usage = next(u for u in analysis.devices if u.id == gaps.device)
+        busy = [u.busy for u in analysis.devices if u.input_id == usage.input_id]
+        input_wait = input_wait_intervals(events, usage.input_id, busy)
+        layers[gaps.device] = idle_layers(input_wait, gap_intervals(gaps), analysis.waits.outside_of(usage.input_id))
+    return layers
+
+
+def _gap_events(gaps: DeviceGaps, layers: dict[str, Intervals], layout: _Layout, windows: Intervals | None) -> str:
+    """One device's idle time on its gaps track: a slice per stretch of one ledger part, named by the part; the
+    report's longest gaps say what the host did meanwhile on the slice they start with."""
+    every_gap = union_of(*gap_intervals(gaps).values())  # the track holds the gaps (not the time around the work)
+    parts = [(name, cut) for name, layer in layers.items() if len(cut := intersection(layer, every_gap))]
+    if not parts:
+        return ""
+    starts = np.concatenate([layer.starts for _, layer in parts])
+    durations = np.concatenate([layer.ends - layer.starts for _, layer in parts])
+    names = np.concatenate([np.full(len(layer), i) for i, (_, layer) in enumerate(parts)])
+    order = np.argsort(starts, kind="stable")
+    starts, durations, names = starts[order], durations[order], names[order]
     keep = _overlapping(starts, starts + durations, windows)
-    starts, durations, causes = starts[keep], durations[keep], causes[keep]
+    starts, durations, names = starts[keep], durations[keep], names[keep]
     if not len(starts):
         return ""
     activity = np.full(len(starts), "", dtype=object)
@@ -432,10 +457,10 @@ def _gap_events(gaps: DeviceGaps, layout: _Layout, windows: Intervals | None) ->
         i = int(np.searchsorted(starts, gap.start_ns))
         if i < len(starts) and starts[i] == gap.start_ns and gap.host_activity:
             activity[i] = ',"host_activity":' + _json(gap.host_activity)
-    causes_json = _json_strings(CAUSES)[causes]
-    args = ['{"length_ns":', _int_text(durations), ',"cause":', causes_json, activity, "}"]
+    names_json = _json_strings([name for name, _ in parts])[names]
+    args = ['{"length_ns":', _int_text(durations), ',"part":', names_json, activity, "}"]
     pid, tid = str(layout.device_pid[gaps.device]), str(layout.gaps_tid[gaps.device])
-    return _complete_events(pid, tid, starts, durations, causes_json, args)
+    return _complete_events(pid, tid, starts, durations, names_json, args)
 
 
 def _util_counters(
