@@ -346,3 +346,12 @@ def test_the_ledger_holds_on_the_tests_own_traces(name):
         assert (ns <= claimable[part] + 1).all(), part
     if claimed:
         assert (sum(claimed.values()) <= a.step_model.step_ns + 1).all()
+
+
+def test_every_part_has_its_words_in_order():
+    """The words for people (`result.PART_WORDS`, `PART_MEANINGS`, read by the renderers, which import no analysis)
+    name exactly the ledger's parts, in its order."""
+    from traceinsight.analysis.ledger import SHOWN_PARTS
+    from traceinsight.result import PART_MEANINGS, PART_WORDS
+
+    assert tuple(PART_WORDS) == SHOWN_PARTS == tuple(PART_MEANINGS)
