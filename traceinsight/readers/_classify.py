@@ -136,8 +136,9 @@ def step_number(name: str) -> int:
 
 
 def device_activity_kind(name: str) -> str:
-    """Kind of an event on an XProf ``Stream #`` line: copies, memsets, kernels, or other."""
-    if name.startswith("Memcpy"):
+    """Kind of an event on an XProf ``Stream #`` line (or a TF1 timeline's stream): copies, memsets, kernels, or
+    other."""
+    if name.startswith(("Memcpy", "MEMCPY")):  # TF1 timelines write MEMCPYHtoD
         return "memcpy"
     if name.startswith("Memset"):
         return "memset"

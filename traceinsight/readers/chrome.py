@@ -60,26 +60,35 @@ from traceinsight.rules import STEP_MARKER_PATTERN
 # and hosts carry the input's label (``rank0/device:GPU:0``, ``rank0/host:CPU``).
 _DEVICE_PROCESS = re.compile(r"^(?:([^/]+)/)?/?device:(GPU|TPU):(\d+)$")
 _HOST_PROCESS = re.compile(r"^(?:[^/]+/)?/?host:(?!metadata$)")
+# TensorFlow 1's `tensorflow.python.client.timeline` (the step stats of `session.run(..., options=RunOptions(
+# trace_level=FULL_TRACE))`): a process per device stream (`/device:GPU:0/stream:15 Compute`, its ops and
+# `MEMCPYHtoD` / `MEMCPYDtoH` copies), per device the ops as the executor ran them (`/job:localhost/replica:0/
+# task:0/device:GPU:0 Compute`: host work). `/device:GPU:0/stream:all` and `/device:GPU:0/memcpy` repeat the
+# streams' rows, and `... Tensors` / `Allocators` hold memory: not read.
+_TF1_STREAM = re.compile(r"^/device:(GPU|TPU):(\d+)/stream:(\d+) Compute$")
+_TF1_OPS = re.compile(r"^/job:[^/]+/replica:\d+/task:\d+/device:\w+:\d+ Compute$")
 # What the events of one (process, thread) line become; lines without a role are not read.
-_HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED = range(7)
+_HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED, _HOST_OPS = range(8)
 _TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
 _ROLE_KINDS = {
     _DEVICE_STEPS: "step",
     _DEVICE_KERNEL: "kernel",
     _DEVICE_ANNOTATION: "annotation",
     _DEVICE_OTHER: "other",
+    _HOST_OPS: "cpu_op",
 }
 
 
 def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
-    """Read an XProf trace_viewer JSON export; `doc` skips loading when already decoded."""
+    """Read an XProf trace_viewer JSON export or a TF1 timeline; `doc` skips loading when already decoded."""
     doc = doc if doc is not None else load_trace_json(path)
     processes, threads = _process_and_thread_names(doc.events)
     devices = {p: d for p, name in processes.items() if (d := _device_of(name)) is not None}
-    if not devices and not any(_HOST_PROCESS.match(name) for name in processes.values()):
+    if not devices and not any(_HOST_PROCESS.match(name) or _TF1_OPS.match(name) for name in processes.values()):
         raise TraceError(
             path,
-            "neither a Kineto trace nor an XProf trace_viewer export (no /device: or /host: process names)",
+            "neither a Kineto trace, an XProf trace_viewer export nor a TF1 timeline (no /device: or /host: "
+            "process names)",
         )
     _drop_impossible_times(path, doc)
     complete = complete_events(doc)
@@ -101,9 +110,10 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     )
     correlation = int_column([a.correlation_id for a in args])
     kind, step_id = _kinds(role, names, full_names, correlation, int_column([a.step_num for a in args]))
-    on_device = role != _HOST
+    on_device = (role != _HOST) & (role != _HOST_OPS)
     labels = sorted(set(devices.values()))
     line_id = np.where(tid >= 2**31, tid - 2**32, tid)  # the export writes XLine ids as uint32
+    line_id = _tf1_streams(processes, pid, line_id)
     table = make_event_table(
         {
             "ts_ns": complete.ts_ns[keep],
@@ -111,7 +121,7 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
             "kind": pd.Categorical.from_codes(kind, KINDS),
             "device": pd.Categorical.from_codes(_device_codes(pid, on_device, devices, labels), labels),
             "stream": np.where(on_device, line_id, -1),
-            "thread": np.where(on_device, -1, tid),
+            "thread": np.where(on_device, -1, np.where(role == _HOST_OPS, pid, tid)),
             "name": names,
             "correlation": correlation,
             "step_id": step_id,
@@ -168,7 +178,10 @@ def _drop_impossible_times(path: Path | str, doc: TraceDoc) -> None:
 
 def _device_of(process: str) -> str | None:
     """``GPU:4`` for ``/device:GPU:4`` (TPU likewise), ``rank0/GPU:4`` for ``rank0/device:GPU:4`` (the device
-    ids of a run of several inputs); None for host and other processes."""
+    ids of a run of several inputs), ``GPU:0`` for a TF1 timeline's ``/device:GPU:0/stream:15 Compute``; None for
+    host and other processes."""
+    if tf1 := _TF1_STREAM.match(process):
+        return f"{tf1[1]}:{tf1[2]}"
     match = _DEVICE_PROCESS.match(process)
     if match is None:
         return None
@@ -176,9 +189,23 @@ def _device_of(process: str) -> str | None:
     return device if match[1] is None else f"{match[1]}/{device}"
 
 
+def _tf1_streams(processes: dict[int, str], pid: np.ndarray, line_id: np.ndarray) -> np.ndarray:
+    """Each row's stream: a TF1 timeline's from its process name (`stream:15`), else its line's."""
+    streams = {p: int(m[3]) for p, name in processes.items() if (m := _TF1_STREAM.match(name))}
+    if not streams:
+        return line_id
+    pids, inverse = np.unique(pid, return_inverse=True)
+    override = np.array([streams.get(int(p), -(2**40)) for p in pids], np.int64)[inverse.reshape(-1)]
+    return np.where(override != -(2**40), override, line_id)
+
+
 def _line_role(process: str | None, device: str | None, thread: str) -> int:
     """What the events of one line mean, as the XSpace reader decides for the same line."""
+    if process is not None and _TF1_STREAM.match(process):
+        return _STREAM
     if device is None:
+        if process is not None and _TF1_OPS.match(process):
+            return _HOST_OPS
         return _HOST if process is not None and _HOST_PROCESS.match(process) else _SKIPPED
     if device.rpartition("/")[2].startswith("GPU"):
         if thread.startswith("Stream #"):
