@@ -687,6 +687,11 @@ def _alike(columns: list[pd.Categorical]) -> list[pd.Categorical]:
     return [c if len(c.categories) else pd.Categorical.from_codes(c.codes, categories=empty) for c in columns]
 
 
+def concat_event_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Event tables one after another, their categorical columns kept categorical."""
+    return _concat_tables(tables)
+
+
 def _concat_tables(
     tables: list[pd.DataFrame],
     columns: tuple[str, ...] = COLUMNS,

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 # Host events that mean "the training loop is waiting for its next batch".
 # tf.data consumer side (XProf's input-op rule) and PyTorch DataLoader / DataPipe
 # (the PyTorch TensorBoard plugin's DataLoader rule).
+# TF1 timelines name the op by its type alone (`IteratorGetNext`).
 INPUT_WAIT_PATTERN = re.compile(
-    r"^(?:Iterator(?:GetNext|GetNextAsOptional|GetNextSync)Op::DoCompute"
+    r"^(?:Iterator(?:GetNext|GetNextAsOptional|GetNextSync)(?:Op::DoCompute)?"
     r"|enumerate\(DataLoader\)#.*__next__"
     r"|enumerate\(DataPipe\)#.*)$"
 )

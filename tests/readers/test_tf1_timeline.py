@@ -44,7 +44,11 @@ def test_a_cpu_timeline_is_a_tensorflow_cpu_run():
     report = run.report
     assert report.framework == "tensorflow" and report.devices == []
     assert report.capture is not None and report.capture.kind == "training"  # ReluGrad, ApplyGradientDescent
-    assert sum(i.events for i in report.inputs) == len(ops)
+    assert sum(i.events for i in report.inputs) == len(ops) + 1  # and the session.run step around them
+    # One session.run: one step, from its first event's start to its last event's end.
+    first = min(e["ts"] for e in complete)
+    last = max(e["ts"] + e["dur"] for e in complete)
+    assert report.steps.count == 1 and report.steps.mean_ns == round((last - first) * 1000)
 
 
 @pytest.mark.parametrize("trace_id", CORPUS_GPU_TIMELINES)
@@ -63,3 +67,17 @@ def test_a_gpu_timeline_has_the_raw_device_work(trace_id, tmp_path):
     assert device.id == "GPU:0"
     assert device.kernels.count == len(kernels)
     assert device.busy_ns == round(_union_us([(e["ts"], e["ts"] + e["dur"]) for e in on_streams]) * 1000)
+
+
+def test_a_tf1_input_wait_is_the_iterator_op(tmp_path):
+    """mnistxla_tf1_gpu (corpus): `IteratorGetNext` runs for the first 16.9 ms of the 30.3 ms session.run before
+    any convolution: input-bound, by the iterator op's own time, with no device work under it."""
+    source = REPO / "corpus" / "data" / "mnistxla_tf1_gpu.json"
+    if not source.exists():
+        pytest.skip(f"{source.name} not present (python -m tools.corpus --dest corpus/data re-creates it)")
+    (tmp_path / source.name).write_bytes(source.read_bytes())
+    _, complete = _raw(source)
+    (iterator,) = [e for e in complete if e["name"] == "IteratorGetNext"]
+    report = analyze_path(tmp_path).report
+    assert report.bottlenecks[0].id == "input_bound"
+    assert report.input_pipeline.wait_ns == pytest.approx(iterator["dur"] * 1000, rel=0.01)

@@ -36,7 +36,16 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.errors import TraceError
-from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
+from traceinsight.events import (
+    COPY_KINDS,
+    KINDS,
+    MEMORY_KINDS,
+    DeviceInfo,
+    InputInfo,
+    TraceRead,
+    concat_event_tables,
+    make_event_table,
+)
 from traceinsight.readers._classify import (
     copy_kind,
     details_bytes,
@@ -65,8 +74,11 @@ _HOST_PROCESS = re.compile(r"^(?:[^/]+/)?/?host:(?!metadata$)")
 # `MEMCPYHtoD` / `MEMCPYDtoH` copies), per device the ops as the executor ran them (`/job:localhost/replica:0/
 # task:0/device:GPU:0 Compute`: host work). `/device:GPU:0/stream:all` and `/device:GPU:0/memcpy` repeat the
 # streams' rows, and `... Tensors` / `Allocators` hold memory: not read.
-_TF1_STREAM = re.compile(r"^/device:(GPU|TPU):(\d+)/stream:(\d+) Compute$")
-_TF1_OPS = re.compile(r"^/job:[^/]+/replica:\d+/task:\d+/device:\w+:\d+ Compute$")
+_TF1_STREAM = re.compile(r"^/(?:device:)?(GPU|TPU|gpu):(\d+)/stream:(\d+) Compute$")
+# TF before 1.4 named devices `/job:localhost/replica:0/task:0/cpu:0`.
+# The step a TF1 timeline holds, as its marker is named.
+TF1_STEP = "session.run"
+_TF1_OPS = re.compile(r"^/job:[^/]+/replica:\d+/task:\d+/(?:device:\w+|cpu|gpu):\d+ Compute$")
 # What the events of one (process, thread) line become; lines without a role are not read.
 _HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED, _HOST_OPS = range(8)
 _TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
@@ -87,8 +99,8 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     if not devices and not any(_HOST_PROCESS.match(name) or _TF1_OPS.match(name) for name in processes.values()):
         raise TraceError(
             path,
-            "neither a Kineto trace, an XProf trace_viewer export nor a TF1 timeline (no /device: or /host: "
-            "process names)",
+            "neither a Kineto trace nor an XProf trace_viewer export or TF1 timeline (no /device:, /host: or "
+            "/job: process names)",
         )
     _drop_impossible_times(path, doc)
     complete = complete_events(doc)
@@ -130,6 +142,8 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
         len(events),
     )
     table = drop_duplicates(table, doc.warnings, "chrome")
+    if any(_TF1_OPS.match(name) for name in processes.values()) and len(table):
+        table = concat_event_tables([table, _tf1_step(table)])
     host_threads = [threads.get((p, t), "") for p, t in lines if devices.get(p) is None]
     host_names = {str(c) for c in pd.unique(full_names[role == _HOST].dropna())}
     framework = xprof_framework(host_threads, host_names, bool((kind == KINDS.index("cpu_op")).any()))
@@ -181,12 +195,29 @@ def _device_of(process: str) -> str | None:
     ids of a run of several inputs), ``GPU:0`` for a TF1 timeline's ``/device:GPU:0/stream:15 Compute``; None for
     host and other processes."""
     if tf1 := _TF1_STREAM.match(process):
-        return f"{tf1[1]}:{tf1[2]}"
+        return f"{tf1[1].upper()}:{tf1[2]}"
     match = _DEVICE_PROCESS.match(process)
     if match is None:
         return None
     device = f"{match[2]}:{match[3]}"
     return device if match[1] is None else f"{match[1]}/{device}"
+
+
+def _tf1_step(table: pd.DataFrame) -> pd.DataFrame:
+    """A TF1 timeline is the step stats of one `session.run`: the whole of it is one step, marked as such (a host
+    step row over its events), or the steps would be guessed from bursts of device work."""
+    start = int(table["ts_ns"].min())
+    end = int((table["ts_ns"] + table["dur_ns"]).max())
+    return make_event_table(
+        {
+            "ts_ns": np.array([start], np.int64),
+            "dur_ns": np.array([end - start], np.int64),
+            "kind": pd.Categorical.from_codes([KINDS.index("step")], KINDS),
+            "name": category_column([TF1_STEP]),
+            "step_id": np.array([0], np.int64),
+        },
+        1,
+    )
 
 
 def _tf1_streams(processes: dict[int, str], pid: np.ndarray, line_id: np.ndarray) -> np.ndarray:
