@@ -28,7 +28,7 @@ from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
 from traceinsight.analysis.ledger import DeviceLedger, Ledger, with_collective_waits
 from traceinsight.analysis.settings import Seen, settings_seen
-from traceinsight.analysis.step_model import StepModel, step_model
+from traceinsight.analysis.step_model import StepModel, input_ledger, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
 from traceinsight.errors import is_truncation_warning
@@ -129,16 +129,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
             for other in input_steps
             if other.input_id != steps.input_id
             for d in with_collective_waits(
-                step_model(
-                    events,
-                    usages,
-                    gaps,
-                    other,
-                    small_kernel_ns,
-                    work,
-                    kernels,
-                    outside_waits=waits.outside_of(other.input_id),
-                ).ledger,
+                input_ledger(events, usages, gaps, other, work, kernels, waits.outside_of(other.input_id)),
                 np.zeros(0),
             ).devices
         ],

@@ -127,7 +127,7 @@ def device_ledger(
     take("copy_other", busy, holds_all_so_far=True)  # device work of no known kind: a copy of unknown direction
     # The idle parts are disjoint from the busy time and from each other (`idle_layers`): each is its own coverage.
     for name, layer in idle_layers(input_wait, gaps_by_cause, outside_waits).items():
-        parts[name] = parts.get(name, 0) + layer.covered_between(starts, ends)
+        parts[name] = layer.covered_between(starts, ends)
     # What is left: gaps whose next op was queued in time, and idle time before the device's first or after its last
     # work in the step.
     parts["unexplained"] = (ends - starts) - covered - sum(parts[p] for p in IDLE_PARTS[:-1])

@@ -48,7 +48,7 @@ from traceinsight.analysis.gaps import DeviceGaps, gap_intervals
 from traceinsight.analysis.host_ops import HostOpRows, host_op_rows
 from traceinsight.analysis.kernels import flagged_kernels
 from traceinsight.analysis.ledger import BUSY_PARTS, DeviceLedger, Ledger, device_ledger
-from traceinsight.analysis.steps import Steps
+from traceinsight.analysis.steps import Steps, step_bounds
 from traceinsight.events import COPY_KINDS, blocking_mask, kind_mask, names_matching, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, difference, union, union_of, union_of_rows
 from traceinsight.result import Projection
@@ -389,19 +389,18 @@ def _host_floor(
 
 
 def _own_step_bounds(
-    events: pd.DataFrame, device: str, starts: np.ndarray, ends: np.ndarray
+    device_steps: pd.DataFrame, device: str, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The windows of a device's own steps where it has a Steps line with as many steps as the run (XSpace: each
-    GPU of a multi-worker job steps on its own clock and at its own pace), else the run's (the same arrays): a
-    device is judged over the steps it ran, not over another device's."""
-    mine = (events["device"] == device).to_numpy() & kind_mask(events, "step")
-    if not mine.any():
+    """The windows of a device's own steps (`device_steps`: the rows of every device's Steps line) where it has a
+    Steps line with as many steps as the run (XSpace: each GPU of a multi-worker job steps on its own clock and at
+    its own pace), else the run's (the same arrays): a device is judged over the steps it ran, not another's."""
+    mine = device_steps[(device_steps["device"] == device).to_numpy()]
+    if mine.empty:
         return starts, ends
-    rows = events[mine].drop_duplicates("step_id").sort_values("ts_ns")
-    own = rows["ts_ns"].to_numpy().astype(np.int64)
+    own, own_ends, _ = step_bounds(mine.drop_duplicates("step_id"))
     if len(own) != len(starts) or (own == starts).all():
         return starts, ends
-    return own, own + rows["dur_ns"].to_numpy().astype(np.int64)
+    return own.astype(np.int64), own_ends.astype(np.int64)
 
 
 def _rescaled(parts: dict[str, np.ndarray], scale: np.ndarray, step_ns: np.ndarray) -> dict[str, np.ndarray]:
@@ -410,6 +409,61 @@ def _rescaled(parts: dict[str, np.ndarray], scale: np.ndarray, step_ns: np.ndarr
     out = {name: np.rint(values * scale).astype(np.int64) for name, values in parts.items()}
     out["unexplained"] += step_ns - sum(out.values())
     return out
+
+
+def input_ledger(
+    events: pd.DataFrame,
+    usages: list[DeviceUsage],
+    gaps: list[DeviceGaps],
+    steps: Steps,
+    work: pd.DataFrame,
+    kernels: pd.DataFrame,
+    outside_waits: Intervals = EMPTY,
+) -> Ledger:
+    """The ledger of one input's devices over its own `steps`, without the rest of its step model (the host's
+    figures): what a run read in one process needs of its inputs other than the step input."""
+    starts, ends = steps.bounds()
+    small = DEFAULT_SMALL_KERNEL_NS  # the ledger does not depend on it
+    _, ledgers, _ = _devices_of_input(events, usages, gaps, steps, small, work, kernels, outside_waits)
+    return Ledger(ends - starts, ledgers)
+
+
+def _devices_of_input(
+    events: pd.DataFrame,
+    usages: list[DeviceUsage],
+    gaps: list[DeviceGaps],
+    steps: Steps,
+    small_threshold_ns: int,
+    work: pd.DataFrame | None,
+    kernels: pd.DataFrame | None,
+    outside_waits: Intervals,
+) -> tuple[list[tuple[DeviceUsage, DeviceGaps]], list[DeviceLedger], list[dict[str, np.ndarray]]]:
+    """The devices of the steps' input the step model is over (those that ran kernels, else all), and each one's
+    ledger and per-step figures, in the run's step lengths."""
+    starts, ends = steps.bounds()
+    mine = [(u, g) for u, g in zip(usages, gaps, strict=True) if u.input_id == steps.input_id]
+    devices = [(u, g) for u, g in mine if u.kernel_busy_ns > 0] or mine
+    if not devices:
+        return devices, [], []
+    work = device_work(events) if work is None else work
+    kernels = flagged_kernels(work) if kernels is None else kernels
+    input_wait = input_wait_intervals(events, steps.input_id, [u.busy for u, _ in mine])
+    own_steps = events[kind_mask(events, "step") & events["device"].notna().to_numpy()]  # device Steps lines
+    ledgers, per_device = [], []
+    for usage, device_gaps in devices:
+        rows = work[(work["device"] == usage.id).to_numpy()]
+        its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]
+        own_starts, own_ends = _own_step_bounds(own_steps, usage.id, starts, ends)
+        parts, figures = _device_figures(
+            rows, its_kernels, usage, device_gaps, own_starts, own_ends, small_threshold_ns, outside_waits, input_wait
+        )
+        if own_starts is not starts:  # in the run's step lengths, each part keeping its share of the device's step
+            scale = (ends - starts) / np.maximum(own_ends - own_starts, 1)
+            parts = _rescaled(parts, scale, ends - starts)
+            figures = {name: values * scale for name, values in figures.items()}
+        ledgers.append(DeviceLedger(usage.id, parts, ends - starts))
+        per_device.append(figures)
+    return devices, ledgers, per_device
 
 
 def input_wait_intervals(events: pd.DataFrame, input_id: int, busy: list[Intervals]) -> Intervals:
@@ -449,28 +503,9 @@ def step_model(
     (`waits.Waits.outside_of`)."""
     starts, ends = steps.bounds()
     count = len(starts)
-    mine = [(u, g) for u, g in zip(usages, gaps, strict=True) if u.input_id == steps.input_id]
-    ran_kernels = [(u, g) for u, g in mine if u.kernel_busy_ns > 0]
-    devices = ran_kernels or mine
-    per_device = []
-    if devices:
-        work = device_work(events) if work is None else work
-        kernels = flagged_kernels(work) if kernels is None else kernels
-    input_wait = input_wait_intervals(events, steps.input_id, [u.busy for u, _ in mine]) if devices else EMPTY
-    ledgers = []
-    for usage, device_gaps in devices:
-        rows = work[(work["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        its_kernels = kernels[(kernels["device"] == usage.id).to_numpy()]  # type: ignore[index]
-        own_starts, own_ends = _own_step_bounds(events, usage.id, starts, ends)
-        parts, figures = _device_figures(
-            rows, its_kernels, usage, device_gaps, own_starts, own_ends, small_threshold_ns, outside_waits, input_wait
-        )
-        if own_starts is not starts:  # in the run's step lengths, each part keeping its share of the device's step
-            scale = (ends - starts) / np.maximum(own_ends - own_starts, 1)
-            parts = _rescaled(parts, scale, ends - starts)
-            figures = {name: values * scale for name, values in figures.items()}
-        ledgers.append(DeviceLedger(usage.id, parts, ends - starts))
-        per_device.append(figures)
+    devices, ledgers, per_device = _devices_of_input(
+        events, usages, gaps, steps, small_threshold_ns, work, kernels, outside_waits
+    )
 
     def mean(name: str) -> np.ndarray:
         if not per_device:

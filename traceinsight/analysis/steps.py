@@ -90,7 +90,8 @@ class Steps:
         return {cat: sum(s.breakdown[cat] for s in self.items) for cat in BREAKDOWN}
 
 
-def _bounds(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_bounds(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends and step ids of step rows, in time order."""
     rows = rows.sort_values("ts_ns", kind="stable")
     starts = rows["ts_ns"].to_numpy()
     return starts, starts + rows["dur_ns"].to_numpy(), rows["step_id"].to_numpy()
@@ -112,12 +113,12 @@ def _marker_steps(
         mine = host[host["input_id"].to_numpy() == input_id].drop_duplicates("step_id")
         names = mine["name"].astype(str)
         label = "ProfilerStep#N" if names.str.startswith("ProfilerStep").all() else f"step marker '{names.iloc[0]}'"
-        return (input_id, label, None, *_bounds(mine))
+        return (input_id, label, None, *step_bounds(mine))
     device = steps[steps["device"].notna().to_numpy()]
     if not device.empty:
         first = device["device"].astype(str).min()
         mine = device[(device["device"] == first).to_numpy()].drop_duplicates("step_id")
-        return (int(mine["input_id"].iloc[0]), device_line_label(first), first, *_bounds(mine))
+        return (int(mine["input_id"].iloc[0]), device_line_label(first), first, *step_bounds(mine))
     return None
 
 
