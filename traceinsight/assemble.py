@@ -14,7 +14,7 @@ import numpy as np
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.capture import Capture as CaptureAnalysis
-from traceinsight.analysis.collectives import CollectiveInstance, RankCollectives, transfers_in, waits_in
+from traceinsight.analysis.collectives import CollectiveInstance, RankCollectives, transfers_in
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
 from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.gaps import DeviceGaps
@@ -178,12 +178,14 @@ def _devices(a: Analysis) -> list[Device]:
 def _totals(a: Analysis) -> Totals:
     h2d = copy_totals(a.copies, "h2d")
     d2h = copy_totals(a.copies, "d2h")
+    # Over the steps (the ledger's); `step_*` repeat them for saved reports and `--fail-on` paths.
+    util, idle = _rounded(a.ledger.share(KERNEL_PARTS)), _rounded(a.ledger.share(IDLE_PARTS))
     return Totals(
         device_count=len(a.devices),
-        idle_fraction=_rounded(a.ledger.share(IDLE_PARTS)),
-        gpu_util=_rounded(a.ledger.share(KERNEL_PARTS)),
-        step_gpu_util=_rounded(a.ledger.share(KERNEL_PARTS)),
-        step_idle_fraction=_rounded(a.ledger.share(IDLE_PARTS)),
+        idle_fraction=idle,
+        gpu_util=util,
+        step_gpu_util=util,
+        step_idle_fraction=idle,
         kernel_count=sum(k.count for k in a.kernels),
         small_kernel_count=sum(k.small_count for k in a.kernels),
         h2d_count=h2d.count,
@@ -197,7 +199,8 @@ def _totals(a: Analysis) -> Totals:
     )
 
 
-def _ledger(a: Analysis) -> Ledger:
+def _ledger(a: Analysis, per_step: dict[str, np.ndarray]) -> Ledger:
+    """The report's ledger; `per_step`: its parts a step (`_per_step_parts`)."""
     ledger = a.ledger
     if not ledger.devices:
         return Ledger()
@@ -206,7 +209,7 @@ def _ledger(a: Analysis) -> Ledger:
         parts=parts,
         idle_parts=list(IDLE_PARTS),
         step_ns=[int(x) for x in ledger.step_ns],
-        per_step={part: [int(round(x)) for x in ledger.mean(part)] for part in parts},
+        per_step={part: per_step[part].tolist() for part in parts},
         devices=[
             LedgerDevice(
                 id=d.device,
@@ -219,9 +222,15 @@ def _ledger(a: Analysis) -> Ledger:
     )
 
 
-def _steps(a: Analysis) -> Steps:
+def _per_step_parts(a: Analysis) -> dict[str, np.ndarray]:
+    """Each ledger part's ns in each step, the mean over the step input's devices, as whole ns (empty without
+    devices): what the step table and the report's ledger show."""
+    return {part: np.rint(a.ledger.mean(part)).astype(np.int64) for part in a.ledger.parts} if a.ledger.devices else {}
+
+
+def _steps(a: Analysis, per_step: dict[str, np.ndarray]) -> Steps:
     s = a.steps
-    parts = _step_parts(a)
+    parts = _step_parts(a, per_step)
     return Steps(
         source=s.source,
         marker=s.marker,
@@ -239,13 +248,11 @@ def _steps(a: Analysis) -> Steps:
     )
 
 
-def _step_parts(a: Analysis) -> list[dict[str, int]]:
-    """Where each step's time went: the ledger's parts (the mean over the step input's devices), or on a host-only
-    run the host's breakdown (`steps.breakdown`)."""
-    ledger = a.ledger
-    if not ledger.devices:
+def _step_parts(a: Analysis, per_step: dict[str, np.ndarray]) -> list[dict[str, int]]:
+    """Where each step's time went: the ledger's parts (`per_step`), or on a host-only run the host's breakdown
+    (`steps.breakdown`)."""
+    if not per_step:
         return [x.breakdown for x in a.steps.items]
-    per_step = {part: np.rint(ledger.mean(part)).astype(np.int64) for part in ledger.parts}
     return [{part: int(values[i]) for part, values in per_step.items()} for i in range(a.steps.count)]
 
 
@@ -373,7 +380,7 @@ def _collectives(a: Analysis) -> CollectivesSummary:
         unmatched=c.unmatched,
         wait_ns=sum(x.wait_ns for i in c.instances for x in i.arrivals),
         transfer_ns=sum(i.transfer_ns * len(i.arrivals) for i in c.instances),
-        wait_per_step_ns=_step_mean(waits_in(c, a.steps.input_id, starts, ends)),
+        wait_per_step_ns=_step_mean(a.collective_waits),
         transfer_per_step_ns=_step_mean(transfers_in(c, a.steps.input_id, starts, ends)),
         groups=[_group(kind, size, members) for (kind, size), members in groups.items()],
         straggler=None
@@ -427,6 +434,7 @@ def _meta(a: Analysis) -> Meta:
 def assemble(a: Analysis, findings: Findings) -> RunReport:
     """The run's report, from its analysis and the findings made on it (`findings.evaluate`)."""
     p = a.profile
+    per_step = _per_step_parts(a)
     return RunReport(
         version=__version__,
         run=p.name,
@@ -434,10 +442,10 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         framework=p.framework,
         window=Window(start_ns=a.window_start_ns, end_ns=a.window_end_ns),
         device_info=list(p.devices.values()),
-        steps=_steps(a),
+        steps=_steps(a, per_step),
         devices=_devices(a),
         totals=_totals(a),
-        ledger=_ledger(a),
+        ledger=_ledger(a, per_step),
         capture=_capture(a.capture),
         input_pipeline=_input_pipeline(a),
         graph_replays=_graph_replays(a.graphs),

@@ -30,7 +30,6 @@ import numpy as np
 
 from traceinsight.advice import COMPILED_STEP, advise, seen_evidence
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.collectives import waits_in
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.ledger import COPY_PARTS, KERNEL_PARTS, SHOWN_BUSY_PARTS
@@ -571,7 +570,7 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
 def _collective_waits(a: Analysis) -> np.ndarray:
     """The step input's waiting inside collectives in each of the run's steps (ns): for a straggler, or for ranks
     not in the trace; what `straggler` removes and `communication` leaves out."""
-    return waits_in(a.collectives, a.steps.input_id, *a.steps.bounds()).astype(np.float64)
+    return a.collective_waits.astype(np.float64)
 
 
 def _straggler(a: Analysis) -> Finding | None:

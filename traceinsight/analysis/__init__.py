@@ -70,12 +70,16 @@ class Analysis:
         return self.window_end_ns - self.window_start_ns
 
     @cached_property
+    def collective_waits(self) -> np.ndarray:
+        """The step input's waiting inside collectives in each of the run's steps (ns, the union of its waits): for a
+        straggler, or for ranks not in the trace. Found once: the ledger, the findings and the report read it."""
+        return waits_in(self.collectives, self.steps.input_id, *self.steps.bounds())
+
+    @cached_property
     def ledger(self) -> Ledger:
         """The step model's ledger with the collective part split into the step input's waiting inside collectives
-        (for a straggler, or for ranks not in the trace) and transfer: every per-step figure is read from it."""
-        starts, ends = self.steps.bounds()
-        waits = waits_in(self.collectives, self.steps.input_id, starts, ends)
-        return with_collective_waits(self.step_model.ledger, waits)
+        (`collective_waits`) and transfer: every per-step figure is read from it."""
+        return with_collective_waits(self.step_model.ledger, self.collective_waits)
 
     @property
     def device_ledgers(self) -> list[DeviceLedger]:
