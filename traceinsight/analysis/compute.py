@@ -220,7 +220,8 @@ def _kernels(
     owner = np.full(len(rows), -1, np.int64)
     flops, nbytes, roofline, work = np.zeros(len(rows)), np.full(len(rows), np.nan), dur.copy(), dur.copy()
     dtypes = np.full(len(ops), None, dtype=object)
-    names = events["name"].iloc[rows]
+    # The kernels' own names only (the table's categories hold every host name too), as `kernels.flagged_kernels`.
+    names = events["name"].iloc[rows].cat.remove_unused_categories()
     precision_known = np.array(classify_kernel_names(names)["precision"].notna(), bool)
     if costs is not None and len(rows):
         owner = owners[rows]
