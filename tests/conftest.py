@@ -71,7 +71,7 @@ def shared_trace(relative: str) -> Path:
     return path
 
 
-def required_module(name: str, install: str = "pip install -e '.[test]'") -> ModuleType:
+def required_module(name: str, install: str = "pip install -e '.[test]' (traceinsight-report)") -> ModuleType:
     """Import module `name` for a test that needs it, skipping the test when it is not installed, or failing it
     under CI: CI installs what `install` does, so there a missing module is a broken setup, not a reason to skip."""
     try:

@@ -18,7 +18,7 @@ def wheel(tmp_path_factory) -> Path:
         check=True,
         capture_output=True,
     )
-    (path,) = out.glob("traceinsight-*.whl")
+    (path,) = out.glob("traceinsight_report-*.whl")
     return path
 
 

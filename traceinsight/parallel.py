@@ -630,7 +630,7 @@ def _dask_map(call: Callable[[Path], Any], paths: Sequence[Path], scheduler: str
         from distributed import Client, LocalCluster
     except ImportError:
         raise TraceError(
-            "--scheduler", "Dask is not installed: pip install 'dask[distributed]' (or traceinsight[dask])"
+            "--scheduler", "Dask is not installed: pip install 'dask[distributed]' (or traceinsight-report[dask])"
         ) from None
     cluster = None
     try:

@@ -36,7 +36,9 @@ from traceinsight.commands.runs import _cells
 from traceinsight.result import RunSummary
 from traceinsight.tensorboard.runs import reads_inside
 
-pytest.importorskip("tensorboard", reason="TensorBoard not installed (pip install -e '.[tensorboard]')")
+pytest.importorskip(
+    "tensorboard", reason="TensorBoard not installed (pip install -e '.[tensorboard]', traceinsight-report)"
+)
 
 TORCH_DIR = "torch_cpu"
 # Named as `traceinsight runs LOGDIR` names them (the logdir is `logs`); the oldest is opened in the browser only.
@@ -128,7 +130,8 @@ def tensorboard_command() -> list[str]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     names = {e.name for e in metadata.entry_points(group="tensorboard_plugins")}
-    assert "traceinsight" in names, "the entry point is not installed: pip install -e '.[tensorboard]'"
+    not_installed = "the entry point is not installed: pip install -e '.[tensorboard]' (traceinsight-report)"
+    assert "traceinsight" in names, not_installed
     root = tmp_path_factory.mktemp("tensorboard")
     logdir = make_logdir(root)
     cache = root / "cache"
