@@ -12,6 +12,7 @@ import json
 import random
 import re
 import zlib
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import SAMPLE_TRACES
@@ -192,3 +193,16 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
     for label, cut in (("3", 3), ("half", len(xspace) // 2)):
         cases[f"cut-{label}.xplane.pb"] = (xspace[:cut], "not an XSpace protobuf")
     return cases
+
+
+def shift_capture(path: Path, seconds: float) -> None:
+    """Move a Kineto trace file's capture `seconds` later on its own clock (every event's ts), in place: runs
+    copied from one sample then differ in capture time, which orders them (`discover.find_runs`)."""
+    packed = path.name.endswith(".gz")
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if packed else raw)
+    for event in doc["traceEvents"]:
+        if isinstance(event.get("ts"), int | float):
+            event["ts"] += seconds * 1e6
+    text = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(text) if packed else text)

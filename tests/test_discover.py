@@ -12,6 +12,7 @@ from tests.conftest import shared_trace
 from tests.corpus import kineto_doc
 from traceinsight.cli import main
 from traceinsight.discover import (
+    BY_CAPTURE_TIME,
     NAMED_RUN,
     NEWEST_NOT_CAPTURE,
     NEWEST_RUN,
@@ -60,9 +61,11 @@ def test_a_run_folder_and_a_single_file(logdir):
 
 
 def _trace(path: Path, mtime: float = 10, capture: bool = False, doc: dict | None = None) -> Path:
-    """A small valid Kineto trace at `path` (gzipped for .gz); `capture`: with a `cudaStreamBeginCapture` runtime
-    call, as a CUDA-graph capture pass has."""
-    doc = kineto_doc() if doc is None else doc
+    """A small valid Kineto trace at `path` (gzipped for .gz), modified at `mtime` and, unless `doc` is given,
+    captured then too (its ts after a `baseTimeNanoseconds` of `mtime` s past 2023-11-14); `capture`: with a
+    `cudaStreamBeginCapture` runtime call, as a CUDA-graph capture pass has."""
+    if doc is None:
+        doc = {**kineto_doc(), "baseTimeNanoseconds": CLOCK_NS + int(mtime * 1e9)}
     if capture:
         call = {
             "ph": "X",
@@ -81,7 +84,8 @@ def _trace(path: Path, mtime: float = 10, capture: bool = False, doc: dict | Non
     return path
 
 
-TINY: dict[str, list] = {"traceEvents": []}  # enough for discovery, which never parses a trace
+TINY: dict[str, list] = {"traceEvents": []}  # enough for discovery, which never parses a trace (and no clock)
+CLOCK_NS = 1_700_000_000 * 10**9
 
 
 def test_rank_files_of_one_folder_are_one_run(tmp_path):
@@ -239,6 +243,8 @@ def test_non_trace_json_beside_traces_is_skipped_and_counted_in_the_report(tmp_p
             "bytes": (folder / "bs_32_rank0.json.gz").stat().st_size,
             "selected": True,
             "capture_pass": None,
+            "captured": None,  # a lone file's clock is not read: nothing to order or group
+            "grouping": None,
         }
     ]
     assert report["meta"]["run_choice"] == ONLY_RUN
@@ -300,7 +306,7 @@ def replay_and_capture(tmp_path: Path) -> Path:
 
 def test_a_newer_capture_pass_is_not_the_default(replay_and_capture):
     choice = choose_run(replay_and_capture)
-    assert choice.run.name == "decode" and choice.reason == NEWEST_NOT_CAPTURE
+    assert choice.run.name == "decode" and choice.reason == f"{NEWEST_NOT_CAPTURE} {BY_CAPTURE_TIME}"
     assert [r.name for r in choice.runs] == ["decode/capture_traces", "decode"]  # newest first
     assert choice.capture_pass == (True, False)
     assert discover(replay_and_capture).name == "decode"
@@ -324,12 +330,14 @@ def test_the_newest_run_is_not_scanned_further(tmp_path, monkeypatch):
 
     monkeypatch.setattr(discover_module, "is_capture_pass", counted)
     choice = choose_run(tmp_path)
-    assert choice.reason == NEWEST_RUN and choice.run.root.name == "b" and choice.capture_pass == (False, None)
+    by_file_time = f"{BY_CAPTURE_TIME} (then, by modification time, {tmp_path.name}/b, {tmp_path.name}/a: no wall"
+    assert choice.reason.startswith(f"{NEWEST_RUN} {by_file_time}")  # no clock in TINY: ordered by file time
+    assert choice.run.root.name == "b" and choice.capture_pass == (False, None)
     assert len(scanned) == 1
     _trace(tmp_path / "b" / "t.json", mtime=3000, capture=True, doc=TINY)
     (tmp_path / "a" / "t.json").unlink()
     _trace(tmp_path / "a" / "t.json", mtime=1000, capture=True, doc=TINY)
-    assert choose_run(tmp_path).reason == NEWEST_RUN  # capture passes only: the newest
+    assert choose_run(tmp_path).reason.startswith(f"{NEWEST_RUN} {BY_CAPTURE_TIME}")  # capture passes only
     assert choose_run(tmp_path / "a").reason == ONLY_RUN
 
 
@@ -339,13 +347,13 @@ def test_the_report_says_which_run_and_lists_the_others(replay_and_capture, tmp_
     assert main([*args, "--markdown", str(out / "r.md")]) == 0
     terminal = capsys.readouterr().out
     report = json.loads((out / "r.json").read_text())
-    assert report["run"] == "decode" and report["meta"]["run_choice"] == NEWEST_NOT_CAPTURE
+    assert report["run"] == "decode" and report["meta"]["run_choice"] == f"{NEWEST_NOT_CAPTURE} {BY_CAPTURE_TIME}"
     assert [(r["name"], r["selected"], r["capture_pass"], r["files"]) for r in report["meta"]["runs"]] == [
         ("decode/capture_traces", False, True, 1),
         ("decode", True, False, 1),
     ]
     assert report["warnings"]["not_a_trace"] == 1
-    line = f"run 2 of 2 ({NEWEST_NOT_CAPTURE}); others: --run decode/capture_traces"
+    line = f"run 2 of 2 ({NEWEST_NOT_CAPTURE} {BY_CAPTURE_TIME}); others: --run decode/capture_traces"
     assert terminal.splitlines()[1] == f"  {line}"
     assert "others: `--run decode/capture_traces`" in (out / "r.md").read_text()
     page = (out / "r.html").read_text()
@@ -381,7 +389,10 @@ def test_real_replay_is_analyzed_rather_than_its_capture_pass(name, tmp_path, ca
     report = json.loads(out.read_text())
     assert report["run"] == name
     assert {r["name"]: r["selected"] for r in report["meta"]["runs"]} == {name: True, f"{name}/capture_traces": False}
-    assert report["meta"]["run_choice"] in (NEWEST_RUN, NEWEST_NOT_CAPTURE)
+    assert report["meta"]["run_choice"] in (
+        f"{NEWEST_RUN} {BY_CAPTURE_TIME}",
+        f"{NEWEST_NOT_CAPTURE} {BY_CAPTURE_TIME}",
+    )
     assert capsys.readouterr().err == ""
 
 

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.conftest import SAMPLE_TRACES
+from tests.corpus import shift_capture
 from traceinsight import listing, workflow
 from traceinsight.discover import choose_run, find_runs
 from traceinsight.errors import TraceError
@@ -36,12 +37,15 @@ SAMPLES = ("synthetic_gpu/input_bound", "synthetic_gpu/launch_bound", "synthetic
 
 @pytest.fixture
 def logdir(tmp_path: Path) -> Path:
-    """Three small runs in a logdir of their own (their files may be touched), oldest first."""
+    """Three small runs in a logdir of their own (their files may be touched), captured oldest first, a second
+    apart (the samples share one capture time)."""
     root = tmp_path / "logdir"
     for age, sample in enumerate(reversed(SAMPLES)):
         target = root / Path(sample).name
         shutil.copytree(SAMPLE_TRACES / sample, target)
         for f in target.iterdir():
+            if f.name.endswith(".pt.trace.json.gz"):
+                shift_capture(f, age)
             os.utime(f, ns=(1_700_000_000_000_000_000 + age, 1_700_000_000_000_000_000 + age * 1_000_000_000))
     return root
 

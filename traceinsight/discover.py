@@ -5,21 +5,27 @@ one ``<host>.xplane.pb`` per host); a TensorBoard logdir (any depth above such
 folders); a folder of traces (``tensorboard_trace_handler`` output, one file per
 rank, or JSON traces of any name). JSON is a trace when its content says so
 (`readers.looks_like_trace`), whatever it is called; other JSON files are skipped
-and counted. Files in one folder form one run (several hosts or ranks). Of several
-runs, `choose_run` takes the one `--run` names, else the newest that is not a
-CUDA/HIP graph capture pass, and says why.
+and counted. Files in one folder are one run (several hosts or ranks) only when
+their captures overlap in time and come from different processes; otherwise each
+capture is a run of its own (a repeating schedule, a script profiled twice,
+unrelated traces side by side), named by its capture time (`group_captures`).
+Runs are ordered by capture time on the traces' own clocks, by modification time
+only where a file has none. Of several runs, `choose_run` takes the one `--run`
+names, else the newest that is not a CUDA/HIP graph capture pass, and says why.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from traceinsight.errors import TraceError
 from traceinsight.readers import XSPACE_SUFFIX, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
-from traceinsight.rules import GRAPH_CAPTURE_BYTES
+from traceinsight.readers.stamp import CaptureStamp, capture_stamp
+from traceinsight.rules import GRAPH_CAPTURE_BYTES, RUN_OVERLAP_MIN_SHARE
 
 # JSON of ours beside traces: the versions a run records (render/meta.py reads them), the synthetic samples' truth
 # (tools/make_samples.py).
@@ -32,6 +38,10 @@ NEWEST_RUN = "the newest run"
 NEWEST_NOT_CAPTURE = (
     "the newest run that is not a graph capture pass (a capture pass records kernels once; it is no steady state)"
 )
+# How runs were ordered (`RunChoice.reason`): by their traces' own clocks, or, where a run's files have none, by
+# the files' modification times (copied files all share their copy time).
+BY_CAPTURE_TIME = "by capture time"
+BY_MODIFICATION_TIME = "then, by modification time, {runs}: no wall clock in their files"
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,23 @@ class Run:
     files: tuple[Path, ...]
     unreadable: tuple[Path, ...] = ()
     not_traces: int = 0
+    started_ns: int | None = None  # the capture's start on its traces' own clock (None: they have none)
+    grouping: str | None = None  # why these files are one run, or apart from the others in their folder
+    doubt: str | None = None  # a warning: what `grouping` could not tell for certain
+
+    @property
+    def time_ns(self) -> int:
+        """When the run was captured, for ordering: `started_ns`, else its newest file's modification time."""
+        if self.started_ns is not None:
+            return self.started_ns
+        return max((_mtime_ns(f) for f in self.files), default=0)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # deleted since the walk
+        return 0
 
 
 @dataclass(frozen=True)
@@ -119,10 +146,109 @@ def _run_name(folder: Path, base: Path) -> str:
     return "/".join([base.resolve().name, *parts])
 
 
-def _sort_key(run: Run) -> tuple[float, str]:
-    """Newest first: latest modification time of the run's files, then name (XProf's run
-    folders are timestamps, which sort by time)."""
-    return (max(f.stat().st_mtime for f in run.files), run.name)
+def _sort_key(run: Run) -> tuple[bool, int, str]:
+    """Oldest first by the capture's start on the traces' clock, runs without one before them all, by their newest
+    file's modification time (a copy's time: no capture time to compare with); then the name (XProf's run folders
+    are timestamps, which sort by time)."""
+    return (run.started_ns is not None, run.time_ns, run.name)
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two capture windows are one capture's: they share at least `RUN_OVERLAP_MIN_SHARE` of the shorter
+    (ranks of one run record the same steps; one process's successive captures only touch, if that)."""
+    shared = min(a[1], b[1]) - max(a[0], b[0])
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    return shared >= 0 and (shorter <= 0 or shared >= RUN_OVERLAP_MIN_SHARE * shorter)
+
+
+def _who(stamps: list[CaptureStamp]) -> str:
+    """'ranks 0, 1', 'hosts a, b' or 'processes 12, 13': what tells the files' processes apart."""
+    for word, values in (
+        ("ranks", [s.rank for s in stamps]),
+        ("hosts", [s.host for s in stamps]),
+        ("processes", [s.pid for s in stamps]),
+    ):
+        if None not in values and len(set(values)) == len(values):
+            return f"{word} {', '.join(str(v) for v in sorted(values))}"  # type: ignore[type-var]
+    return "processes it could not tell apart"
+
+
+def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | None, str | None]]:
+    """The files of one folder (their stamps) as runs: (file indices, why, doubt). Files are one run when their
+    windows overlap and they come from different processes; a file without a wall clock joins the others that
+    have none, with a doubt, since nothing says whether they are one capture."""
+    if len(stamps) == 1:
+        return [([0], None, None)]
+    windows = {i: (s.start_ns, s.end_ns) for i, s in enumerate(stamps) if s.start_ns is not None and s.end_ns}
+    clusters: list[list[int]] = []
+    window = (0, 0)
+    for i in sorted(windows, key=lambda i: windows[i]):
+        here = windows[i]
+        if clusters and _overlap(window, here):
+            clusters[-1].append(i)
+            window = (window[0], max(window[1], here[1]))
+        else:
+            clusters.append([i])
+            window = here
+    groups: list[tuple[list[int], str | None, str | None]] = []
+    for members in clusters:
+        processes = [stamps[i].process for i in members]
+        known = [p for p in processes if p is not None]
+        if len(set(known)) < len(known):  # one process twice at once: copies of one capture
+            copies = f"{len(members)} files overlap in time but come from one process (copies of one capture?)"
+            groups.extend(([i], "one of " + copies, copies + ": each read as a run of its own") for i in members)
+        elif len(members) > 1:
+            who = _who([stamps[i] for i in members])
+            doubt = None if len(known) == len(members) else f"{len(members)} files overlap in time: {who}"
+            groups.append((members, f"{len(members)} files captured at the same time by {who}: one run", doubt))
+        else:
+            groups.append((members, None, None))
+    untimed = [i for i in range(len(stamps)) if i not in windows]
+    if untimed:
+        doubt = (
+            f"{len(untimed)} files without a wall clock: read as one run, though nothing says they are one capture"
+            if len(untimed) > 1
+            else None
+        )
+        groups.append((untimed, "no wall clock in the files" if len(untimed) > 1 else None, doubt))
+    if len(groups) > 1:
+        split = f"one of {len(groups)} captures in this folder at different times, each a run of its own"
+        groups = [(members, why or split, doubt) for members, why, doubt in groups]
+    return groups
+
+
+def _folder_runs(
+    folder: Path, files: list[Path], base: Path, stamped: bool, skipped: tuple[Path, ...], not_traces: int
+) -> list[Run]:
+    """The runs of one folder's trace files (`group_captures`), each named by its capture time when the folder
+    holds several (`<folder>@2026-12-04T09:15:07Z`), as `--run` takes it. `stamped`: whether the files' stamps
+    are read at all (a lone file of a lone folder needs none)."""
+    name = _run_name(folder, base)
+    if not stamped:
+        return [Run(name, folder, tuple(files), skipped, not_traces)]
+    stamps = [capture_stamp(f) for f in files]
+    groups = group_captures(stamps)
+    starts = [min((s for i in group[0] if (s := stamps[i].start_ns) is not None), default=None) for group in groups]
+    # Named to the second, or to the millisecond where two runs share a second; a time they still share names
+    # neither: their first files' names do.
+    texts = [_stamp_text(s) if s is not None else None for s in starts]
+    if len(set(texts)) < len(texts):
+        texts = [_stamp_text(s, milliseconds=True) if s is not None else None for s in starts]
+    runs = []
+    for (members, why, doubt), started, text in zip(groups, starts, texts, strict=True):
+        run_name = name
+        if len(groups) > 1:
+            unique = text is not None and texts.count(text) == 1
+            run_name = f"{name}@{text if unique else files[members[0]].name}"
+        chosen = tuple(sorted(files[i] for i in members))
+        runs.append(Run(run_name, folder, chosen, skipped, not_traces, started, why, doubt))
+    return runs
+
+
+def _stamp_text(epoch_ns: int, milliseconds: bool = False) -> str:
+    """2026-12-04T09:15:07Z (or 09:15:07.975Z): a capture time as a run's name takes it (a shell word)."""
+    text = datetime.fromtimestamp(epoch_ns // 10**9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{epoch_ns // 10**6 % 1000:03d}Z" if milliseconds else f"{text}Z"
 
 
 def find_runs(path: Path) -> list[Run]:
@@ -147,7 +273,10 @@ def find_runs(path: Path) -> list[Run]:
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)
     skipped, not_traces = tuple(unreadable), len(candidates) - len(files)
-    runs = [Run(_run_name(folder, path), folder, tuple(fs), skipped, not_traces) for folder, fs in by_folder.items()]
+    stamped = len(files) > 1  # several files: their windows say which are one run, and which is newest
+    runs = [
+        run for folder, fs in by_folder.items() for run in _folder_runs(folder, fs, path, stamped, skipped, not_traces)
+    ]
     return sorted(runs, key=_sort_key)
 
 
@@ -185,11 +314,22 @@ def choose_run(path: Path, run: str | None = None) -> RunChoice:
     if len(runs) == 1:
         return RunChoice(runs[0], runs, unknown, ONLY_RUN)
     capture = list(unknown)
+    order = ordering(runs)
     for i, candidate in enumerate(runs):
         capture[i] = is_capture_pass(candidate)
         if not capture[i]:
-            return RunChoice(candidate, runs, tuple(capture), NEWEST_NOT_CAPTURE if i else NEWEST_RUN)
-    return RunChoice(runs[0], runs, tuple(capture), NEWEST_RUN)  # capture passes only
+            newest = NEWEST_NOT_CAPTURE if i else NEWEST_RUN
+            return RunChoice(candidate, runs, tuple(capture), f"{newest} {order}")
+    return RunChoice(runs[0], runs, tuple(capture), f"{NEWEST_RUN} {order}")  # capture passes only
+
+
+def ordering(runs: tuple[Run, ...] | list[Run]) -> str:
+    """How `runs` were put in order: by capture time, saying which runs (if any) fell back to modification time."""
+    undated = [r.name for r in runs if r.started_ns is None]
+    if not undated:
+        return BY_CAPTURE_TIME
+    named = ", ".join(undated[:3]) + (f" and {len(undated) - 3} more" if len(undated) > 3 else "")
+    return f"{BY_CAPTURE_TIME} ({BY_MODIFICATION_TIME.format(runs=named)})"
 
 
 def capture_pass_beside(choice: RunChoice) -> Run | None:

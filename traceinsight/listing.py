@@ -24,6 +24,7 @@ from traceinsight import __version__
 from traceinsight.discover import Run, find_runs
 from traceinsight.errors import TraceError
 from traceinsight.parallel import map_outcomes
+from traceinsight.render.meta import iso_utc
 from traceinsight.result import SCHEMA, RunReport, RunSummary, from_document, to_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
 
@@ -179,7 +180,10 @@ def summarize(run: Run, outcome: Outcome | None = None) -> RunSummary:
             st = f.stat()
             sizes.append(st.st_size)
             mtimes.append(st.st_mtime)
-    row = RunSummary(name=run.name, files=len(run.files), bytes=sum(sizes), modified=max(mtimes, default=None))
+    captured = None if run.started_ns is None else iso_utc(run.started_ns)
+    row = RunSummary(
+        name=run.name, files=len(run.files), bytes=sum(sizes), modified=max(mtimes, default=None), capture_time=captured
+    )
     if isinstance(outcome, TraceError):
         return replace(row, error=str(outcome))
     return row if outcome is None else _with_figures(row, outcome)
@@ -197,7 +201,7 @@ def _with_figures(row: RunSummary, report: RunReport) -> RunSummary:
         hosts=len({i.host for i in inputs if i.host is not None}),
         ranks=len({i.rank for i in inputs if i.rank is not None}),
         capture_kind=report.capture.kind if report.capture else None,
-        capture_time=report.meta.capture_date,
+        capture_time=report.meta.capture_date or row.capture_time,
         steps=report.steps.count,
         mean_step_ns=report.steps.mean_ns,
         gpu_util=report.totals.step_gpu_util,

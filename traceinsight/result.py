@@ -709,6 +709,8 @@ class RunListed:
     bytes: int
     selected: bool
     capture_pass: bool | None  # null when not looked at
+    captured: str | None = None  # ISO 8601 UTC start on the traces' own clock; null: none (ordered by file time)
+    grouping: str | None = None  # why these files are one run, or apart from the others in their folder
 
 
 @dataclass(kw_only=True)

@@ -77,6 +77,11 @@ GRAPH_CAPTURE_PATTERN = re.compile(
     r"|^torch/cuda/graphs\.py\(\d+\): capture_begin$"
 )
 GRAPH_CAPTURE_BYTES = b"StreamBeginCapture"
+# Files of one folder are one run when their capture windows share at least this much of the shorter window
+# (`discover.group_captures`): the ranks of one job record the same steps (the 2-rank gloo samples share over
+# 99 %, HTA's 8-rank traces and XProf hosts alike), while one process's successive captures (a repeating
+# schedule, a re-run) are disjoint or only touch, and unrelated traces lie hours apart (tracelens/h100: 2.6 h).
+RUN_OVERLAP_MIN_SHARE = 0.5
 # The calls that open and close the recording of one graph on a stream: the kernel launches between them, in order,
 # are its nodes (`analysis/op_kernels.replay_owners` maps a replay's nodes to the ops that launched them here).
 GRAPH_CAPTURE_BEGIN = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")

@@ -71,7 +71,20 @@ def test_every_shared_run_is_listed(shared_traces: Path, shared_listing: tuple[P
         # stall and no estimate to claim (issue 34); SGLang's replay waits for device work outside the trace.
         assert replay["capture_kind"] == "inference" and replay["top_bottleneck"] in (None, "external_wait")
     assert rows["traces/xprof/GPU-multi-worker"]["format"] == "xspace"
-    assert rows["traces/tracelens/h100"]["files"] == 2
+    # tracelens/h100 holds an OWLv2 and a Qwen capture 2.6 h apart: two runs, named by capture time.
+    h100 = {name: row for name, row in rows.items() if name.startswith("traces/tracelens/h100")}
+    assert sorted(h100) == ["traces/tracelens/h100@2025-07-18T09:12:32Z", "traces/tracelens/h100@2025-07-18T11:51:01Z"]
+    assert all(row["files"] == 1 for row in h100.values())
+
+
+def test_runs_are_ordered_by_capture_time(shared_listing: tuple[Path, dict[str, Any], Path]) -> None:
+    """Newest first by each report's own capture date (its first event on the trace's clock), whatever the files'
+    modification times (all alike in a copy); the run without a wall clock last, and said to be."""
+    _, doc, _ = shared_listing
+    dated = [row["capture_time"] for row in doc["runs"] if row["capture_time"] is not None]
+    undated = [row["name"] for row in doc["runs"] if row["capture_time"] is None]
+    assert len(dated) >= 20 and dated == sorted(dated, reverse=True)
+    assert undated == ["traces/xprof/GPU-multi-worker"] and doc["runs"][-1]["name"] == undated[0]
 
 
 @pytest.mark.parametrize("name", [CAPTURE_PASSES[0], "traces/kineto/resnet50_num_workers_0", "traces/tf_cpu"])
@@ -117,7 +130,8 @@ def test_a_second_listing_analyses_nothing(
     assert _listed(path, tmp_path / "again.json") == doc
     assert main(["runs", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"{len(doc['runs'])} runs, newest first: 0 analysed now, {len(doc['runs'])} from the cache" in out
+    order = "newest first by capture time (then, by modification time, traces/xprof/GPU-multi-worker: no wall clock"
+    assert f"{len(doc['runs'])} runs, {order} in their files): 0 analysed now, {len(doc['runs'])} from the cache" in out
 
 
 def test_quiet_lists_the_names_without_analysing(
@@ -161,7 +175,9 @@ def test_table_rows_errors_and_a_path_without_runs(
     assert "\x1b" not in out and "logdir/good\\x1b[31m" in out
     bad = next(row for row in rows if row.startswith("logdir/bad "))
     assert "error: " in bad and "cut.pt.trace.json" in bad
-    assert "2 runs, newest first: 2 analysed now, 0 from the cache" in footer and "1 error" in footer
+    by_file_time = "(then, by modification time, logdir/bad: no wall clock in their files)"  # a cut file
+    assert f"2 runs, newest first by capture time {by_file_time}: 2 analysed now, 0 from the cache" in footer
+    assert "1 error" in footer
 
     (empty := tmp_path / "empty").mkdir()
     assert main(["runs", str(empty)]) == 2

@@ -42,7 +42,9 @@ def make_logdir(root: Path) -> Path:
 def test_runs_are_the_listings_newest_first_named_as_run_takes_them(tmp_path):
     logdir = make_logdir(tmp_path)
     found = list_runs(logdir)
-    assert [r.name for r in found] == ["logs", "logs/torch/cpu", "logs/a_input_bound/2026_12_02_18_12_53"]
+    # Newest first by capture time, whatever the files' modification times: two copies of one PyTorch capture
+    # (2026-12-02 18:16:52 UTC; names break the tie), then the XSpace session (18:12:51).
+    assert [r.name for r in found] == ["logs/torch/cpu", "logs", "logs/a_input_bound/2026_12_02_18_12_53"]
     assert [r.run for r in found] == listing.list_runs(logdir)  # `traceinsight runs LOGDIR`: same runs, same order
     assert all(r.name == r.run.name for r in found)
 

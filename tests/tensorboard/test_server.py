@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
+from tests.corpus import shift_capture
 from tests.tensorboard.cdp import CHROMIUM, Browser
 from traceinsight import listing
 from traceinsight.cli import main as cli_main
@@ -118,6 +119,8 @@ def make_logdir(root: Path) -> Path:
         *(next((logdir / d).glob("*.gz")) for d in (TORCH_DIR, "torch_oldest")),
     ]
     for age, trace in enumerate(traces):
+        if age:  # the PyTorch copies captured 1,000 s and 2,000 s before the XSpace session, on their own clocks
+            shift_capture(trace, -1000 * age)
         os.utime(trace, (1_800_000_000 - 100 * age, 1_800_000_000 - 100 * age))
     return logdir
 

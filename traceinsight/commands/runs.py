@@ -60,6 +60,7 @@ class RunsCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from traceinsight.discover import ordering
         from traceinsight.limits import MemoryLimit
         from traceinsight.listing import ReportCache, list_runs, summaries, summarize
         from traceinsight.render.format import escape_control
@@ -81,7 +82,7 @@ class RunsCommand:
             print("\n".join(escape_control(row.name) for row in rows))
         elif not args.json:
             print(render_table(rows))
-            print(f"\n{_footer(rows, cache)}")
+            print(f"\n{_footer(rows, cache, ordering(runs))}")
         return 0
 
 
@@ -135,15 +136,16 @@ def render_table(rows: list[RunSummary]) -> str:
     return "\n".join(lines)
 
 
-def _footer(rows: list[RunSummary], cache: ReportCache | None) -> str:
-    """How many runs, and how many were analysed now: the cache at work, said where it lives."""
+def _footer(rows: list[RunSummary], cache: ReportCache | None, order: str) -> str:
+    """How many runs, in what order (`discover.ordering`), and how many were analysed now: the cache at work,
+    said where it lives."""
     from traceinsight.render.format import plural
 
     failed = sum(row.error is not None for row in rows)
     errors = f", {plural(failed, 'error')}" if failed else ""
     if cache is None:
-        return f"{plural(len(rows), 'run')}, newest first: all analysed now (no cache){errors}"
+        return f"{plural(len(rows), 'run')}, newest first {order}: all analysed now (no cache){errors}"
     return (
-        f"{plural(len(rows), 'run')}, newest first: {cache.misses} analysed now, {cache.hits} from the cache "
-        f"({cache.directory}){errors}"
+        f"{plural(len(rows), 'run')}, newest first {order}: {cache.misses} analysed now, {cache.hits} from the "
+        f"cache ({cache.directory}){errors}"
     )

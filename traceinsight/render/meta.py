@@ -164,8 +164,10 @@ def _size(files: Sequence[Path]) -> int:
 
 def add_runs(report: RunReport, choice: RunChoice) -> None:
     """`report.meta` completed with every run found under the PATH given (newest first: its `--run` name,
-    files, bytes, whether it is the one reported on and whether it is a graph capture pass, null when not looked
-    at) and why that one was chosen (`run_choice`), so a report of the wrong run says so."""
+    files, bytes, whether it is the one reported on, whether it is a graph capture pass, null when not looked
+    at, when it was captured and why its files are one run) and why that one was chosen and its files grouped
+    (`run_choice`), so a report of the wrong run says so. A grouping that could not be told for certain is a
+    warning."""
     report.meta.runs = [
         RunListed(
             name=run.name,
@@ -173,10 +175,15 @@ def add_runs(report: RunReport, choice: RunChoice) -> None:
             bytes=_size(run.files),
             selected=run == choice.run,
             capture_pass=capture,
+            captured=None if run.started_ns is None else iso_utc(run.started_ns),
+            grouping=run.grouping,
         )
         for run, capture in zip(choice.runs, choice.capture_pass, strict=True)
     ]
-    report.meta.run_choice = choice.reason
+    grouping = choice.run.grouping
+    report.meta.run_choice = f"{choice.reason}; {grouping}" if grouping else choice.reason
+    if choice.run.doubt:  # how the folder's files were grouped could not be told for certain
+        report.warnings[f"runs: {choice.run.doubt}"] = len(choice.run.files)
 
 
 def runs_line(report: RunReport, code: Callable[[str], str] = str) -> str | None:
