@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from traceinsight.analysis.collectives import (
     collectives,
 )
 from traceinsight.events import Profile
+from traceinsight.rules import COLLECTIVES_COUNTS_DIFFER
 from traceinsight.workflow import load_path
 
 CAPTURES = REPO / "sample_traces" / "distributed"
@@ -260,3 +262,30 @@ def test_argless_straggler_reaches_the_report() -> None:
     assert r.result.bottlenecks[0].evidence["late_phase"] == "data"
     (rank0,) = [x for x in r.result.ranks.items if x.rank == 0]
     assert rank0.wait_per_step_ns == pytest.approx(info["rank0_mean_wait_ms"] * 1e6, rel=0.15)
+
+
+def test_a_call_missing_on_one_rank_leaves_only_its_step_unmatched(tmp_path: Path) -> None:
+    """The real argless capture with rank 1's first all-reduce of its fourth step taken out: that step's calls (two
+    on rank 0, one on rank 1) cannot be paired by order, so all three stay unmatched under their warning; the other
+    steps' 14 instances and the straggler stand."""
+    import traceinsight as ti
+
+    source = CAPTURES / "sleep_rank1_noshapes"
+    info = json.loads((source / "run_info.json").read_text())
+    for path in source.glob("rank*.pt.trace.json.gz"):
+        with gzip.open(path, "rt") as f:
+            doc = json.load(f)
+        if path.name.startswith("rank1."):
+            events = doc["traceEvents"]
+            (step,) = [e for e in events if e.get("name") == f"ProfilerStep#{info['step_nums'][3]}"]
+            calls = [e for e in events if e.get("name") == "gloo:all_reduce" and step["ts"] <= e["ts"]]
+            events.remove(min(calls, key=lambda e: e["ts"]))
+        with gzip.open(tmp_path / path.name, "wt") as f:
+            json.dump(doc, f)
+    r = ti.analyze(tmp_path)
+    view = r.analysis.collectives
+    assert (view.unmatched, view.counts_differ, view.not_overlapping) == (3, 3, 0)
+    assert len(view.instances) == STEPS * BUCKETS - 2
+    assert info["step_nums"][3] not in {i.step_id for i in view.instances}
+    assert r.result.warnings[COLLECTIVES_COUNTS_DIFFER] == 3
+    assert view.straggler is not None and (view.straggler.rank, view.straggler.phase) == (1, "data")
