@@ -8,7 +8,9 @@ made slow on purpose in one phase, and the wait measured by the script itself wi
 Each rank runs `warm-up` unprofiled steps, then `ACTIVE` profiled ones (`ProfilerStep#N`), each step's phases in
 `record_function("data")`, `("forward")`, `("backward")` and `("optimizer")`. `torch.profiler` with
 `tensorboard_trace_handler` writes one `rank<R>.*.pt.trace.json.gz` per rank into `sample_traces/distributed/
-<scenario>/`, with `record_shapes=True` (gloo's `gloo:all_reduce` then carries its tensor's shape and dtype).
+<scenario>/`, with `record_shapes=True` (gloo's `gloo:all_reduce` then carries its tensor's shape and dtype), but for
+the `*_noshapes` scenarios: profiled without it, as a run often is, their collectives carry no args at all (no size,
+and, as ever with gloo, no `Seq` or process group), so only their order can match them across ranks.
 
 The measurement: DDP calls a communication hook when a gradient bucket is ready, just before it starts the
 bucket's all-reduce; ours notes `time.perf_counter()` there (CLOCK_MONOTONIC: one clock for every process on the
@@ -48,6 +50,7 @@ class Scenario:
     summary: str
     sleep_s: float = 0.0  # rank 1 sleeps this long inside its `data` phase
     batch_factor: int = 1  # rank 1's batch is this many times rank 0's
+    record_shapes: bool = True  # False: gloo's range carries no shape or dtype args (nor Seq / group, as ever)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -55,6 +58,10 @@ SCENARIOS: dict[str, Scenario] = {
     "sleep_rank1": Scenario("rank 1 sleeps 30 ms in its `data` phase: rank 1 is the straggler, in `data`", 0.030),
     "big_batch_rank1": Scenario(
         "rank 1's batch is 4x rank 0's: rank 1 is the straggler, in `forward` and `backward`", batch_factor=4
+    ),
+    "balanced_noshapes": Scenario("`balanced` without `record_shapes`: no straggler", record_shapes=False),
+    "sleep_rank1_noshapes": Scenario(
+        "`sleep_rank1` without `record_shapes`: rank 1 is the straggler, in `data`", 0.030, record_shapes=False
     ),
 }
 
@@ -106,7 +113,7 @@ def _rank_main(rank: int, scenario_name: str, out: str, port: int, arrivals_dir:
         activities=[ProfilerActivity.CPU],
         schedule=schedule(skip_first=SKIP, wait=1, warmup=1, active=ACTIVE, repeat=1),
         on_trace_ready=tensorboard_trace_handler(out, worker_name=f"rank{rank}", use_gzip=True),
-        record_shapes=True,
+        record_shapes=scenario.record_shapes,
     ) as prof:
         for number in range(total):
             step_arrivals.clear()
@@ -195,8 +202,8 @@ def write_readme() -> None:
             f"{CLASSES}, batch {BATCH},",
             "spawned with `torch.multiprocessing.spawn`. Each rank runs warm-up steps, then 8 profiled ones",
             "(`ProfilerStep#N`) with `record_function` ranges `data`, `forward`, `backward` and `optimizer`;",
-            "`torch.profiler` + `tensorboard_trace_handler` (`record_shapes=True`) writes one",
-            "`rank<R>.*.pt.trace.json.gz` per rank into `<scenario>/`, one run folder.",
+            "`torch.profiler` + `tensorboard_trace_handler` (`record_shapes=True`, but for the `*_noshapes`",
+            "scenarios) writes one `rank<R>.*.pt.trace.json.gz` per rank into `<scenario>/`, one run folder.",
             "",
             "What the traces hold for the collective: DDP's gradient all-reduce is `c10d::allreduce_` on the main",
             "thread (the enqueue, ~70 µs) and `gloo:all_reduce` on a gloo worker thread (`pt_gloo_runloop`), from",
@@ -205,6 +212,11 @@ def write_readme() -> None:
             "writes no `record_param_comms` event and no `Collective name` / `Process Group Name` / `Seq` args,",
             "so instances are matched by order per rank (within each `ProfilerStep`). The main thread's",
             "`backward` range holds the wait: DDP waits for the all-reduce at the end of the backward pass.",
+            "",
+            "The `*_noshapes` scenarios are real captures made without `record_shapes`: their `gloo:all_reduce`",
+            "and `c10d::allreduce_` events carry only `External id`, `Record function id` and `Ev Idx` (a call",
+            "cut by the profiler's stop may add `finished`), no shape, dtype, `Seq` or process group: nothing but",
+            "their order and timing can match them across ranks (none of their args was stripped by hand).",
             "",
             "`run_info.json` (not a trace) holds the settings and the measurement: a DDP communication hook notes",
             "`time.perf_counter()` when each rank starts the bucket's all-reduce (CLOCK_MONOTONIC, one clock for",

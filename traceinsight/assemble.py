@@ -56,7 +56,12 @@ from traceinsight.result import (
     Waits,
     Window,
 )
-from traceinsight.rules import DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
+from traceinsight.rules import (
+    COLLECTIVES_COUNTS_DIFFER,
+    COLLECTIVES_NOT_OVERLAPPING,
+    DEVICE_EVENTS_CUT,
+    MIN_STEADY_STEPS,
+)
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -413,13 +418,17 @@ def _group(kind: str, size: int | None, members: list[CollectiveInstance]) -> Co
 
 
 def _warnings(a: Analysis) -> dict[str, int]:
-    """What was skipped or repaired, counted by reason, and `few_steps` (how many) when fewer than
-    `MIN_STEADY_STEPS` steps were captured: one step is no steady state."""
+    """What was skipped or repaired, counted by reason (collectives' calls left unmatched among them), and
+    `few_steps` (how many) when fewer than `MIN_STEADY_STEPS` steps were captured: one step is no steady state."""
     warnings = dict(a.profile.warnings)
     if a.steps.source != "none" and a.steps.count < MIN_STEADY_STEPS:
         warnings["few_steps"] = a.steps.count
     if a.device_events_cut:
         warnings[DEVICE_EVENTS_CUT] = a.device_events_cut
+    if a.collectives.counts_differ:
+        warnings[COLLECTIVES_COUNTS_DIFFER] = a.collectives.counts_differ
+    if a.collectives.not_overlapping:
+        warnings[COLLECTIVES_NOT_OVERLAPPING] = a.collectives.not_overlapping
     return warnings
 
 

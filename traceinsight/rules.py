@@ -777,6 +777,18 @@ COLLECTIVE_HOST_PATTERN = re.compile(r"^(?:gloo|nccl|rccl|mpi|ucc|xccl):[a-z_]+$
 COLLECTIVE_ENQUEUE_PATTERN = re.compile(r"^c10d::|^record_param_comms$")
 # Waits and barriers are synchronisation, not collectives with a payload of their own.
 COLLECTIVE_EXCLUDED = re.compile(r"barrier|wait", re.IGNORECASE)
+# Collectives that carry no `Seq`, process group or message size (gloo without `record_shapes`, older torch) are
+# matched by order alone: the k-th call of a collective in step s on one rank with the k-th on every other. Two
+# checks keep a wrong pairing out, each counted under its warning:
+# * where the ranks record a different number of calls of a collective in a step, order cannot say which pairs with
+#   which, so none of them is matched (`COLLECTIVES_COUNTS_DIFFER`);
+# * the calls of one instance overlap in time, since a collective completes on a rank only once every rank has
+#   arrived (each call ends after the latest call's start); a pairing whose latest start comes more than
+#   `COLLECTIVE_OVERLAP_SLACK_NS` after its earliest end is no instance (`COLLECTIVES_NOT_OVERLAPPING`). The slack is
+#   0: the ranks of one host share one clock (CLOCK_MONOTONIC for Kineto's host ranges), as the waits assume.
+COLLECTIVES_COUNTS_DIFFER = "collectives_counts_differ"
+COLLECTIVES_NOT_OVERLAPPING = "collectives_not_overlapping"
+COLLECTIVE_OVERLAP_SLACK_NS = 0
 # Collective kinds, by the first pattern that the name (or Kineto's `Collective name` arg) holds once lower-cased with
 # everything but letters removed ("gloo:all_reduce", "ncclKernel_AllReduce", "allreduce" all read "allreduce").
 COLLECTIVE_KINDS = (

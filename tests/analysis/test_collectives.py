@@ -8,8 +8,10 @@ instance of the same size.
 
 from __future__ import annotations
 
+import gzip
 import json
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from traceinsight.analysis.collectives import (
     collectives,
 )
 from traceinsight.events import Profile
+from traceinsight.rules import COLLECTIVES_COUNTS_DIFFER
 from traceinsight.workflow import load_path
 
 CAPTURES = REPO / "sample_traces" / "distributed"
@@ -193,3 +196,96 @@ def test_the_report_api_and_diff_carry_the_waits() -> None:
     assert straggler.evidence["straggler"] == "rank1" and straggler.evidence["late_phase"] == "data"
     changes = {c["metric"]: c for c in build_diff(r.result, r.result)["changes"]}
     assert changes["collectives.wait_ns"]["base"] == r.result.collectives.wait_ns > 0
+
+
+NOSHAPES = ["balanced_noshapes", "sleep_rank1_noshapes"]  # profiled without record_shapes: no args at all
+NO_ARGS = ("Input Dims", "Input type", "Seq", "Process Group Name", "Collective name", "In msg nelems", "Group size")
+
+
+@pytest.mark.parametrize("scenario", NOSHAPES)
+def test_captures_without_record_shapes_carry_no_collective_args(scenario: str) -> None:
+    """The raw JSON: neither gloo's range nor the c10d enqueue holds a size, a sequence number or a group."""
+    calls = 0
+    for path in sorted((CAPTURES / scenario).glob("rank*.pt.trace.json.gz")):
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        for event in events:
+            if event.get("name") in ("gloo:all_reduce", "c10d::allreduce_", "record_param_comms"):
+                calls += event["name"] == "gloo:all_reduce"
+                assert not set(NO_ARGS) & set(event.get("args", {}))
+    assert calls == 2 * STEPS * BUCKETS
+
+
+@pytest.mark.parametrize("scenario", NOSHAPES)
+def test_argless_all_reduces_are_matched_by_order(scenario: str) -> None:
+    profile, view, info = _load(scenario)
+    assert (view.scope, view.side, view.unmatched, view.counts_differ, view.not_overlapping) == (
+        "matched",
+        "host",
+        0,
+        0,
+        0,
+    )
+    assert len(view.instances) == STEPS * BUCKETS
+    for instance in view.instances:
+        assert (instance.bytes, instance.group, instance.group_size) == (None, None, 2)
+        assert sorted(a.rank for a in instance.arrivals) == [0, 1]
+        # One collective: every call ends after the latest arrival.
+        assert min(a.arrival_ns + a.dur_ns for a in instance.arrivals) >= max(a.arrival_ns for a in instance.arrivals)
+    assert {i.step_id for i in view.instances} == set(info["step_nums"])
+    measured_ns = info["rank0_mean_wait_ms"] * 1e6
+    if scenario == "balanced_noshapes":  # ~1 ms of jitter either way on a shared 2-core machine
+        assert view.straggler is None
+        assert _rank(view, 0).wait_per_step_ns == pytest.approx(measured_ns, abs=1e6)
+    else:
+        assert _rank(view, 0).wait_per_step_ns == pytest.approx(measured_ns, rel=0.15)
+
+
+def test_argless_sleeping_rank_is_the_straggler_in_its_data_phase() -> None:
+    _, view, info = _load("sleep_rank1_noshapes")
+    straggler = view.straggler
+    assert straggler is not None and (straggler.rank, straggler.phase, straggler.last_share) == (1, "data", 1.0)
+    assert straggler.phase_excess_ns == pytest.approx(info["settings"]["sleep_s"] * 1e9, rel=0.15)
+    assert [p for p, _ in straggler.phases] == ["data"]
+
+
+def test_argless_straggler_reaches_the_report() -> None:
+    """The findings and the Ranks section of the report: the straggler, named in `data`, costs rank 0 the wait the
+    script measured; nothing is reported as a small batch."""
+    import traceinsight as ti
+
+    r = ti.analyze(CAPTURES / "sleep_rank1_noshapes")
+    info = json.loads((CAPTURES / "sleep_rank1_noshapes" / "run_info.json").read_text())
+    ids = [b.id for b in r.result.bottlenecks]
+    assert ids[0] == "straggler" and "small_batch" not in ids
+    assert r.result.bottlenecks[0].evidence["straggler"] == "rank1"
+    assert r.result.bottlenecks[0].evidence["late_phase"] == "data"
+    (rank0,) = [x for x in r.result.ranks.items if x.rank == 0]
+    assert rank0.wait_per_step_ns == pytest.approx(info["rank0_mean_wait_ms"] * 1e6, rel=0.15)
+
+
+def test_a_call_missing_on_one_rank_leaves_only_its_step_unmatched(tmp_path: Path) -> None:
+    """The real argless capture with rank 1's first all-reduce of its fourth step taken out: that step's calls (two
+    on rank 0, one on rank 1) cannot be paired by order, so all three stay unmatched under their warning; the other
+    steps' 14 instances and the straggler stand."""
+    import traceinsight as ti
+
+    source = CAPTURES / "sleep_rank1_noshapes"
+    info = json.loads((source / "run_info.json").read_text())
+    for path in source.glob("rank*.pt.trace.json.gz"):
+        with gzip.open(path, "rt") as f:
+            doc = json.load(f)
+        if path.name.startswith("rank1."):
+            events = doc["traceEvents"]
+            (step,) = [e for e in events if e.get("name") == f"ProfilerStep#{info['step_nums'][3]}"]
+            calls = [e for e in events if e.get("name") == "gloo:all_reduce" and step["ts"] <= e["ts"]]
+            events.remove(min(calls, key=lambda e: e["ts"]))
+        with gzip.open(tmp_path / path.name, "wt") as f:
+            json.dump(doc, f)
+    r = ti.analyze(tmp_path)
+    view = r.analysis.collectives
+    assert (view.unmatched, view.counts_differ, view.not_overlapping) == (3, 3, 0)
+    assert len(view.instances) == STEPS * BUCKETS - 2
+    assert info["step_nums"][3] not in {i.step_id for i in view.instances}
+    assert r.result.warnings[COLLECTIVES_COUNTS_DIFFER] == 3
+    assert view.straggler is not None and (view.straggler.rank, view.straggler.phase) == (1, "data")

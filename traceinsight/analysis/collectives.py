@@ -3,7 +3,8 @@
 In data-parallel training a rank that reaches a collective early idles inside it until the last rank arrives; the
 cause lies on the late rank, in a phase of its step. Per collective instance (one all-reduce, matched across ranks
 by process group and sequence number where Kineto records them, else by order per rank, collective, message size
-and step) and per rank:
+and step; calls with none of these args, gloo without ``record_shapes``, by order alone, left unmatched where the
+ranks' counts in a step differ or the paired calls do not overlap in time) and per rank:
 
 * **arrival**: when the rank starts the collective (an NCCL / RCCL kernel's start on the device; a backend's host
   range, ``gloo:all_reduce`` on its worker thread, on the host);
@@ -44,6 +45,7 @@ from traceinsight.rules import (
     COLLECTIVE_HOST_PATTERN,
     COLLECTIVE_KERNEL_PATTERN,
     COLLECTIVE_KINDS,
+    COLLECTIVE_OVERLAP_SLACK_NS,
     FRAMEWORK_PHASES,
     STRAGGLER_MIN_LAST_SHARE,
     STRAGGLER_MIN_LATE_NS,
@@ -143,8 +145,10 @@ class Collectives:
     ranks: list[RankCollectives]
     straggler: Straggler | None
     phase_source: str  # "record_function ranges" | "framework ranges" | "none"
-    unmatched: int  # rows found on fewer ranks than their group's (the capture windows' edges)
+    unmatched: int  # rows left out: found on fewer ranks than their group's (the capture windows' edges), or below
     note: str
+    counts_differ: int = 0  # of them, argless rows whose (collective, step) the ranks call a different number of times
+    not_overlapping: int = 0  # of them, argless rows whose order match does not overlap in time (a mis-order)
 
 
 def collective_kind(name: str) -> str | None:
@@ -229,14 +233,35 @@ def collectives(profile: Profile) -> Collectives:
     side = "device" if (rows["side"] == "device").any() else "host"
     if rows["rank"].nunique() < 2:
         return _single_rank(profile, rows, side)
-    matched, unmatched = _match(rows)
+    matched, left = _match(rows)
     instances = _instances(profile, matched)
     waits = _wait_unions(matched)
     phases, source = _phases(profile, waits if side == "host" else {})
     ranks = _rank_totals(profile, matched, waits, phases)
     straggler = _straggler(matched, ranks)
-    note = "" if straggler else "no straggler: no rank arrives last often enough, or late enough to matter"
-    return Collectives("matched", side, instances, ranks, straggler, source, unmatched, note)
+    notes = [] if straggler else ["no straggler: no rank arrives last often enough, or late enough to matter"]
+    if left.counts_differ:
+        notes.append(
+            f"{left.counts_differ} calls without sequence number, group or size left unmatched: the ranks call "
+            "their collective a different number of times in the step, so order cannot pair them"
+        )
+    if left.not_overlapping:
+        notes.append(
+            f"{left.not_overlapping} calls paired by order left unmatched: the paired calls do not overlap in time, "
+            "so they are not one collective"
+        )
+    return Collectives(
+        "matched",
+        side,
+        instances,
+        ranks,
+        straggler,
+        source,
+        left.unmatched,
+        "; ".join(notes),
+        left.counts_differ,
+        left.not_overlapping,
+    )
 
 
 def _label(profile: Profile, input_id: int) -> str:
@@ -267,18 +292,29 @@ def _covered(
     return union(begin, end).covered_between(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
 
 
-def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Rows of the instances every rank of their group took part in, `instance` numbering them; and how many rows
-    were left out. By (group, seq) where every row has its sequence number, else by (group, collective, bytes, step,
-    order within those per rank)."""
+@dataclass(frozen=True)
+class _Left:
+    """Rows `_match` left out, by reason."""
+
+    unmatched: int  # every row left out
+    counts_differ: int  # argless rows of a (collective, step) whose count differs between ranks
+    not_overlapping: int  # argless rows of an order match whose calls do not overlap in time
+
+
+def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, _Left]:
+    """Rows of the instances every rank of their group took part in, `instance` numbering them; and the rows left
+    out. By (group, seq) where every row has its sequence number, else by (group, collective, bytes, step, order
+    within those per rank). Rows with no seq, group or size are matched by order alone, checked
+    (`rules.COLLECTIVES_COUNTS_DIFFER`, `rules.COLLECTIVES_NOT_OVERLAPPING`)."""
     rows = rows.copy()
     group = rows["group"].fillna("?").astype(str)
+    step = pd.Series(-1, index=rows.index)
     if (rows["seq"] >= 0).all():
         rows["key"] = "group " + group + " seq " + rows["seq"].astype(str)
     else:
         steps = rows.loc[rows["step_id"] >= 0].groupby("rank")["step_id"].agg(set)
         shared = set.intersection(*steps) if len(steps) == rows["rank"].nunique() else set()
-        step = rows["step_id"] if shared else pd.Series(-1, index=rows.index)
+        step = rows["step_id"] if shared else step
         by = [rows["rank"], group, rows["collective"], rows["bytes"], step]
         order = rows.groupby(by, sort=False).cumcount()
         size = np.where(rows["bytes"] >= 0, (rows["bytes"] / 1e6).round(2).astype(str) + " MB", "size unknown")
@@ -287,6 +323,11 @@ def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     present = rows.groupby(group)["rank"].transform("nunique")
     ranks = rows.groupby("key")["rank"].transform("nunique")
     complete = (ranks == present) & (ranks >= 2) & ~rows.duplicated(["key", "rank"], keep=False)
+    argless = ((rows["seq"] < 0) & rows["group"].isna() & (rows["bytes"] < 0)).to_numpy()
+    differ = _counts_differ(rows, step, argless)
+    complete &= ~differ
+    apart = argless & complete.to_numpy() & ~_overlapping(rows, complete.to_numpy())
+    complete &= ~apart
     kept = rows[complete.to_numpy()].copy()
     kept["instance"] = kept.groupby("key", sort=False).ngroup()
     first = kept.groupby("instance")["ts_ns"].transform("min")
@@ -295,7 +336,30 @@ def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     kept["late_ns"] = kept["ts_ns"] - first
     kept["transfer_ns"] = kept.groupby("instance")["dur_ns"].transform("min")
     kept["spread_ns"] = last - first
-    return kept.sort_values(["instance", "rank"]), int((~complete).sum())
+    left = _Left(int((~complete).sum()), int(differ.sum()), int(apart.sum()))
+    return kept.sort_values(["instance", "rank"]), left
+
+
+def _counts_differ(rows: pd.DataFrame, step: pd.Series, argless: np.ndarray) -> np.ndarray:
+    """The argless rows of a (collective, step) that the ranks holding it call a different number of times: order
+    cannot pair them. A rank without the pair at all is a capture window's edge, left out as found on fewer ranks."""
+    mine = rows[argless]
+    by = [mine["collective"], step[argless]]
+    calls = mine.groupby([mine["rank"], *by], sort=False)["rank"].transform("size")
+    result = np.zeros(len(rows), bool)
+    result[argless] = (calls.groupby(by, sort=False).transform("nunique") > 1).to_numpy()
+    return result
+
+
+def _overlapping(rows: pd.DataFrame, complete: np.ndarray) -> np.ndarray:
+    """Whether each complete row's instance overlaps on every rank (its latest start before its earliest end, with
+    `rules.COLLECTIVE_OVERLAP_SLACK_NS`); False for the other rows."""
+    mine = rows[complete]
+    latest_start = mine.groupby("key")["ts_ns"].transform("max")
+    earliest_end = (mine["ts_ns"] + mine["dur_ns"]).groupby(mine["key"]).transform("min")
+    result = np.zeros(len(rows), bool)
+    result[complete] = (latest_start <= earliest_end + COLLECTIVE_OVERLAP_SLACK_NS).to_numpy()
+    return result
 
 
 def bandwidths(collective: str, nbytes: int, transfer_ns: int, n: int) -> tuple[float | None, float | None]:
