@@ -161,7 +161,7 @@ KINDS = (
 DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 COPY_KINDS = ("h2d", "d2h", "d2d", "p2p", "other")
 MEMORY_KINDS = ("pageable", "pinned", "device", "unknown")
-FORMATS = ("xspace", "kineto", "chrome")
+FORMATS = ("xspace", "kineto", "chrome", "nsys")
 FRAMEWORKS = ("tensorflow", "jax", "pytorch", "unknown")
 
 _INT_COLUMNS: dict[str, type[np.signedinteger[Any]]] = {
