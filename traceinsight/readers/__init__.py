@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.errors import TraceError, is_truncation_warning
-from traceinsight.events import TraceRead
+from traceinsight.events import TraceRead, mark_step_ranges
 from traceinsight.limits import MemoryLimit
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
@@ -35,6 +35,7 @@ SNIFF_BYTES = 1 << 16
 TRACE_EVENTS_KEY = b'"traceEvents"'
 # A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
 _OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
+NO_STEP_RANGE = "step_range_missing"  # the first word of the warning that --step-range named no range of a file
 
 
 def is_trace_file(path: Path | str) -> bool:
@@ -77,7 +78,11 @@ def nesting_checked(path: Path | str) -> Iterator[None]:
 
 
 def read_trace(
-    path: Path | str, on_bytes: Callable[[int], None] | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+    path: Path | str,
+    on_bytes: Callable[[int], None] | None = None,
+    jobs: int = 1,
+    limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> TraceRead:
     """Read one trace file with the reader its name and content call for.
 
@@ -86,6 +91,8 @@ def read_trace(
     idle cores allow. `limit`: a `TraceError` as soon as the file's events would not fit
     (an XSpace file: estimated from its size before it is read). A file cut short is read as far as it goes
     (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
+    `step_range`: the name of the host ranges that mark steps (`events.mark_step_ranges`; ``--step-range``); a
+    warning when the file has none.
     """
     path = Path(path)
     with nesting_checked(path):
@@ -94,6 +101,8 @@ def read_trace(
         raise TraceError(
             path, "the document ends early (truncated file?), with no complete event to report before the cut"
         )
+    if step_range is not None and not mark_step_ranges(read.events, step_range):
+        read.warnings[f"{NO_STEP_RANGE}: no host range named {step_range!r}"] += 1
     return read
 
 
