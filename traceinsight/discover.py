@@ -136,7 +136,8 @@ def find_runs(path: Path) -> list[Run]:
     if path.is_file():
         return [Run(path.name, path.parent, (path,))]
     candidates, unreadable = _candidate_files(path)
-    files = _without_exported_reports([f for f in candidates if _content_says_trace(f)])
+    traces = [f for f in candidates if _content_says_trace(f)]
+    files = _without_exported_reports(traces)
     if not files:
         if unreadable:
             first = unreadable[0]
@@ -152,7 +153,7 @@ def find_runs(path: Path) -> list[Run]:
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)
-    skipped, not_traces = tuple(unreadable), len(candidates) - len(files)
+    skipped, not_traces = tuple(unreadable), len(candidates) - len(traces)
     runs = [Run(_run_name(folder, path), folder, tuple(fs), skipped, not_traces) for folder, fs in by_folder.items()]
     return sorted(runs, key=_sort_key)
 
