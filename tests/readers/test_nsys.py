@@ -23,6 +23,7 @@ import traceinsight as ti
 from tests.conftest import REPO, shared_trace
 from traceinsight.discover import find_runs
 from traceinsight.errors import TraceError
+from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.readers import is_trace_file, looks_like_trace, read_trace
 
 CLOVERLEAF = "nsys/perlmutter-cloverleaf-cuda.sqlite"
@@ -297,6 +298,13 @@ def test_hand_built_report_has_the_known_steps_and_busy_time(export: Path) -> No
     assert device["busy_ns"] == BUSY_US * US == _raw_device_figures(export)[0][1]
     assert device["kernels"]["count"] == len(KERNELS)
     assert device["copies"]["h2d"]["bytes"] == 1048576
+
+
+def test_memory_limit_is_checked_before_the_rows_are_read(export: Path) -> None:
+    rows = 6 + 1 + 1 + 10 + 8  # kernels, copy, memset, host calls (with the twin), NVTX events (marks and all)
+    assert len(read_trace(export, limit=MemoryLimit(total=rows * EVENT_BYTES, source="test")).events) == 23
+    with pytest.raises(TraceError, match="needs about"):
+        read_trace(export, limit=MemoryLimit(total=(rows - 1) * EVENT_BYTES, source="test"))
 
 
 def test_step_range_names_the_steps(export: Path) -> None:

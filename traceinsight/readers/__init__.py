@@ -120,7 +120,7 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)
         return streamed if streamed is not None else _read_document(path, limit)
     if name.endswith(NSYS_SUFFIXES):
-        return read_nsys(path)
+        return read_nsys(path, limit)
     raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")
 
 

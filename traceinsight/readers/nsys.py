@@ -42,6 +42,7 @@ import pandas as pd
 
 from traceinsight.errors import TraceError
 from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
+from traceinsight.limits import MemoryLimit
 from traceinsight.readers._classify import is_sync_api
 from traceinsight.readers._repair import drop_duplicates, usable_times
 from traceinsight.rules import NSYS_API_VERSION_SUFFIX, NSYS_PYTORCH_RANGE
@@ -111,15 +112,16 @@ def is_nsys_export(path: Path | str) -> bool:
         return False
 
 
-def read_nsys(path: Path | str) -> TraceRead:
+def read_nsys(path: Path | str, limit: MemoryLimit | None = None) -> TraceRead:
     """Read an nsys SQLite export, or a ``.nsys-rep`` report through `export_report`. Raises TraceError, naming
-    the file, for a file that is no SQLite database, is cut short or holds no nsys tables."""
+    the file, for a file that is no SQLite database, is cut short or holds no nsys tables, and (`limit`) before
+    reading the rows of one whose events would not fit (the tables' row counts say how many)."""
     path = Path(path)
     if path.name.lower().endswith(REPORT_SUFFIX):
         with export_report(path) as exported:
-            read = _read_export(exported, path)
+            read = _read_export(exported, path, limit)
         return read
-    return _read_export(path, path)
+    return _read_export(path, path, limit)
 
 
 @contextmanager
@@ -143,12 +145,15 @@ def export_report(report: Path) -> Iterator[Path]:
         yield out
 
 
-def _read_export(path: Path, named: Path) -> TraceRead:
+def _read_export(path: Path, named: Path, limit: MemoryLimit | None) -> TraceRead:
     """The `TraceRead` of the SQLite export at `path` (`named`: the file the user gave, for messages)."""
     _check_header(path, named)
     try:
         with _open(path) as db:
-            return _Export(db, named).read()
+            export = _Export(db, named)
+            if limit is not None:
+                limit.check_events(named, export.rows())
+            return export.read()
     except sqlite3.DatabaseError as error:
         raise TraceError(named, f"not a readable SQLite database ({error})") from None
 
@@ -215,6 +220,11 @@ class _Export:
             return pd.Series([], dtype=object)
         table = self.query(f"SELECT id, value FROM {STRINGS}")
         return pd.Series(table["value"].to_numpy(), index=table["id"].to_numpy())
+
+    def rows(self) -> int:
+        """How many rows the tables read hold: at most the events they give."""
+        read = [table for table in (KERNEL, MEMCPY, MEMSET, SYNC, RUNTIME, NVTX) if table in self.tables]
+        return sum(self.db.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0] for table in read)
 
     def names(self, ids: np.ndarray) -> pd.Categorical:
         """The `StringIds` text of each id (NaN when unknown), as a categorical built per distinct id."""
