@@ -279,6 +279,30 @@ def test_hand_built_export_reads_as_its_tables_say(export: Path) -> None:
     assert read.framework == "pytorch"  # ProfilerStep#N ranges are PyTorch's
 
 
+def test_an_older_schema_with_fewer_columns(tmp_path: Path) -> None:
+    """Columns an export may lack (an older nsys): no demangled name, no grid, no textId, no GPU table."""
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            """
+            CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+                streamId INTEGER, correlationId INTEGER, shortName INTEGER);
+            CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER);
+            INSERT INTO StringIds VALUES (1, 'axpy');
+            INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1000, 4000, 1, 13, 5, 1), (3000, 9000, 1, 14, 6, 1);
+            INSERT INTO NVTX_EVENTS VALUES (0, 10000, 59, 'solve', 77);
+            """
+        )
+    read = read_trace(path)
+    events = read.events
+    kernels = events[events["kind"] == "kernel"]
+    assert set(kernels["name"]) == {"axpy"} and set(kernels["device"]) == {"GPU:1"}
+    assert kernels["blocks_per_sm"].isna().all() and read.metadata["clock"] == "relative"
+    assert events.loc[events["kind"] == "annotation", "name"].tolist() == ["solve"]
+    assert ti.analyze(path).to_dict()["devices"][0]["busy_ns"] == 8000  # [1000, 9000)
+
+
 def test_hand_built_launches_link_to_their_kernels(export: Path) -> None:
     events = read_trace(export).events
     launches = events[events["name"] == "cudaLaunchKernel"]

@@ -97,9 +97,9 @@ _MEMORY = {
     5: ("Device Static", "device"),
     6: ("Managed Static", "unknown"),
 }
+_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}  # Kineto's
 # One table's rows as event-table columns (`_joined` puts the tables' parts together).
 Part = dict[str, Any]
-_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}  # Kineto's
 
 
 def is_nsys_export(path: Path | str) -> bool:
@@ -161,9 +161,12 @@ def _read_export(path: Path, named: Path, limit: MemoryLimit | None) -> TraceRea
 def _check_header(path: Path, named: Path) -> None:
     """Refuse an empty file, one that is no SQLite database, and one shorter than its header says (cut short):
     SQLite itself would only fail on the first page past the cut, if a query reads it."""
-    with path.open("rb") as f:
-        header = f.read(_HEADER_BYTES)
-    size = path.stat().st_size
+    try:
+        with path.open("rb") as f:
+            header = f.read(_HEADER_BYTES)
+        size = path.stat().st_size
+    except OSError as error:
+        raise TraceError(named, f"cannot be read ({error.strerror or error})") from None
     if not header:
         raise TraceError(named, "empty file (an nsys SQLite export was expected)")
     if not header.startswith(_SQLITE_MAGIC) or len(header) < _HEADER_BYTES:
@@ -265,21 +268,20 @@ class _Export:
 
     # ----------------------------------------------------------------------- device work
 
-    def _device_query(self, table: str, extra: str = "") -> pd.DataFrame | None:
-        """start, end, deviceId, streamId, correlationId (and `extra`) of a device activity table, if present."""
+    def _device_query(self, table: str, extra: str) -> pd.DataFrame | None:
+        """start, end, deviceId, streamId, correlationId and `extra` (a select list) of a device activity table,
+        if present."""
         have = self.columns(table)
         if not {"start", "end"} <= have:
             return None
-        fields = ", ".join(
-            column if column in have else f"-1 AS {column}" for column in ("deviceId", "streamId", "correlationId")
-        )
-        return self.query(f'SELECT start, end, {fields}{extra} FROM "{table}" WHERE end IS NOT NULL')
+        fields = _fields(have, ("deviceId", "streamId", "correlationId"))
+        return self.query(f'SELECT start, end, {fields}, {extra} FROM "{table}" WHERE end IS NOT NULL')
 
     def _kernels(self, gpus: dict[str, DeviceInfo]) -> Part | None:
         have = self.columns(KERNEL)
         names = [column for column in _KERNEL_NAME_COLUMNS if column in have]
         grid = all(f"grid{axis}" in have for axis in "XYZ")
-        extra = f", COALESCE({', '.join(names)}, -1) AS nameId" if names else ", -1 AS nameId"
+        extra = f"COALESCE({', '.join(names)}, -1) AS nameId" if names else "-1 AS nameId"
         extra += ", gridX * gridY * gridZ AS blocks" if grid else ", NULL AS blocks"
         rows = self._device_query(KERNEL, extra)
         if rows is None:
@@ -291,12 +293,7 @@ class _Export:
         return part
 
     def _copies(self) -> Part | None:
-        have = self.columns(MEMCPY)
-        extra = "".join(
-            f", {column}" if column in have else f", -1 AS {column}"
-            for column in ("bytes", "copyKind", "srcKind", "dstKind")
-        )
-        rows = self._device_query(MEMCPY, extra)
+        rows = self._device_query(MEMCPY, _fields(self.columns(MEMCPY), ("bytes", "copyKind", "srcKind", "dstKind")))
         if rows is None:
             return None
         kinds = rows[["copyKind", "srcKind", "dstKind"]].fillna(-1).to_numpy(np.int64)
@@ -318,9 +315,7 @@ class _Export:
         return part
 
     def _memsets(self) -> Part | None:
-        have = self.columns(MEMSET)
-        extra = "".join(f", {c}" if c in have else f", -1 AS {c}" for c in ("bytes", "memKind"))
-        rows = self._device_query(MEMSET, extra)
+        rows = self._device_query(MEMSET, _fields(self.columns(MEMSET), ("bytes", "memKind")))
         if rows is None:
             return None
         kinds = rows["memKind"].fillna(-1).to_numpy(np.int64)
@@ -331,8 +326,7 @@ class _Export:
         return part
 
     def _syncs(self) -> Part | None:
-        extra = ", syncType" if "syncType" in self.columns(SYNC) else ", -1 AS syncType"
-        rows = self._device_query(SYNC, extra)
+        rows = self._device_query(SYNC, _fields(self.columns(SYNC), ("syncType",)))
         if rows is None:
             return None
         kinds = rows["syncType"].fillna(-1).to_numpy(np.int64)
@@ -363,34 +357,33 @@ class _Export:
         have = self.columns(RUNTIME)
         if not {"start", "end", "globalTid", "nameId"} <= have:
             return None
-        correlation = "correlationId" if "correlationId" in have else "-1 AS correlationId"
-        rows = self.query(f"SELECT start, end, globalTid, {correlation}, nameId FROM {RUNTIME} WHERE end IS NOT NULL")
+        fields = _fields(have, ("correlationId",))
+        rows = self.query(f"SELECT start, end, globalTid, {fields}, nameId FROM {RUNTIME} WHERE end IS NOT NULL")
         rows = _innermost_per_correlation(rows)
         names = self.names(rows["nameId"].to_numpy())
         names = names.rename_categories(names.categories.str.replace(NSYS_API_VERSION_SUFFIX, "", regex=True))
         sync = np.append(names.categories.map(is_sync_api).to_numpy(bool), False)[names.codes]
         kind = np.where(sync, KINDS.index("sync"), KINDS.index("runtime")).astype(np.int8)
-        return self._host_part(rows, pd.Categorical.from_codes(kind, KINDS), names, rows["correlationId"])
+        return self._host_part(rows, pd.Categorical.from_codes(kind, KINDS), names)
 
     def _nvtx(self) -> Part | None:
         have = self.columns(NVTX)
         if not {"start", "end", "eventType", "globalTid"} <= have:
             return None
-        text = "text" if "text" in have else "NULL AS text"
-        text_id = "textId" if "textId" in have else "NULL AS textId"
+        texts = _fields(have, ("text", "textId"), "NULL")
         ranges = ", ".join(str(t) for t in _NVTX_RANGES)
         rows = self.query(
-            f"SELECT start, end, globalTid, {text}, {text_id} FROM {NVTX} "
+            f"SELECT start, end, globalTid, -1 AS correlationId, {texts} FROM {NVTX} "
             f"WHERE eventType IN ({ranges}) AND end IS NOT NULL"
         )
         by_id = self.strings.reindex(rows["textId"].fillna(-1).to_numpy(np.int64)).to_numpy()
         names = pd.Categorical(np.where(rows["text"].notna().to_numpy(), rows["text"].to_numpy(), by_id))
-        return self._host_part(rows, _constant("annotation", len(rows), KINDS), names, None)
+        return self._host_part(rows, _constant("annotation", len(rows), KINDS), names)
 
-    def _host_part(
-        self, rows: pd.DataFrame, kind: pd.Categorical, names: pd.Categorical, correlation: pd.Series | None
-    ) -> Part:
+    def _host_part(self, rows: pd.DataFrame, kind: pd.Categorical, names: pd.Categorical) -> Part:
+        """The columns of host rows (start, end, globalTid, correlationId of a query)."""
         start = rows["start"].to_numpy(np.int64)
+        global_tid = rows["globalTid"].fillna(-1).to_numpy(np.int64)
         n = len(rows)
         return {
             "ts_ns": start,
@@ -398,11 +391,9 @@ class _Export:
             "kind": kind,
             "device": pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=pd.Index([], dtype=object)),
             "stream": np.full(n, -1, np.int64),
-            "thread": rows["globalTid"].fillna(-1).to_numpy(np.int64) & _TID_MASK,
+            "thread": np.where(global_tid >= 0, global_tid & _TID_MASK, -1),
             "name": names,
-            "correlation": np.full(n, -1, np.int64)
-            if correlation is None
-            else correlation.fillna(-1).to_numpy(np.int64),
+            "correlation": rows["correlationId"].fillna(-1).to_numpy(np.int64),
         }
 
     # ----------------------------------------------------------------------- devices, clock, export
@@ -413,8 +404,7 @@ class _Export:
         if "id" not in have:
             return {}
         wanted = ("name", "smCount", "totalMemory", "clockRate", "memoryBandwidth", "computeMajor", "computeMinor")
-        fields = ", ".join(column if column in have else f"NULL AS {column}" for column in wanted)
-        rows = self.query(f"SELECT id, {fields} FROM {GPU_INFO}")
+        rows = self.query(f"SELECT id, {_fields(have, wanted, 'NULL')} FROM {GPU_INFO}")
         return {f"GPU:{int(row['id'])}": _device_info(row) for row in rows.to_dict("records")}
 
     def _clock(self) -> tuple[int, str]:
@@ -434,6 +424,12 @@ class _Export:
                 ).fetchall()
                 return {str(name).lower(): str(value) for name, value in rows}
         return {}
+
+
+def _fields(have: set[str], wanted: tuple[str, ...], missing: str = "-1") -> str:
+    """A select list of the `wanted` columns, `missing` in place of each the table lacks (another nsys version's
+    schema)."""
+    return ", ".join(column if column in have else f"{missing} AS {column}" for column in wanted)
 
 
 def _innermost_per_correlation(rows: pd.DataFrame) -> pd.DataFrame:
