@@ -182,7 +182,7 @@ def test_load_gives_the_event_table_and_analyze_takes_it() -> None:
     assert {**from_profile, "meta": None} == {**from_path, "meta": None}
     assert len(profile.events) == profile.inputs[0].events  # the profile passed in is left as it was
     assert ti.analyze(profile).files == ()
-    with pytest.raises(ValueError, match="a Profile is one run already"):
+    with pytest.raises(ValueError, match="a Profile is read already"):
         ti.analyze(profile, run="other")
 
 

@@ -166,7 +166,9 @@ def test_a_repeating_schedule_is_one_run_per_cycle():
     assert len({r.name for r in runs}) == 3 and all(r.name.startswith("repeating_schedule@2026-") for r in runs)
 
 
-@pytest.mark.parametrize("scenario", ["balanced", "sleep_rank1", "big_batch_rank1"])
+@pytest.mark.parametrize(
+    "scenario", ["balanced", "sleep_rank1", "big_batch_rank1", "balanced_noshapes", "sleep_rank1_noshapes"]
+)
 def test_the_ranks_of_one_run_stay_one_run(scenario):
     folder = SAMPLE_TRACES / "distributed" / scenario
     (run,) = find_runs(folder)

@@ -103,7 +103,14 @@ _RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
 _CHARTS_MODULE = "traceinsight.render.charts"
 
 
-def load(path: PathLike, run: str | None = None, *, jobs: int = 1, max_memory: str | int | None = None) -> Profile:
+def load(
+    path: PathLike,
+    run: str | None = None,
+    *,
+    jobs: int = 1,
+    max_memory: str | int | None = None,
+    step_range: str | None = None,
+) -> Profile:
     """Read the run under `path` (a trace file, a profile run folder or a TensorBoard logdir) into one `Profile`.
 
     Files in one folder are one run (several hosts' ``.xplane.pb``, several ranks' ``.pt.trace.json.gz``);
@@ -112,13 +119,14 @@ def load(path: PathLike, run: str | None = None, *, jobs: int = 1, max_memory: s
     or a size such as ``"2GB"``; default 75 % of the memory available, `traceinsight.limits`). The profile's
     `.events` is the event table (`traceinsight.events` documents its columns), `.inputs` the files read and
     `.framework` the framework that wrote them. A trace cut short (a killed job's) is read as far as it goes,
-    and a truncation warning in `.warnings` says so.
+    and a truncation warning in `.warnings` says so. `step_range`: the name of the host ranges (NVTX, user
+    annotations) that mark the training steps (``--step-range``), where the trace has no ``ProfilerStep#N``.
 
     Raises `TraceError` for a path without traces, an unknown run, a saved report, a file that is not
     a trace it can read, or a run whose events would pass `max_memory`.
     """
     _check_jobs(jobs)
-    _, profile = load_path(Path(path), run, jobs, MemoryLimit.of(max_memory))
+    _, profile = load_path(Path(path), run, jobs, MemoryLimit.of(max_memory), step_range)
     return profile
 
 
@@ -132,6 +140,7 @@ def analyze(
     progress: TextIO | None = None,
     on_analyzed: OnAnalyzed | None = None,
     max_memory: str | int | None = None,
+    step_range: str | None = None,
 ) -> Report:
     """Read and analyze the run under a path (as ``traceinsight report`` does), or analyze a `Profile` from
     `load`; the `Report` of it.
@@ -141,7 +150,8 @@ def analyze(
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
     `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the CLI's
-    ``--trace-out`` export); the inputs are then read in this process. `max_memory`: as for `load`.
+    ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
+    `load`.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -150,12 +160,12 @@ def analyze(
     _check_jobs(jobs)
     small_kernel_ns = int(round(small_kernel_us * 1000))
     if isinstance(path_or_profile, Profile):
-        if run is not None:
-            raise ValueError("`run` picks one of the runs under a path; a Profile is one run already")
+        if run is not None or step_range is not None:
+            raise ValueError("`run` and `step_range` are for reading a path; a Profile is read already")
         return Report(analyze_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
     limit = MemoryLimit.of(max_memory)
-    analyzed = analyze_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit)
+    analyzed = analyze_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit, step_range)
     return Report(analyzed, path)
 
 

@@ -3,9 +3,11 @@
 Accepted: a trace file; a profile run folder (``plugins/profile/<run>/``, holding
 one ``<host>.xplane.pb`` per host); a TensorBoard logdir (any depth above such
 folders); a folder of traces (``tensorboard_trace_handler`` output, one file per
-rank, or JSON traces of any name). JSON is a trace when its content says so
-(`readers.looks_like_trace`), whatever it is called; other JSON files are skipped
-and counted. Files in one folder are one run (several hosts or ranks) only when
+rank, or JSON traces of any name); Nsight Systems exports (``*.sqlite``) and
+reports (``*.nsys-rep``). JSON and SQLite are traces when their content says so
+(`readers.looks_like_trace`), whatever they are called; other such files are
+skipped and counted. A report with its SQLite export beside it is read once, from
+the export. Files in one folder are one run (several hosts or ranks) only when
 their captures overlap in time and come from different processes; otherwise each
 capture is a run of its own (a repeating schedule, a script profiled twice,
 unrelated traces side by side), named by its capture time (`group_captures`).
@@ -22,8 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from traceinsight.errors import TraceError
-from traceinsight.readers import XSPACE_SUFFIX, is_trace_file, looks_like_trace
+from traceinsight.readers import JSON_SUFFIXES, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
+from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX
 from traceinsight.readers.stamp import CaptureStamp, capture_stamp
 from traceinsight.rules import GRAPH_CAPTURE_BYTES, RUN_OVERLAP_MIN_SHARE
 
@@ -259,20 +262,24 @@ def find_runs(path: Path) -> list[Run]:
     if path.is_file():
         return [Run(path.name, path.parent, (path,))]
     candidates, unreadable = _candidate_files(path)
-    files = [f for f in candidates if _content_says_trace(f)]
+    traces = [f for f in candidates if _content_says_trace(f)]
+    files = _without_exported_reports(traces)
     if not files:
         if unreadable:
             first = unreadable[0]
             raise TraceError(first, f"cannot list this folder, and no readable trace files found under {path}")
-        files_word = "JSON file" if len(candidates) == 1 else "JSON files"
+        kinds = {"SQLite" if f.name.lower().endswith(SQLITE_SUFFIX) else "JSON" for f in candidates}
+        files_word = f"{' or '.join(sorted(kinds))} file{'' if len(candidates) == 1 else 's'}"
         note = f"; skipped {len(candidates)} {files_word} holding none" if candidates else ""
         raise TraceError(
-            path, f"no trace files found (looked for *.xplane.pb, and *.json[.gz] holding traceEvents{note})"
+            path,
+            "no trace files found (looked for *.xplane.pb, *.nsys-rep, *.json[.gz] holding traceEvents and *.sqlite "
+            f"holding an Nsight Systems export{note})",
         )
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)
-    skipped, not_traces = tuple(unreadable), len(candidates) - len(files)
+    skipped, not_traces = tuple(unreadable), len(candidates) - len(traces)
     stamped = len(files) > 1  # several files: their windows say which are one run, and which is newest
     runs = [
         run for folder, fs in by_folder.items() for run in _folder_runs(folder, fs, path, stamped, skipped, not_traces)
@@ -280,11 +287,23 @@ def find_runs(path: Path) -> list[Run]:
     return sorted(runs, key=_sort_key)
 
 
+def _without_exported_reports(files: list[Path]) -> list[Path]:
+    """`files` without the ``X.nsys-rep`` reports whose SQLite export (``X.sqlite``, or ``X.nsys-rep.sqlite`` as
+    ``nsys profile --export sqlite`` names it) is among them: one run's one input, not two."""
+    exported = {f.parent / f.name[: -len(SQLITE_SUFFIX)] for f in files if f.name.lower().endswith(SQLITE_SUFFIX)}
+
+    def beside(report: Path) -> bool:
+        stem = report.parent / report.name[: -len(REPORT_SUFFIX)]
+        return stem in exported or report in exported
+
+    return [f for f in files if not (f.name.lower().endswith(REPORT_SUFFIX) and beside(f))]
+
+
 def is_capture_pass(run: Run) -> bool:
     """Whether `run` is a CUDA/HIP graph capture pass (kernels recorded once, no steady state), told without
     parsing: its first JSON file holds `GRAPH_CAPTURE_BYTES`. Every rank of a run captures alike, so one file
-    tells; an XSpace file never is one."""
-    first = next((f for f in run.files if not f.name.lower().endswith(XSPACE_SUFFIX)), None)
+    tells; an XSpace file or an Nsight Systems export is never looked at (a JSON flag, not theirs)."""
+    first = next((f for f in run.files if f.name.lower().endswith(JSON_SUFFIXES)), None)
     return first is not None and _holds(first, GRAPH_CAPTURE_BYTES)
 
 

@@ -161,7 +161,7 @@ KINDS = (
 DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 COPY_KINDS = ("h2d", "d2h", "d2d", "p2p", "other")
 MEMORY_KINDS = ("pageable", "pinned", "device", "unknown")
-FORMATS = ("xspace", "kineto", "chrome")
+FORMATS = ("xspace", "kineto", "chrome", "nsys")
 FRAMEWORKS = ("tensorflow", "jax", "pytorch", "unknown")
 
 _INT_COLUMNS: dict[str, type[np.signedinteger[Any]]] = {
@@ -309,6 +309,31 @@ def blocking_mask(events: pd.DataFrame) -> np.ndarray:
     blocking = np.append(names.isin(BLOCKING_HOST_OPS) | matched, False)
     named = blocking[events["name"].cat.codes.to_numpy()]  # code -1 (no name) finds the last slot: False
     return events["device"].isna().to_numpy() & (kind_mask(events, "sync") | named)
+
+
+def mark_step_ranges(table: pd.DataFrame, name: str) -> int:
+    """Make the host ranges named `name` the table's steps, in place (``--step-range``: a user's NVTX or annotation
+    range around each training step, where no ``ProfilerStep#N`` is recorded), numbered 0, 1, ... in time order;
+    any other step marker becomes a plain annotation, so the steps are these ranges alone. The number marked."""
+    categories = table["name"].cat.categories
+    if name not in categories:
+        return 0
+    named = table["name"].cat.codes.to_numpy() == categories.get_loc(name)
+    host = table["device"].isna().to_numpy()
+    rows = np.flatnonzero(named & host & kind_mask(table, *_HOST_KINDS_TO_PROMOTE, "step"))
+    if not len(rows):
+        return 0
+    rows = rows[np.argsort(table["ts_ns"].to_numpy()[rows], kind="stable")]
+    kind_codes = table["kind"].cat.codes.to_numpy().copy()
+    step_ids = table["step_id"].to_numpy().copy()
+    others = kind_codes == KINDS.index("step")
+    kind_codes[others] = KINDS.index("annotation")
+    step_ids[others] = -1
+    kind_codes[rows] = KINDS.index("step")
+    step_ids[rows] = np.arange(len(rows))  # an int32 column: 2**31 steps are beyond any trace
+    table["kind"] = pd.Categorical.from_codes(kind_codes, categories=KINDS)
+    table["step_id"] = step_ids
+    return len(rows)
 
 
 def _promote_markers(table: pd.DataFrame) -> None:

@@ -31,9 +31,10 @@ def read_input(
     on_bytes: Callable[[int], None] | None = None,
     jobs: int = 1,
     limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> TraceRead:
     """`read_trace`, its path recorded relative to the folder `base` (see `input_base`)."""
-    read = read_trace(path, on_bytes, jobs, limit)
+    read = read_trace(path, on_bytes, jobs, limit, step_range)
     try:
         read.input.path = str(path.relative_to(base))
     except ValueError:
@@ -48,6 +49,7 @@ def load_run(
     scheduler: str | None = None,
     progress: TextIO | None = None,
     limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> Profile:
     """All inputs of `run`, paths recorded relative to `base` (the path the user gave).
 
@@ -57,11 +59,14 @@ def load_run(
     progress bar while a large run is read (a terminal), or None. `limit`: the
     memory the run's events may take here (`limits`); the files read in
     processes of their own split it, as all their tables come back here.
+    `step_range`: the name of the host ranges that mark steps (`read_trace`).
     """
     base = input_base(base)
     if reads_in_parallel(run, jobs, scheduler):
         each = shared_limit(limit, scheduler, len(run.files))
-        reads = map_run(partial(read_input, base=base, limit=each), run, jobs, scheduler, progress)
+        reads = map_run(
+            partial(read_input, base=base, limit=each, step_range=step_range), run, jobs, scheduler, progress
+        )
     else:  # here, with a bar that moves within files
         files = [f.absolute() for f in run.files]
         sizes = [f.stat().st_size for f in files]
@@ -69,7 +74,8 @@ def load_run(
         reads = []
         try:
             for path, size in zip(files, sizes, strict=True):
-                reads.append(read_input(path, base, bar.within_next(size) if bar else None, jobs, limit))
+                on_bytes = bar.within_next(size) if bar else None
+                reads.append(read_input(path, base, on_bytes, jobs, limit, step_range))
                 if limit is not None:  # the next file's events are held besides this one's
                     limit = limit.after(len(reads[-1].events))
         finally:

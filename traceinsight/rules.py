@@ -38,6 +38,15 @@ SYNC_API_PATTERN = re.compile(
     r"(?:_v\d+)?$"
 )
 
+# Nsight Systems names a CUDA runtime call by its CUPTI callback id: the function and the CUDA version that gave it
+# its signature (``cudaLaunchKernel_v7000``, ``cudaMemcpy_v3020``). nsys's own ``cuda_api_sum`` report prints the
+# function alone, as Kineto names it, so the suffix goes (4+ digits: a driver call's ``_v2`` is part of its name,
+# ``cuMemcpyHtoD_v2``).
+NSYS_API_VERSION_SUFFIX = r"_v\d{4,}$"
+# An nsys export says nothing of the framework that ran; PyTorch's own NVTX ranges do: `torch.profiler` schedule's
+# ``ProfilerStep#N`` and `torch.autograd.profiler.emit_nvtx`'s ``aten::`` ops.
+NSYS_PYTORCH_RANGE = r"^(?:aten::|ProfilerStep\s*#)"
+
 # A copy's direction from its event name (Kineto, XSpace and XProf spellings); the first match wins.
 COPY_KIND_PATTERNS = (
     ("h2d", re.compile(r"HtoD|H2D|HostToDevice")),

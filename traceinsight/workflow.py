@@ -29,7 +29,7 @@ from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.findings import Findings, evaluate
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
-from traceinsight.readers import SNIFF_BYTES, TRACE_EVENTS_KEY
+from traceinsight.readers import NSYS_SUFFIXES, SNIFF_BYTES, TRACE_EVENTS_KEY
 from traceinsight.render.meta import add_run_info, add_runs
 from traceinsight.result import OLDER_SCHEMAS, SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
@@ -67,11 +67,15 @@ def find_run(path: Path, run_name: str | None = None) -> RunChoice:
 
 
 def load_path(
-    path: Path, run_name: str | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+    path: Path,
+    run_name: str | None = None,
+    jobs: int = 1,
+    limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> tuple[Run, Profile]:
     """The run under `path` and its inputs read into one profile, as `analyze_path` reads them in this process."""
     run = find_run(path, run_name).run
-    return run, load_run(run, path, jobs, limit=limit)
+    return run, load_run(run, path, jobs, limit=limit, step_range=step_range)
 
 
 def analyze_path(
@@ -83,11 +87,12 @@ def analyze_path(
     progress: TextIO | None = None,
     on_analyzed: OnAnalyzed | None = None,
     limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> Analyzed:
     """Find the run under `path`, read and analyze it, and build its report (`load_run` takes `jobs`,
-    `scheduler`, `progress` and `limit`). `on_analyzed(analysis, findings, report, files)` is called while the analysis
-    still holds the run's event table (an export needs it), so with it the inputs are read here, never analyzed
-    apart."""
+    `scheduler`, `progress`, `limit` and `step_range`). `on_analyzed(analysis, findings, report, files)` is called
+    while the analysis still holds the run's event table (an export needs it), so with it the inputs are read here,
+    never analyzed apart."""
     choice = find_run(path, run_name)
     run = choice.run
     if on_analyzed is None and reads_in_parallel(run, jobs, scheduler):
@@ -95,13 +100,13 @@ def analyze_path(
         # travel back, so the run's tables are never all in this process.
         each = shared_limit(limit, scheduler, min(jobs, len(run.files)))  # jobs tables at a time
         read_and_analyze = partial(
-            _read_and_analyze, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each
+            _read_and_analyze, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each, step_range=step_range
         )
         parts = map_run(read_and_analyze, run, jobs, scheduler, progress)
         profile = merge_reads([read for read, _ in parts], name=run.name)
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
-        profile = load_run(run, path, jobs, scheduler, progress, limit)
+        profile = load_run(run, path, jobs, scheduler, progress, limit, step_range)
         analysis = _with_capture(analyze(profile, small_kernel_ns=small_kernel_ns), choice, path, limit)
     return _reported(analysis, choice, path, on_analyzed)
 
@@ -142,11 +147,11 @@ def _reported(
 
 
 def _read_and_analyze(
-    path: Path, base: Path, small_kernel_ns: int, limit: MemoryLimit | None
+    path: Path, base: Path, small_kernel_ns: int, limit: MemoryLimit | None, step_range: str | None = None
 ) -> tuple[TraceRead, Analysis]:
     """One input read and analyzed alone (`merge_analyses` puts the run together), without its event table but for
     the rows the cross-rank view reads."""
-    read = read_input(path, base, limit=limit)
+    read = read_input(path, base, limit=limit, step_range=step_range)
     analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
     # What goes back is the results and the few rows the cross-rank view of collectives reads, not the table.
     kept = rows_collectives_read(read.events, 1)
@@ -168,7 +173,7 @@ def read_saved_report(path: Path) -> RunReport | None:
     Raises TraceError for another traceinsight document (a diff, a newer report schema) or a
     report missing the fields a comparison needs.
     """
-    if not path.is_file() or path.name.lower().endswith((".gz", ".pb")):
+    if not path.is_file() or path.name.lower().endswith((".gz", ".pb", *NSYS_SUFFIXES)):
         return None
     with path.open("rb") as f:
         head = f.read(SNIFF_BYTES)

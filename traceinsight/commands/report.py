@@ -51,6 +51,12 @@ class ReportCommand:
         )
         parser.add_argument("--run", metavar="NAME", help="which run of a logdir (default: the newest)")
         parser.add_argument(
+            "--step-range",
+            metavar="NAME",
+            help="the host ranges of this name (an NVTX range, a user annotation) mark the training steps, "
+            "in place of ProfilerStep#N",
+        )
+        parser.add_argument(
             "--small-kernel-us",
             type=positive_float,
             default=DEFAULT_SMALL_KERNEL_US,
@@ -116,6 +122,7 @@ class ReportCommand:
                 progress=progress_stream(args.quiet),
                 on_analyzed=export,
                 max_memory=args.max_memory,
+                step_range=args.step_range,
             )
             report.record_invocation(_command_line(args), _options(args))
             if args.strict:
@@ -172,6 +179,7 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
         "json": None if args.json is None else str(args.json),
         "markdown": None if args.markdown is None else str(args.markdown),
         "run": args.run,
+        "step_range": args.step_range,
         "small_kernel_us": args.small_kernel_us,
         "fail_on": list(args.fail_on),
         "trace_out": None if args.trace_out is None else str(args.trace_out),

@@ -4,7 +4,8 @@
 the reader from the file name and, for JSON, from the content: Kineto (PyTorch
 profiler) JSON is streamed chunk by chunk (`read_kineto_json`), so a gigabyte trace
 needs memory for its event table, not its text; any other Chrome-trace JSON is
-XProf's trace_viewer export, decoded whole (`_read_document`).
+XProf's trace_viewer export, decoded whole (`_read_document`). Nsight Systems'
+SQLite exports (and ``.nsys-rep`` reports, exported by ``nsys``) go to `read_nsys`.
 """
 
 from __future__ import annotations
@@ -15,29 +16,32 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.errors import TraceError, is_truncation_warning
-from traceinsight.events import TraceRead
+from traceinsight.events import TraceRead, mark_step_ranges
 from traceinsight.limits import MemoryLimit
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_files import FileText, json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
+from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, is_nsys_export, read_nsys
 from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
-TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
+NSYS_SUFFIXES = (SQLITE_SUFFIX, REPORT_SUFFIX)
+TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES, *NSYS_SUFFIXES)
 # How much of a JSON file's text tells what it is: a trace names its events' array near its start.
 SNIFF_BYTES = 1 << 16
 # The key every JSON reader here needs (Kineto and Chrome-trace objects; a bare array of events is refused).
 TRACE_EVENTS_KEY = b'"traceEvents"'
 # A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
 _OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
+NO_STEP_RANGE = "step_range_missing"  # the first word of the warning that --step-range named no range of a file
 
 
 def is_trace_file(path: Path | str) -> bool:
     """Whether the file name has a trace suffix (case-insensitive); the content is not opened.
 
-    Any ``.json`` qualifies, so discovery looks at the head of its text too (`looks_like_trace`).
+    Any ``.json`` and ``.sqlite`` qualifies, so discovery looks at its content too (`looks_like_trace`).
     """
     return Path(path).name.lower().endswith(TRACE_SUFFIXES)
 
@@ -49,12 +53,15 @@ def json_head(path: Path | str) -> bytes:
 
 
 def looks_like_trace(path: Path | str) -> bool:
-    """Whether a reader here takes the file, told cheaply: an XSpace file by its name, JSON by the head of its
-    text (a `traceEvents` key, and no report of ours), so a trace is found whatever it is called. Raises
-    TraceError when a JSON file's head cannot be read."""
+    """Whether a reader here takes the file, told cheaply: an XSpace file or an Nsight Systems report by its
+    name, SQLite by its tables (an nsys export's), JSON by the head of its text (a `traceEvents` key, and no
+    report of ours), so a trace is found whatever it is called. Raises TraceError when a JSON file's head cannot
+    be read."""
     name = Path(path).name.lower()
-    if name.endswith(XSPACE_SUFFIX):
+    if name.endswith((XSPACE_SUFFIX, REPORT_SUFFIX)):
         return True
+    if name.endswith(SQLITE_SUFFIX):
+        return is_nsys_export(path)
     if not name.endswith(JSON_SUFFIXES):
         return False
     head = json_head(path)
@@ -71,7 +78,11 @@ def nesting_checked(path: Path | str) -> Iterator[None]:
 
 
 def read_trace(
-    path: Path | str, on_bytes: Callable[[int], None] | None = None, jobs: int = 1, limit: MemoryLimit | None = None
+    path: Path | str,
+    on_bytes: Callable[[int], None] | None = None,
+    jobs: int = 1,
+    limit: MemoryLimit | None = None,
+    step_range: str | None = None,
 ) -> TraceRead:
     """Read one trace file with the reader its name and content call for.
 
@@ -80,6 +91,8 @@ def read_trace(
     idle cores allow. `limit`: a `TraceError` as soon as the file's events would not fit
     (an XSpace file: estimated from its size before it is read). A file cut short is read as far as it goes
     (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
+    `step_range`: the name of the host ranges that mark steps (`events.mark_step_ranges`; ``--step-range``); a
+    warning when the file has none.
     """
     path = Path(path)
     with nesting_checked(path):
@@ -88,6 +101,8 @@ def read_trace(
         raise TraceError(
             path, "the document ends early (truncated file?), with no complete event to report before the cut"
         )
+    if step_range is not None and not mark_step_ranges(read.events, step_range):
+        read.warnings[f"{NO_STEP_RANGE}: no host range named {step_range!r}"] += 1
     return read
 
 
@@ -104,6 +119,8 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
         jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)
         return streamed if streamed is not None else _read_document(path, limit)
+    if name.endswith(NSYS_SUFFIXES):
+        return read_nsys(path, limit)
     raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")
 
 

@@ -1,5 +1,5 @@
-"""When, and by which process, a trace file was captured: told from the head and the tail of its text (JSON) or
-its ``Task Environment`` plane (XSpace), without reading its events.
+"""When, and by which process, a trace file was captured: told from the head and the tail of its text (JSON), its
+``Task Environment`` plane (XSpace) or its session tables (Nsight Systems), without reading its events.
 
 Why: a folder can hold the ranks of one run or several captures of one process (a repeating profiler schedule,
 a script run twice); discovery tells them apart by the captures' windows and processes (`discover.find_runs`),
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from traceinsight.errors import TraceError
 from traceinsight.readers.json_files import FileText
+from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, capture_window
 
 # How much of each end of a JSON file's text is read: a few hundred events, and the keys Kineto writes before
 # and after them (`distributedInfo` first; `baseTimeNanoseconds` last, or first in some writers).
@@ -51,9 +52,13 @@ class CaptureStamp:
 
 def capture_stamp(path: Path) -> CaptureStamp:
     """The stamp of one trace file; an empty one when it cannot be read (reading it then says why)."""
+    name = path.name.lower()
     try:
-        if path.name.lower().endswith(".xplane.pb"):
+        if name.endswith(".xplane.pb"):
             return _xspace_stamp(path)
+        if name.endswith((SQLITE_SUFFIX, REPORT_SUFFIX)):
+            start, end, pid = capture_window(path) if name.endswith(SQLITE_SUFFIX) else (None, None, None)
+            return CaptureStamp(start, end, pid=pid)
         return _json_stamp(path)
     except TraceError:
         return CaptureStamp()
