@@ -140,9 +140,8 @@ def find_runs(path: Path) -> list[Run]:
             raise TraceError(first, f"cannot list this folder, and no readable trace files found under {path}")
         files_word = "JSON file" if len(candidates) == 1 else "JSON files"
         note = f"; skipped {len(candidates)} {files_word} holding none" if candidates else ""
-        raise TraceError(
-            path, f"no trace files found (looked for *.xplane.pb, and *.json[.gz] holding traceEvents{note})"
-        )
+        looked = "*.xplane.pb, and *.json[.gz] holding traceEvents or an array of trace events"
+        raise TraceError(path, f"no trace files found (looked for {looked}{note})")
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)

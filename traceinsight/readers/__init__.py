@@ -3,8 +3,10 @@
 `read_trace` is the one way in, for the CLI, the API and the tests alike. It picks
 the reader from the file name and, for JSON, from the content: Kineto (PyTorch
 profiler) JSON is streamed chunk by chunk (`read_kineto_json`), so a gigabyte trace
-needs memory for its event table, not its text; any other Chrome-trace JSON is
-XProf's trace_viewer export, decoded whole (`_read_document`).
+needs memory for its event table, not its text; any other Chrome-trace JSON (XProf's
+trace_viewer export, a TF1 timeline, a legacy ``torch.autograd.profiler`` export, a
+home-grown tracer's) is decoded whole (`_read_document`). Either form of the Trace
+Event Format is read: an object with ``traceEvents``, or the array of events alone.
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ JSON_SUFFIXES = (".json", ".json.gz")
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES)
 # How much of a JSON file's text tells what it is: a trace names its events' array near its start.
 SNIFF_BYTES = 1 << 16
-# The key every JSON reader here needs (Kineto and Chrome-trace objects; a bare array of events is refused).
+# The key of the events in the object form of a trace (Kineto, XProf, TF1 timelines).
 TRACE_EVENTS_KEY = b'"traceEvents"'
+# The array form of a trace, as its head shows it: an array whose first item is an object, and the keys every
+# event has, its phase and its time or name (the Trace Event Format's required fields).
+_ARRAY_OF_OBJECTS = re.compile(rb"\s*\[\s*\{")
+_PHASE_KEY = re.compile(rb'"ph"\s*:')
+_TIME_OR_NAME_KEY = re.compile(rb'"(?:ts|name)"\s*:')
 # A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
 _OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
 
@@ -50,15 +57,24 @@ def json_head(path: Path | str) -> bytes:
 
 def looks_like_trace(path: Path | str) -> bool:
     """Whether a reader here takes the file, told cheaply: an XSpace file by its name, JSON by the head of its
-    text (a `traceEvents` key, and no report of ours), so a trace is found whatever it is called. Raises
-    TraceError when a JSON file's head cannot be read."""
+    text (a `traceEvents` key, or an array of event objects; and no report of ours), so a trace is found whatever
+    it is called. Raises TraceError when a JSON file's head cannot be read."""
     name = Path(path).name.lower()
     if name.endswith(XSPACE_SUFFIX):
         return True
     if not name.endswith(JSON_SUFFIXES):
         return False
     head = json_head(path)
-    return TRACE_EVENTS_KEY in head and _OUR_SCHEMA.search(head) is None
+    return (TRACE_EVENTS_KEY in head or is_array_of_events(head)) and _OUR_SCHEMA.search(head) is None
+
+
+def is_array_of_events(head: bytes) -> bool:
+    """Whether the head of a JSON text is the array form of a trace: an array of objects with trace event keys."""
+    return (
+        _ARRAY_OF_OBJECTS.match(head) is not None
+        and _PHASE_KEY.search(head) is not None
+        and _TIME_OR_NAME_KEY.search(head) is not None
+    )
 
 
 @contextmanager
