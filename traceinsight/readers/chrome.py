@@ -219,13 +219,14 @@ def _named_lines(
     """The lines of a Chrome trace without XProf's process names (no cat either, or Kineto's reader would have
     taken it): a line whose process or thread is named for a device (`rules.DEVICE_LINE_PATTERN`) holds device
     work, the others host ops. Its device is the number in those names (legacy autograd's "CUDA functions": the
-    tid), its stream the thread name's stream number, else the tid. A trace with no device line is refused unless
-    it is a legacy autograd export (CPU ops alone)."""
+    tid), its stream the thread name's stream number, else the tid. A trace that names no device line is refused
+    unless it is a legacy autograd export (CPU ops alone)."""
     named = [(processes.get(int(p), ""), threads.get((int(p), int(t)), ""), int(t)) for p, t in lines]
     on_device = [
         bool(DEVICE_LINE_PATTERN.search(process) or DEVICE_LINE_PATTERN.search(thread)) for process, thread, _ in named
     ]
-    if not any(on_device) and not _is_legacy_autograd(processes):
+    names = [*processes.values(), *threads.values()]  # lines named for a device count even with no events yet
+    if not any(DEVICE_LINE_PATTERN.search(name) for name in names) and not _is_legacy_autograd(processes):
         raise TraceError(
             path,
             "neither a Kineto trace nor an XProf trace_viewer export, TF1 timeline or legacy autograd export (no "
