@@ -210,13 +210,26 @@ def test_what_is_not_a_trace(tmp_path):
     folder = tmp_path / "run"
     _trace(folder / "trace.json", doc=TINY)
     (folder / "execution_details.json").write_text('[{"file": "trace.json", "batch_size": 32}]')
-    (folder / "bare_array.json").write_text('[{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]')
+    (folder / "numbers.json").write_text("[1, 2, 3]")
     (folder / "ours.json").write_text('{"schema": "traceinsight.report/1", "traceEvents": []}')  # a report of ours
     (folder / "empty.json.gz").write_bytes(gzip.compress(b""))
     (folder / ".hidden.json").write_text(json.dumps(TINY))  # hidden: never a candidate
     (folder / "run_info.json").write_text('{"torch": "2.5.0"}')  # our sample metadata: neither
     (run,) = find_runs(folder)
     assert [f.name for f in run.files] == ["trace.json"] and run.not_traces == 4
+
+
+def test_the_array_form_is_a_trace(tmp_path):
+    """The Trace Event Format's array form (the events alone, the closing bracket optional) is a trace; an array of
+    anything else is not."""
+    folder = tmp_path / "run"
+    _trace(folder / "trace.json", doc=TINY)
+    (folder / "bare_array.json").write_text('[{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]')
+    (folder / "open_array.json.gz").write_bytes(gzip.compress(b' [\n {"name": "a", "ph": "X", "ts": 1, "dur": 2},\n'))
+    (folder / "rows.json").write_text('[{"file": "trace.json", "ts": 3}]')  # no phase: rows of something else
+    (run,) = find_runs(folder)
+    assert [f.name for f in run.files] == ["bare_array.json", "open_array.json.gz", "trace.json"]
+    assert run.not_traces == 1
 
 
 def test_a_trace_named_deep_in_its_head_is_not_one(tmp_path):

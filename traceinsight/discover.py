@@ -271,11 +271,11 @@ def find_runs(path: Path) -> list[Run]:
         kinds = {"SQLite" if f.name.lower().endswith(SQLITE_SUFFIX) else "JSON" for f in candidates}
         files_word = f"{' or '.join(sorted(kinds))} file{'' if len(candidates) == 1 else 's'}"
         note = f"; skipped {len(candidates)} {files_word} holding none" if candidates else ""
-        raise TraceError(
-            path,
-            "no trace files found (looked for *.xplane.pb, *.nsys-rep, *.json[.gz] holding traceEvents and *.sqlite "
-            f"holding an Nsight Systems export{note})",
+        looked = (
+            "*.xplane.pb, *.nsys-rep, *.json[.gz] holding traceEvents or an array of trace events, and *.sqlite "
+            "holding an Nsight Systems export"
         )
+        raise TraceError(path, f"no trace files found (looked for {looked}{note})")
     by_folder: dict[Path, list[Path]] = {}
     for f in files:
         by_folder.setdefault(f.parent, []).append(f)

@@ -64,6 +64,21 @@ XLA_HOST_MEMORY_SPACE = "S(5)"
 # stat, TF ops "<node>:<OpType>", and Python tracer events "$<function>".
 STEP_MARKER_PATTERN = re.compile(r"^(?:(?:train|test|TraceContext)[^/]*|Profiled batch)$")
 TF_OP_PATTERN = re.compile(r"^[A-Za-z0-9_.][\w.\-/>]*:[A-Za-z_]\w*$")
+# Chrome traces whose events carry no Kineto cat (home-grown tracers, legacy exports): chrome://tracing and Perfetto
+# show such a trace by its process and thread names alone (`process_name` / `thread_name` metadata events, or a pid
+# written as a name), so those names are how its writer says which lines are the GPU's: "GPU 0", "cuda stream 7",
+# "Stream #13", "/device:GPU:0". A line named so holds device work; the others are host work.
+DEVICE_LINE_PATTERN = re.compile(r"stream|gpu|device|cuda", re.IGNORECASE)
+# The device's number in such a name ("GPU 1", "cuda:0", "device 2") and the stream's ("stream 7", "Stream #13").
+DEVICE_NUMBER_PATTERN = re.compile(r"(?:gpu|cuda|device)\D{0,3}?(\d{1,6})(?!\d)", re.IGNORECASE)
+STREAM_NUMBER_PATTERN = re.compile(r"stream\D{0,3}?(\d{1,9})(?!\d)", re.IGNORECASE)
+# Legacy `torch.autograd.profiler.profile(...).export_chrome_trace` (torch 0.4-1.7, and
+# `torch.autograd.profiler_legacy.profile` to this day: torch/autograd/profiler.py, later profiler_util.py): the
+# array form, its pid the process *name*: every op an "X" event of pid "CPU functions" (tid: the thread), and with
+# `use_cuda=True` (torch <= 1.7) the op's CUDA time, timed by CUDA events, an "X" event of pid "CUDA functions" whose
+# tid is the device index (pytorch/pytorch#33961 shows one). No cat but on the "s"/"f" flow arrows.
+LEGACY_AUTOGRAD_CPU_PROCESS = "CPU functions"
+LEGACY_AUTOGRAD_CUDA_PROCESS = "CUDA functions"
 # CUPTI activity types XProf puts on "Stream #" lines that are not device work.
 NON_KERNEL_ACTIVITY = frozenset(
     {

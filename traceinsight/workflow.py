@@ -29,7 +29,7 @@ from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.findings import Findings, evaluate
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
-from traceinsight.readers import NSYS_SUFFIXES, SNIFF_BYTES, TRACE_EVENTS_KEY
+from traceinsight.readers import NSYS_SUFFIXES, SNIFF_BYTES, TRACE_EVENTS_KEY, is_array_of_events
 from traceinsight.render.meta import add_run_info, add_runs
 from traceinsight.result import OLDER_SCHEMAS, SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
@@ -178,7 +178,7 @@ def read_saved_report(path: Path) -> RunReport | None:
     with path.open("rb") as f:
         head = f.read(SNIFF_BYTES)
     # A trace names its events near the start; a report is far smaller than a trace worth streaming.
-    if TRACE_EVENTS_KEY in head or path.stat().st_size > _MAX_REPORT_BYTES:
+    if TRACE_EVENTS_KEY in head or is_array_of_events(head) or path.stat().st_size > _MAX_REPORT_BYTES:
         return None
     data = path.read_bytes()
     if _SCHEMA_PREFIX not in data:

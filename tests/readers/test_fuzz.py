@@ -16,6 +16,7 @@ tests/test_robustness.py holds those cases as expected failures.)
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import corpus
-from tests.conftest import SHARED_TRACES, shared_trace
+from tests.conftest import SAMPLE_TRACES, SHARED_TRACES, shared_trace
 from traceinsight.errors import TraceError, is_truncation_warning
 from traceinsight.events import COLUMNS, KINDS, TraceRead
 from traceinsight.readers import _read_document as read_whole_document
@@ -337,6 +338,56 @@ def test_json_readers_on_truncated_text(scratch: Path, seed: int, at: int, gz: b
         truncated = [k for k in read.warnings if is_truncation_warning(k)]
         assert len(truncated) == (1 if gz or len(cut) < len(text) else 0)
     assert reads[0].events.equals(reads[1].events)
+
+
+# --------------------------------------------------------------------------- the array form (no traceEvents key)
+
+
+@cache
+def array_seeds() -> tuple[list[dict[str, Any]], ...]:
+    """The events of the array-form samples: legacy autograd's use_cuda layout, a home-grown tracer's named lines."""
+    seeds = []
+    for path in (SAMPLE_TRACES / "legacy_autograd" / "use_cuda_mlp", SAMPLE_TRACES / "named_lines" / "trainer"):
+        text = (path / "trace.json").read_text().rstrip().rstrip(",")
+        seeds.append(json.loads(text if text.endswith("]") else text + "]"))
+    return tuple(seeds)
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), ops=_BYTE_OPS)
+def test_array_form_on_mutated_bytes(scratch: Path, seed: int, ops: list[tuple[str, int, int, bytes]]) -> None:
+    events = array_seeds()[seed % len(array_seeds())]
+    path = scratch / "array.json"
+    path.write_bytes(mutate_bytes(json.dumps(events).encode(), ops))
+    _read_or_refuse(lambda: read_trace(path))
+
+
+@FUZZ
+@given(seed=st.integers(0, 10), at=st.integers(0, 2**32), gz=st.booleans(), closed=st.booleans())
+def test_array_form_cut_anywhere(scratch: Path, seed: int, at: int, gz: bool, closed: bool) -> None:
+    """An array-form trace cut anywhere: the device rows of the events wholly before the cut (counted from where
+    each event's text ends), or a TraceError when no timed event is; a truncation warning unless the cut falls
+    where an open array may end (after an event and its comma)."""
+    events = array_seeds()[seed % len(array_seeds())]
+    texts = [json.dumps(e) for e in events]
+    ends = list(itertools.accumulate(len(t) + 2 for t in texts))  # "[" or ", " before each event, then the event
+    text = ("[" + ", ".join(texts) + ("]" if closed else "")).encode()
+    cut = text[: at % (len(text) + 1)]
+    path = scratch / ("array-cut.json.gz" if gz else "array-cut.json")
+    path.write_bytes(corpus.cut_gzip(cut) if gz else cut)
+    whole = [e for e, end in zip(events, ends, strict=True) if end - 1 <= len(cut)]
+    read = _refused_or(lambda: read_trace(path))
+    if read is None:
+        assert not [e for e in whole if e["ph"] == "X"] or len(cut) < 2
+        return
+    assert_valid(read)
+    device_rows = int(read.events["device"].notna().sum())
+    pids = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    on_device = [e for e in whole if e["ph"] == "X" and ("CUDA" in str(e["pid"]) or "GPU" in pids.get(e["pid"], ""))]
+    assert device_rows == len(on_device)
+    open_end = len(cut) == len(text) or len(cut.rstrip(b", ")) in {end - 1 for end in ends}
+    truncated = [k for k in read.warnings if is_truncation_warning(k)]
+    assert len(truncated) == (1 if gz or not open_end else 0)
 
 
 def _refused_or(read: Callable[[], TraceRead]) -> TraceRead | None:

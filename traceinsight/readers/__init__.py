@@ -3,9 +3,12 @@
 `read_trace` is the one way in, for the CLI, the API and the tests alike. It picks
 the reader from the file name and, for JSON, from the content: Kineto (PyTorch
 profiler) JSON is streamed chunk by chunk (`read_kineto_json`), so a gigabyte trace
-needs memory for its event table, not its text; any other Chrome-trace JSON is
-XProf's trace_viewer export, decoded whole (`_read_document`). Nsight Systems'
-SQLite exports (and ``.nsys-rep`` reports, exported by ``nsys``) go to `read_nsys`.
+needs memory for its event table, not its text; any other Chrome-trace JSON (XProf's
+trace_viewer export, a TF1 timeline, a legacy ``torch.autograd.profiler`` export, a
+home-grown tracer's) is decoded whole (`_read_document`). Either form of the Trace
+Event Format is read: an object with ``traceEvents``, or the array of events alone.
+Nsight Systems' SQLite exports (and ``.nsys-rep`` reports, exported by ``nsys``) go to
+`read_nsys`.
 """
 
 from __future__ import annotations
@@ -31,8 +34,13 @@ NSYS_SUFFIXES = (SQLITE_SUFFIX, REPORT_SUFFIX)
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES, *NSYS_SUFFIXES)
 # How much of a JSON file's text tells what it is: a trace names its events' array near its start.
 SNIFF_BYTES = 1 << 16
-# The key every JSON reader here needs (Kineto and Chrome-trace objects; a bare array of events is refused).
+# The key of the events in the object form of a trace (Kineto, XProf, TF1 timelines).
 TRACE_EVENTS_KEY = b'"traceEvents"'
+# The array form of a trace, as its head shows it: an array whose first item is an object, and the keys every
+# event has, its phase and its time or name (the Trace Event Format's required fields).
+_ARRAY_OF_OBJECTS = re.compile(rb"\s*\[\s*\{")
+_PHASE_KEY = re.compile(rb'"ph"\s*:')
+_TIME_OR_NAME_KEY = re.compile(rb'"(?:ts|name)"\s*:')
 # A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
 _OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
 NO_STEP_RANGE = "step_range_missing"  # the first word of the warning that --step-range named no range of a file
@@ -54,9 +62,9 @@ def json_head(path: Path | str) -> bytes:
 
 def looks_like_trace(path: Path | str) -> bool:
     """Whether a reader here takes the file, told cheaply: an XSpace file or an Nsight Systems report by its
-    name, SQLite by its tables (an nsys export's), JSON by the head of its text (a `traceEvents` key, and no
-    report of ours), so a trace is found whatever it is called. Raises TraceError when a JSON file's head cannot
-    be read."""
+    name, SQLite by its tables (an nsys export's), JSON by the head of its text (a `traceEvents` key, or an array
+    of event objects; and no report of ours), so a trace is found whatever it is called. Raises TraceError when a
+    JSON file's head cannot be read."""
     name = Path(path).name.lower()
     if name.endswith((XSPACE_SUFFIX, REPORT_SUFFIX)):
         return True
@@ -65,7 +73,16 @@ def looks_like_trace(path: Path | str) -> bool:
     if not name.endswith(JSON_SUFFIXES):
         return False
     head = json_head(path)
-    return TRACE_EVENTS_KEY in head and _OUR_SCHEMA.search(head) is None
+    return (TRACE_EVENTS_KEY in head or is_array_of_events(head)) and _OUR_SCHEMA.search(head) is None
+
+
+def is_array_of_events(head: bytes) -> bool:
+    """Whether the head of a JSON text is the array form of a trace: an array of objects with trace event keys."""
+    return (
+        _ARRAY_OF_OBJECTS.match(head) is not None
+        and _PHASE_KEY.search(head) is not None
+        and _TIME_OR_NAME_KEY.search(head) is not None
+    )
 
 
 @contextmanager

@@ -1,4 +1,6 @@
-"""Read XProf's trace_viewer JSON export (an XSpace written as a Chrome trace) into the event table.
+"""Read Chrome-trace JSON that is not Kineto's into the event table: XProf's trace_viewer export (an XSpace written
+as a Chrome trace), TF1 timelines, legacy ``torch.autograd.profiler`` exports and traces whose device lines are
+told by their process and thread names alone.
 
 The export keeps XSpace's structure in Chrome-trace terms: a process per plane
 (``process_name`` ``/device:GPU:4``, ``/host:CPU``), a thread per line
@@ -17,6 +19,13 @@ the same rows:
   for ``*Synchronize``); step markers with ``step_num`` -> step; ``$...`` -> python;
   TF ops -> cpu_op; the rest -> other.
 
+Traces without XProf's process names and without cats (home-grown tracers, legacy
+exports, in either JSON form) are read by their line names (`_named_lines`): a
+process or thread named for a GPU, device, stream or CUDA (`rules.DEVICE_LINE_PATTERN`)
+holds device work, read like a ``Stream #`` line; every other line holds host ops.
+A pid written as a name (legacy autograd's ``"CPU functions"`` / ``"CUDA functions"``)
+is that process's name.
+
 Timestamps are µs since the profile start (the export has no wall clock).
 
 Damaged events are skipped and counted in the warnings (`_repair`): a ts or dur
@@ -29,6 +38,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +73,14 @@ from traceinsight.readers.columns import category_column, float_column, int_colu
 from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_events import NO_ARGS, Args, Event, TraceDoc
 from traceinsight.readers.json_times import complete_events, exact_times
-from traceinsight.rules import STEP_MARKER_PATTERN
+from traceinsight.rules import (
+    DEVICE_LINE_PATTERN,
+    DEVICE_NUMBER_PATTERN,
+    LEGACY_AUTOGRAD_CPU_PROCESS,
+    LEGACY_AUTOGRAD_CUDA_PROCESS,
+    STEP_MARKER_PATTERN,
+    STREAM_NUMBER_PATTERN,
+)
 
 # XProf's process names, and those of our own `--trace-out` export of a run of several inputs, whose devices
 # and hosts carry the input's label (``rank0/device:GPU:0``, ``rank0/host:CPU``).
@@ -80,7 +97,10 @@ _TF1_STREAM = re.compile(r"^/(?:device:)?(GPU|TPU|gpu):(\d+)/stream:(\d+) Comput
 TF1_STEP = "session.run"
 _TF1_OPS = re.compile(r"^/job:[^/]+/replica:\d+/task:\d+/(?:device:\w+|cpu|gpu):\d+ Compute$")
 # What the events of one (process, thread) line become; lines without a role are not read.
-_HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED, _HOST_OPS = range(8)
+_HOST, _STREAM, _DEVICE_STEPS, _DEVICE_KERNEL, _DEVICE_ANNOTATION, _DEVICE_OTHER, _SKIPPED, _HOST_OPS, _NAMED_HOST = (
+    range(9)
+)
+_HOST_ROLES = (_HOST, _HOST_OPS, _NAMED_HOST)
 _TPU_LINE_ROLES = {"XLA Ops": _DEVICE_KERNEL, "XLA Modules": _DEVICE_ANNOTATION, "Steps": _DEVICE_STEPS}
 _ROLE_KINDS = {
     _DEVICE_STEPS: "step",
@@ -88,32 +108,46 @@ _ROLE_KINDS = {
     _DEVICE_ANNOTATION: "annotation",
     _DEVICE_OTHER: "other",
     _HOST_OPS: "cpu_op",
+    _NAMED_HOST: "cpu_op",
 }
+# `TraceRead.metadata["chrome_form"]` of the traces without XProf's names (else "xprof").
+LEGACY_AUTOGRAD_FORM = "legacy autograd"
+NAMED_LINES_FORM = "named lines"
+
+
+@dataclass
+class _Lines:
+    """What each (process, thread) line of a trace is: its role, its device label (None: a host line) and the
+    stream its device rows are on."""
+
+    roles: np.ndarray
+    devices: list[str | None]
+    streams: np.ndarray
 
 
 def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
-    """Read an XProf trace_viewer JSON export or a TF1 timeline; `doc` skips loading when already decoded."""
+    """Read an XProf trace_viewer JSON export, a TF1 timeline, a legacy autograd export or a Chrome trace whose
+    device lines are told by their names; `doc` skips loading when already decoded."""
     doc = doc if doc is not None else load_trace_json(path)
     processes, threads = _process_and_thread_names(doc.events)
     devices = {p: d for p, name in processes.items() if (d := _device_of(name)) is not None}
-    if not devices and not any(_HOST_PROCESS.match(name) or _TF1_OPS.match(name) for name in processes.values()):
-        raise TraceError(
-            path,
-            "neither a Kineto trace nor an XProf trace_viewer export or TF1 timeline (no /device:, /host: or "
-            "/job: process names)",
-        )
+    xprof = bool(devices) or any(_HOST_PROCESS.match(name) or _TF1_OPS.match(name) for name in processes.values())
     _drop_impossible_times(path, doc)
     complete = complete_events(doc)
-    pid = int_column([e.pid for e in complete.events])
+    pids = [e.pid for e in complete.events]
+    pid = int_column(pids) if xprof else _process_ids(pids, processes)
     tid = int_column([e.tid for e in complete.events])
     lines, line_of = np.unique(np.stack([pid, tid], axis=1).reshape(-1, 2), axis=0, return_inverse=True)
-    roles = np.array([_line_role(processes.get(p), devices.get(p), threads.get((p, t), "")) for p, t in lines], np.int8)
-    role = roles[line_of.reshape(-1)]
+    line_of = line_of.reshape(-1)
+    layout = (
+        _xprof_lines(lines, processes, threads, devices) if xprof else _named_lines(path, lines, processes, threads)
+    )
+    role = layout.roles[line_of]
     keep = role != _SKIPPED
     if not keep.all():
         doc.warnings["chrome: derived-line and non-profile events skipped"] += int((~keep).sum())
     events = [e for e, k in zip(complete.events, keep, strict=True) if k]
-    role, pid, tid = role[keep], pid[keep], tid[keep]
+    role, pid, tid, line_of = role[keep], pid[keep], tid[keep], line_of[keep]
     args = [e.args or NO_ARGS for e in events]
     names = category_column([e.name for e in events])
     # XSpace names host events by their full name, which the export moves to long_name.
@@ -122,17 +156,16 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     )
     correlation = int_column([a.correlation_id for a in args])
     kind, step_id = _kinds(role, names, full_names, correlation, int_column([a.step_num for a in args]))
-    on_device = (role != _HOST) & (role != _HOST_OPS)
-    labels = sorted(set(devices.values()))
-    line_id = np.where(tid >= 2**31, tid - 2**32, tid)  # the export writes XLine ids as uint32
-    line_id = _tf1_streams(processes, pid, line_id)
+    on_device = ~np.isin(role, _HOST_ROLES)
+    labels = sorted({*devices.values(), *(d for d in layout.devices if d is not None)})  # devices with no rows too
+    line_device = np.array([-1 if d is None else labels.index(d) for d in layout.devices], np.int64)
     table = make_event_table(
         {
             "ts_ns": complete.ts_ns[keep],
             "dur_ns": complete.dur_ns[keep],
             "kind": pd.Categorical.from_codes(kind, KINDS),
-            "device": pd.Categorical.from_codes(_device_codes(pid, on_device, devices, labels), labels),
-            "stream": np.where(on_device, line_id, -1),
+            "device": pd.Categorical.from_codes(np.where(on_device, line_device[line_of], -1), labels),
+            "stream": np.where(on_device, layout.streams[line_of], -1),
             "thread": np.where(on_device, -1, np.where(role == _HOST_OPS, pid, tid)),
             "name": names,
             "correlation": correlation,
@@ -144,9 +177,14 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     table = drop_duplicates(table, doc.warnings, "chrome")
     if any(_TF1_OPS.match(name) for name in processes.values()) and len(table):
         table = concat_event_tables([table, _tf1_step(table)])
-    host_threads = [threads.get((p, t), "") for p, t in lines if devices.get(p) is None]
-    host_names = {str(c) for c in pd.unique(full_names[role == _HOST].dropna())}
-    framework = xprof_framework(host_threads, host_names, bool((kind == KINDS.index("cpu_op")).any()))
+    legacy = _is_legacy_autograd(processes)
+    if xprof:
+        host_threads = [threads.get((p, t), "") for p, t in lines if devices.get(p) is None]
+        host_names = {str(c) for c in pd.unique(full_names[role == _HOST].dropna())}
+        framework = xprof_framework(host_threads, host_names, bool((kind == KINDS.index("cpu_op")).any()))
+    else:
+        framework = "pytorch" if legacy else "unknown"
+    form = "xprof" if xprof else LEGACY_AUTOGRAD_FORM if legacy else NAMED_LINES_FORM
     return TraceRead(
         events=table,
         input=InputInfo(path=str(path), format="chrome", events=len(table)),
@@ -156,9 +194,80 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
             **{k: v for k, v in doc.top.items() if isinstance(v, str | int | float)},
             "processes": sorted(processes.values()),
             "clock": "relative",
+            "chrome_form": form,
+            "json_form": "array" if doc.array_form else "object",
         },
         warnings=doc.warnings,
     )
+
+
+def _xprof_lines(
+    lines: np.ndarray, processes: dict[int, str], threads: dict[tuple[int, int], str], devices: dict[int, str]
+) -> _Lines:
+    """The lines of an XProf export or TF1 timeline: roles as the XSpace reader gives them; a line's stream is its
+    XLine id, or for a TF1 timeline the one its process names (`stream:15`)."""
+    roles = np.array([_line_role(processes.get(p), devices.get(p), threads.get((p, t), "")) for p, t in lines], np.int8)
+    line_ids = np.where(lines[:, 1] >= 2**31, lines[:, 1] - 2**32, lines[:, 1])  # the export writes XLine ids as uint32
+    tf1 = [_TF1_STREAM.match(processes.get(int(p), "")) for p in lines[:, 0]]
+    streams = np.array([int(m[3]) if m else line_id for m, line_id in zip(tf1, line_ids, strict=True)], np.int64)
+    return _Lines(roles, [devices.get(int(p)) for p in lines[:, 0]], streams)
+
+
+def _named_lines(
+    path: Path | str, lines: np.ndarray, processes: dict[int, str], threads: dict[tuple[int, int], str]
+) -> _Lines:
+    """The lines of a Chrome trace without XProf's process names (no cat either, or Kineto's reader would have
+    taken it): a line whose process or thread is named for a device (`rules.DEVICE_LINE_PATTERN`) holds device
+    work, the others host ops. Its device is the number in those names (legacy autograd's "CUDA functions": the
+    tid), its stream the thread name's stream number, else the tid. A trace that names no device line is refused
+    unless it is a legacy autograd export (CPU ops alone)."""
+    named = [(processes.get(int(p), ""), threads.get((int(p), int(t)), ""), int(t)) for p, t in lines]
+    on_device = [
+        bool(DEVICE_LINE_PATTERN.search(process) or DEVICE_LINE_PATTERN.search(thread)) for process, thread, _ in named
+    ]
+    names = [*processes.values(), *threads.values()]  # lines named for a device count even with no events yet
+    if not any(DEVICE_LINE_PATTERN.search(name) for name in names) and not _is_legacy_autograd(processes):
+        raise TraceError(
+            path,
+            "neither a Kineto trace nor an XProf trace_viewer export, TF1 timeline or legacy autograd export (no "
+            "/device:, /host: or /job: process names), nor a Chrome trace with device lines (no process or thread "
+            "named for a GPU, device, stream or CUDA)",
+        )
+    streams = [STREAM_NUMBER_PATTERN.search(thread) for _, thread, _ in named]
+    return _Lines(
+        np.where(on_device, _STREAM, _NAMED_HOST).astype(np.int8),
+        [_named_device(*line) if device else None for line, device in zip(named, on_device, strict=True)],
+        np.array([int(m[1]) if m else t for m, (_, _, t) in zip(streams, named, strict=True)], np.int64),
+    )
+
+
+def _named_device(process: str, thread: str, tid: int) -> str:
+    """``GPU:n`` of a device line told by its names: the number after GPU / cuda / device in its process name, else
+    its thread name (legacy autograd's "CUDA functions": the tid, which is the device index there), else 0."""
+    if process == LEGACY_AUTOGRAD_CUDA_PROCESS:
+        return f"GPU:{tid}"
+    match = DEVICE_NUMBER_PATTERN.search(process) or DEVICE_NUMBER_PATTERN.search(thread)
+    return f"GPU:{int(match[1]) if match else 0}"
+
+
+def _is_legacy_autograd(processes: dict[int, str]) -> bool:
+    """Whether the processes are legacy `torch.autograd.profiler` export's (`rules.LEGACY_AUTOGRAD_CPU_PROCESS`)."""
+    return any(name in (LEGACY_AUTOGRAD_CPU_PROCESS, LEGACY_AUTOGRAD_CUDA_PROCESS) for name in processes.values())
+
+
+def _process_ids(pids: list[Any], processes: dict[int, str]) -> np.ndarray:
+    """The pid column of a trace that may write a pid as a name (legacy autograd's "CPU functions"): such a pid
+    gets an id of its own, below -1, and is its process's name in `processes` (as chrome://tracing shows it)."""
+    try:
+        return np.array(pids, np.int64)
+    except (TypeError, ValueError, OverflowError):
+        codes, uniques = pd.factorize(np.asarray(pids, dtype=object))
+    ids = int_column(list(uniques))  # a number written as a string ("12") is that number
+    for i, value in enumerate(uniques):
+        if isinstance(value, str) and ids[i] == -1:
+            ids[i] = -2 - i
+            processes.setdefault(int(ids[i]), value)
+    return np.append(ids, -1)[codes]
 
 
 def _process_and_thread_names(events: list[Event]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
@@ -220,16 +329,6 @@ def _tf1_step(table: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _tf1_streams(processes: dict[int, str], pid: np.ndarray, line_id: np.ndarray) -> np.ndarray:
-    """Each row's stream: a TF1 timeline's from its process name (`stream:15`), else its line's."""
-    streams = {p: int(m[3]) for p, name in processes.items() if (m := _TF1_STREAM.match(name))}
-    if not streams:
-        return line_id
-    pids, inverse = np.unique(pid, return_inverse=True)
-    override = np.array([streams.get(int(p), -(2**40)) for p in pids], np.int64)[inverse.reshape(-1)]
-    return np.where(override != -(2**40), override, line_id)
-
-
 def _line_role(process: str | None, device: str | None, thread: str) -> int:
     """What the events of one line mean, as the XSpace reader decides for the same line."""
     if process is not None and _TF1_STREAM.match(process):
@@ -272,14 +371,8 @@ def _kinds(
     api = host & (correlation >= 0)
     sync = per_category(names, is_sync_api, False, bool)
     kind[api] = np.where(sync[api], KINDS.index("sync"), KINDS.index("runtime"))
+    kind[(role == _NAMED_HOST) & sync] = KINDS.index("sync")
     return kind, step_id
-
-
-def _device_codes(pid: np.ndarray, on_device: np.ndarray, devices: dict[int, str], labels: list[str]) -> np.ndarray:
-    """Index into `labels` of each device row's process, -1 for host rows."""
-    pids, inverse = np.unique(pid, return_inverse=True)
-    codes = np.array([labels.index(devices[p]) if p in devices else -1 for p in pids], np.int64)
-    return np.where(on_device, codes[inverse.reshape(-1)], -1)
 
 
 def _activity_columns(

@@ -1,7 +1,8 @@
 """`load_trace_json`: a Chrome-trace JSON file (or its bytes) decoded whole into a `TraceDoc`.
 
 This is the way in for JSON that the stream (json_stream.py) does not take apart
-(XProf's export, a file with no top-level ``traceEvents`` array, a syntax error):
+(XProf's export, a file with no events' array, a syntax error) and for a trace
+read whole (a Chrome trace in either form):
 it says what is wrong in the same words as always. A file cut short keeps the
 complete events before the cut, found by streaming its text, and gets a
 truncation warning.
@@ -42,10 +43,12 @@ def load_trace_json(path: Path | str, data: bytes | None = None, limit: MemoryLi
 
 def _complete_part(path: Path | str, raw: bytes, limit: MemoryLimit | None) -> tuple[int | None, bytes]:
     """Where the complete events of a text cut short end (None when the stream cannot tell: the cut is before
-    them), and what closes the document there: ``]}``, or ``}`` when the cut came after the events' array."""
+    them), and what closes the document there: ``]}``, or ``}`` when the cut came after the events' array, or ``]``
+    for the array form."""
     stream = TraceStream(path, data=raw, limit=limit)
     try:
         chunks = sum(1 for _ in stream)  # each chunk of events is checked, then dropped: only where they end is kept
     except StreamFallback:
         return None, b""
-    return (stream.cut_at if chunks else None), b"}" if stream.array_closed else b"]}"
+    closing = b"]" if stream.array_form else b"}" if stream.array_closed else b"]}"
+    return (stream.cut_at if chunks else None), closing

@@ -13,6 +13,11 @@ Syntax errors become a `TraceError` that says where (`EndsEarly`: the text only
 ends too soon, a file cut short). Timestamps too large for a double to keep
 their ns are decoded again as literals (`ExactEvent`), for json_times.py.
 
+Both forms of the Trace Event Format are read: the object form (``{"traceEvents":
+[...], ...}``) and the array form (``[{...}, ...]``, the events alone; the closing
+``]`` may be missing, as the format allows), which legacy
+``torch.autograd.profiler`` exports and home-grown tracers write.
+
 This module decodes text it is given: a whole document (`decode_document`, used
 by json_document.py) or a chunk of the events' array (`decode_chunk`, used by
 json_stream.py).
@@ -42,6 +47,10 @@ Number = int | float | str | None
 # an absolute-epoch float like 1712195495519689.047 cannot be read exactly as one.
 _EXACT_LIMIT_US = 2.0**43
 _BYTE_POSITION = re.compile(r"^(.*?)\s*\(byte (\d+)\)$")
+# The array form's start: the events' array is the document (`is_array_form`).
+_ARRAY_START = re.compile(rb"\s*\[")
+# What ends the array form's text when its closing `]` was left off: the last event, maybe a comma and blanks.
+_OPEN_ARRAY_END = re.compile(rb"[\s,]*$")
 # One warning for all damaged events (a per-message key would list every field and type seen).
 DAMAGED_EVENTS = "skipped damaged events (missing or wrong-typed fields)"
 # Top-level keys worth keeping; others (e.g. TraceLens' environment dump, which can
@@ -142,12 +151,21 @@ class ExactEvent(Event, gc=False):
 
 @dataclass
 class TraceDoc:
-    """A decoded trace: all events in file order, the kept top-level keys, load warnings."""
+    """A decoded trace: all events in file order, the kept top-level keys (none in the array form), load
+    warnings; `array_form`: the document is the events' array itself."""
 
     events: list[Event]
     top: dict[str, Any]
     warnings: Counter[str] = field(default_factory=Counter)
     exact_ts: bool = False
+    array_form: bool = False
+
+
+class _ArrayDoc:
+    """The array form's events where the object form's document keeps them (`_decode`)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.traceEvents = events
 
 
 @contextmanager
@@ -162,9 +180,15 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def is_array_form(raw: bytes | bytearray) -> bool:
+    """Whether a JSON text is the Trace Event Format's array form (its first non-blank character opens an array)."""
+    return _ARRAY_START.match(raw) is not None
+
+
 def decode_document(path: Path | str, raw: bytes) -> TraceDoc:
-    """`load_trace_json` of a whole text; `EndsEarly` when it is cut short."""
+    """`load_trace_json` of a whole text, in either form; `EndsEarly` when it is cut short."""
     warnings: Counter[str] = Counter()
+    array_form = is_array_form(raw)
     with gc_paused():
         try:
             doc, skipped = _decode(path, raw, Event)
@@ -177,12 +201,15 @@ def decode_document(path: Path | str, raw: bytes) -> TraceDoc:
         if exact:
             doc, skipped = _decode(path, raw, ExactEvent)
     warnings.update(skipped)
-    return TraceDoc(events=doc.traceEvents, top=top_keys(doc), warnings=warnings, exact_ts=exact)
+    if array_form and not any(e.ph is not None for e in doc.traceEvents):
+        items = len(doc.traceEvents) + skipped.total()
+        raise TraceError(path, f'{_NO_TRACE} (an array of {items:,} items, none an event with a "ph")')
+    return TraceDoc(events=doc.traceEvents, top=top_keys(doc), warnings=warnings, exact_ts=exact, array_form=array_form)
 
 
 def top_keys(doc: Any) -> dict[str, Any]:
-    """The kept top-level keys that a decoded document has."""
-    return {key: getattr(doc, key) for key in TOP_LEVEL_KEYS if getattr(doc, key) is not None}
+    """The kept top-level keys that a decoded document has (none for the array form)."""
+    return {key: getattr(doc, key, None) for key in TOP_LEVEL_KEYS if getattr(doc, key, None) is not None}
 
 
 def decode_chunk(wrapped: bytes | bytearray, event_type: type[Event]) -> tuple[list[Event], Counter[str]]:
@@ -243,17 +270,23 @@ class EndsEarly(TraceError):
     """The text is valid JSON as far as it goes, and ends too soon: a file cut short."""
 
 
+# What a JSON document that is neither form of a trace is told.
+_NO_TRACE = "top level is not an object with traceEvents nor an array of trace events"
+
+
 def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any, Counter[str]]:
     """Strict decode; on a damaged event, decode event by event and count the skipped ones.
 
     Syntax errors raise `TraceError` (`EndsEarly` for a text cut short), except invalid UTF-8, which is left
     to the caller.
     """
+    if is_array_form(raw):
+        return _decode_array(path, raw, event_type)
     try:
         return _doc_decoder(event_type).decode(raw), Counter()
     except msgspec.ValidationError as exc:
         if "$.traceEvents[" not in str(exc):
-            raise TraceError(path, f"top level is not an object with traceEvents ({exc})") from None
+            raise TraceError(path, f"{_NO_TRACE} ({exc})") from None
     except msgspec.DecodeError as exc:
         if "UTF-8" in str(exc):
             raise
@@ -264,6 +297,34 @@ def _decode(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[Any,
         raise _syntax_error(path, str(exc), len(raw)) from None
     doc.traceEvents, skipped = _decode_items(doc.traceEvents, event_type)
     return doc, skipped
+
+
+def _decode_array(path: Path | str, raw: bytes, event_type: type[Event]) -> tuple[_ArrayDoc, Counter[str]]:
+    """`_decode` of the array form. A text that ends early is read as an open array (its closing `]` left off,
+    as the format allows) when it ends after a whole event; otherwise it is cut short (`EndsEarly`)."""
+    try:
+        return _array_events(raw, event_type)
+    except msgspec.DecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise
+        error = _syntax_error(path, str(exc), len(raw))
+        if not isinstance(error, EndsEarly):
+            raise error from None
+    open_end = _OPEN_ARRAY_END.search(raw)
+    assert open_end is not None  # the pattern matches the empty end of any text
+    try:
+        return _array_events(raw[: open_end.start()] + b"]", event_type)
+    except msgspec.DecodeError:
+        raise error from None
+
+
+def _array_events(text: bytes, event_type: type[Event]) -> tuple[_ArrayDoc, Counter[str]]:
+    """The events of a JSON array, damaged ones skipped and counted; msgspec.DecodeError on a syntax error."""
+    try:
+        return _ArrayDoc(_list_decoder(event_type).decode(text)), Counter()
+    except msgspec.ValidationError:
+        events, skipped = _decode_items(_list_decoder(msgspec.Raw).decode(text), event_type)
+        return _ArrayDoc(events), skipped
 
 
 def _syntax_error(path: Path | str, message: str, size: int) -> TraceError:

@@ -5,8 +5,8 @@ each chunk is decoded on its own, so a reader turns one chunk's structs into num
 columns and drops them before the next is decoded; memory is the columns, not the
 events. ``.gz`` is decompressed as it is read (json_files.py); `TraceStream.map`
 has worker processes decode the chunks while this one reads on. Any file the
-stream cannot take apart (no top-level ``traceEvents`` array, a syntax error)
-raises `StreamFallback`: json_document.load_trace_json then decodes it whole and
+stream cannot take apart (neither a top-level ``traceEvents`` array nor a top-level
+array of event objects, a syntax error) raises `StreamFallback`: json_document.load_trace_json then decodes it whole and
 says what is wrong.
 """
 
@@ -41,8 +41,11 @@ from traceinsight.readers.json_events import (
 )
 from traceinsight.readers.json_files import CHUNK_BYTES, ByteRange, FileText, truncation_unit
 
-# The key that opens the events, what follows the `}` ending an event.
+# The key that opens the events, the array form's start (its first event follows), what follows the `}` ending an
+# event, what ends an array form's text when its closing `]` was left off (as the format allows).
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_ARRAY_OF_EVENTS = re.compile(rb"\s*\[(?=\s*\{)")
+_OPEN_ARRAY_END = re.compile(rb"[\s,]*")
 _NEXT_EVENT = re.compile(rb"\s*,\s*\{")
 # +1 for the opening bracket and brace of an object or array, -1 for the closing ones (`_last_event_end`).
 _NESTING = np.zeros(256, np.int8)
@@ -85,6 +88,10 @@ class TraceStream:
     early) gives every complete event before the cut and a truncation warning;
     `cut_at` is then where the complete part ends, and `array_closed` whether
     the events' array had closed there.
+
+    The array form (the document is the events' array, `array_form`) is read
+    alike, with no keys; its text may end without the closing ``]`` (the format
+    allows it), after the last event and maybe a comma, and is then not cut short.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class TraceStream:
         self.warnings: Counter[str] = Counter()
         self.cut_at: int | None = None
         self.array_closed = False
+        self.array_form = False
         self.done = 0  # bytes of JSON up to the end of the last event handed out
         self._text = FileText(path, data, on_bytes)
         self._blocks: Iterator[bytes] | None = None  # None once the array has been read
@@ -147,9 +155,10 @@ class TraceStream:
         return self._read - len(self._buf) + offset
 
     def _find_events(self) -> None:
-        """Move past ``"traceEvents": [``, keeping what came before it (the top-level keys so far)."""
+        """Move past ``"traceEvents": [``, keeping what came before it (the top-level keys so far), or past the
+        ``[`` that opens the array form."""
         start = 0
-        while (found := _events_array(self._buf, start)) is None:
+        while (found := self._events_start(start)) is None:
             if self._eof:
                 raise StreamFallback
             start = max(0, len(self._buf) - 4096)  # a key cut at the block end is found again
@@ -157,6 +166,13 @@ class TraceStream:
         key, events_start, self.top = found
         self._header, self._buf = self._buf[:key], self._buf[events_start:]
         self.done = self._position(0)
+
+    def _events_start(self, start: int) -> tuple[int, int, dict[str, Any]] | None:
+        """`_events_array` of the buffer from `start`, or the array form's events at its start."""
+        if not start and (array := _ARRAY_OF_EVENTS.match(self._buf)) is not None:
+            self.array_form = True
+            return 0, array.end(), {}
+        return _events_array(self._buf, start)
 
     def _next_chunk(self) -> tuple[list[Event], bool]:
         """Decode the next chunk of events."""
@@ -177,8 +193,8 @@ class TraceStream:
                     if at < end or self._eof:
                         return self._last_chunk(at)
                     continue  # the cut was inside an event
-                if self._eof:  # the events run to the end of the file: it was cut right after one
-                    self._end(self._position(len(self._buf[:end].rstrip())))
+                if self._eof:  # the events run to the end of the file: an open array, or cut right after one
+                    self._end(None if self.array_form else self._position(len(self._buf[:end].rstrip())))
                 else:
                     self.done = self._position(end)
                     self._buf = self._buf[next_start:]
@@ -199,6 +215,12 @@ class TraceStream:
                 return self._cut_short()
             raise StreamFallback from None
         self._fill(math.inf)
+        if self.array_form:
+            if self._buf[close + 1 :].strip():
+                raise StreamFallback  # something after the array: the whole document's decode says what
+            self.array_closed = True
+            self._end(None)
+            return chunk
         tail = self._header + b'"traceEvents":[]' + self._buf[close + 1 :]
         doc = try_decode_document(tail)
         self.array_closed = True
@@ -218,7 +240,10 @@ class TraceStream:
             chunk = self._decode(memoryview(self._buf)[:end])
         except msgspec.DecodeError:
             raise StreamFallback from None
-        self._end(self._position(end) if end else self.done)
+        if self.array_form and end and _OPEN_ARRAY_END.fullmatch(self._buf, end) is not None:
+            self._end(None)  # an open array: its last event, then a comma
+        else:
+            self._end(self._position(end) if end else self.done)
         return chunk
 
     def _end(self, cut_at: int | None) -> None:
