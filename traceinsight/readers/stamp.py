@@ -90,7 +90,7 @@ def _json_stamp(path: Path) -> CaptureStamp:
     starts = [float(t) for t in _TS.findall(head)]
     ends = [float(t) for t in _TS.findall(tail)] or starts
     base = next((int(m) for m in (*_BASE.findall(head), *_BASE.findall(tail))), 0)
-    rank = next((int(m) for m in _RANK.findall(head)), None)
+    rank = next((int(m) for m in (*_RANK.findall(head), *_RANK.findall(tail))), None)
     host = next((m.decode(errors="replace") for m in (*_HOST.findall(head), *_HOST.findall(tail))), None)
     pids = [int(p) for p in _PID.findall(head)]
     pid = max(pids) if pids else None
