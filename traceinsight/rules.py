@@ -46,6 +46,17 @@ NSYS_API_VERSION_SUFFIX = r"_v\d{4,}$"
 # An nsys export says nothing of the framework that ran; PyTorch's own NVTX ranges do: `torch.profiler` schedule's
 # ``ProfilerStep#N`` and `torch.autograd.profiler.emit_nvtx`'s ``aten::`` ops.
 NSYS_PYTORCH_RANGE = r"^(?:aten::|ProfilerStep\s*#)"
+# The environment variables that carry a process's rank, as launchers set them, looked for in that order in the
+# environment nsys records (``TARGET_INFO_SYSTEM_ENV.DeviceEnvironment``): MPICH/PMI and Cray PALS (pipit's
+# Perlmutter export has PMI_RANK, PALS_RANKID, SLURM_PROCID), Open MPI, MVAPICH, torchrun, then Slurm's task id.
+NSYS_RANK_VARIABLES = (
+    b"PMI_RANK",
+    b"PALS_RANKID",
+    b"OMPI_COMM_WORLD_RANK",
+    b"MV2_COMM_WORLD_RANK",
+    b"RANK",
+    b"SLURM_PROCID",
+)
 
 # A copy's direction from its event name (Kineto, XSpace and XProf spellings); the first match wins.
 COPY_KIND_PATTERNS = (

@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from traceinsight.discover import find_runs
 from traceinsight.errors import TraceError
 from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.readers import is_trace_file, looks_like_trace, read_trace
+from traceinsight.readers.stamp import capture_stamp
 
 CLOVERLEAF = "nsys/perlmutter-cloverleaf-cuda.sqlite"
 SAXPY = "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
@@ -129,6 +131,23 @@ def test_the_shared_exports_figures() -> None:
     launches = events[host & (events["name"] == "cudaLaunchKernel")]
     kernels = events[events["kind"] == "kernel"]
     assert sorted(launches["correlation"]) == sorted(kernels["correlation"]) and len(launches) == 1312
+
+
+def test_host_rank_and_capture_window_of_an_mpi_rank_export() -> None:
+    """The MPI rank's export names its host and rank (the launcher's environment nsys recorded), and its capture
+    window is the session's start plus its analysis span: all read here with plain SQL."""
+    path = shared_trace(SAXPY)
+    with closing(sqlite3.connect(path)) as db:
+        db.text_factory = bytes
+        env = dict(db.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").fetchall())
+        (epoch,) = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        start, stop = db.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
+    variables = dict(pair.split(b"=", 1) for pair in env[b"DeviceEnvironment"].split(b"\0") if b"=" in pair)
+    read = read_trace(path)
+    assert read.input.host == env[b"Hostname"].decode() == "nid001608"
+    assert read.input.rank == int(variables[b"PMI_RANK"]) == 0
+    stamp = capture_stamp(path)
+    assert (stamp.start_ns, stamp.end_ns, stamp.rank, stamp.host) == (epoch + start, epoch + stop, 0, "nid001608")
 
 
 def test_end_to_end_report_of_the_cloverleaf_export(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, Inp
 from traceinsight.limits import MemoryLimit
 from traceinsight.readers._classify import is_sync_api
 from traceinsight.readers._repair import drop_duplicates, usable_times
-from traceinsight.rules import NSYS_API_VERSION_SUFFIX, NSYS_PYTORCH_RANGE
+from traceinsight.rules import NSYS_API_VERSION_SUFFIX, NSYS_PYTORCH_RANGE, NSYS_RANK_VARIABLES
 
 SQLITE_SUFFIX = ".sqlite"
 REPORT_SUFFIX = ".nsys-rep"
@@ -60,6 +60,7 @@ KERNEL, MEMCPY, MEMSET, SYNC, RUNTIME, NVTX = (
     "NVTX_EVENTS",
 )
 GPU_INFO, STRINGS, SESSION_START = "TARGET_INFO_GPU", "StringIds", "TARGET_INFO_SESSION_START_TIME"
+SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
 # Any of these makes a SQLite file an nsys export (a run without CUDA still has its GPUs or NVTX).
 NSYS_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, GPU_INFO)
 # Kernel name columns, best first: the demangled name is what Kineto shows.
@@ -112,31 +113,49 @@ def is_nsys_export(path: Path | str) -> bool:
         return False
 
 
-def capture_window(path: Path) -> tuple[int | None, int | None, int | None]:
-    """The capture's start and stop on the epoch (the session's start plus ``ANALYSIS_DETAILS``'s times) and the
-    profiled process (the pid in the first runtime call's ``globalTid``), without reading the events: what
-    discovery needs to group and order runs (`readers.stamp`). Nones where the export does not say."""
+def _host_and_rank(db: sqlite3.Connection) -> tuple[str | None, int | None]:
+    """The profiled machine's name and the process's rank, as the launcher's environment gave it to nsys
+    (``TARGET_INFO_SYSTEM_ENV``: ``Hostname``; ``DeviceEnvironment``, NUL-separated ``NAME=value`` pairs, read as
+    bytes: the environment need not be UTF-8). None where the export does not say."""
+    if not {"name", "value"} <= {row[1] for row in db.execute(f"PRAGMA table_info({SYSTEM_ENV})")}:
+        return None, None
+    rows = dict(
+        db.execute(
+            f"SELECT name, CAST(value AS BLOB) FROM {SYSTEM_ENV} WHERE name IN ('Hostname', 'DeviceEnvironment')"
+        ).fetchall()
+    )
+    host = rows.get("Hostname")
+    environment = dict(
+        pair.split(b"=", 1) for pair in (rows.get("DeviceEnvironment") or b"").split(b"\0") if b"=" in pair
+    )
+    rank = next((environment[name] for name in NSYS_RANK_VARIABLES if name in environment), b"")
+    return (host.decode(errors="replace") or None) if host else None, int(rank) if rank.isdigit() else None
+
+
+def capture_window(path: Path) -> tuple[int | None, int | None, int | None, str | None, int | None]:
+    """The capture's start and stop on the epoch (the session's start plus ``ANALYSIS_DETAILS``'s times), the
+    profiled process (the pid in the first runtime call's ``globalTid``), its host and its rank, without reading
+    the events: what discovery needs to group and order runs (`readers.stamp`). Nones where the export does not
+    say."""
     try:
         with _open(path) as db:
             tables = _tables(db)
-            epoch = (
-                db.execute(f"SELECT utcEpochNs FROM {SESSION_START} LIMIT 1").fetchone()
-                if SESSION_START in tables
-                else None
-            )
-            if not epoch or not isinstance(epoch[0], int) or epoch[0] <= 0:
-                return None, None, None
-            span = (
-                db.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
-                if "ANALYSIS_DETAILS" in tables
-                else None
-            )
-            start, stop = span if span and all(isinstance(v, int) for v in span) else (0, 0)
-            tid = db.execute(f"SELECT globalTid FROM {RUNTIME} LIMIT 1").fetchone() if RUNTIME in tables else None
+            host, rank = _host_and_rank(db) if SYSTEM_ENV in tables else (None, None)
+            epoch = _first_row(db, f"SELECT utcEpochNs FROM {SESSION_START}", SESSION_START in tables)
+            span = _first_row(db, "SELECT startTime, stopTime FROM ANALYSIS_DETAILS", "ANALYSIS_DETAILS" in tables)
+            tid = _first_row(db, f"SELECT globalTid FROM {RUNTIME}", RUNTIME in tables)
     except (sqlite3.Error, OSError):
-        return None, None, None
+        return None, None, None, None, None
     pid = (tid[0] >> 24) & 0xFFFFFF if tid and isinstance(tid[0], int) else None
-    return epoch[0] + start, epoch[0] + max(start, stop), pid
+    if not epoch or not isinstance(epoch[0], int) or epoch[0] <= 0:
+        return None, None, pid, host, rank
+    start, stop = (span[0], span[1]) if span and isinstance(span[0], int) and isinstance(span[1], int) else (0, 0)
+    return epoch[0] + start, epoch[0] + max(start, stop), pid, host, rank
+
+
+def _first_row(db: sqlite3.Connection, query: str, present: bool) -> tuple[object, ...] | None:
+    """The first row of `query` when its table is `present`, else None."""
+    return db.execute(f"{query} LIMIT 1").fetchone() if present else None
 
 
 def read_nsys(path: Path | str, limit: MemoryLimit | None = None) -> TraceRead:
@@ -284,9 +303,10 @@ class _Export:
         table = drop_duplicates(make_event_table(columns), self.warnings, "nsys")
         seen = table["device"].cat.categories
         devices = {device: gpus.get(device, DeviceInfo(id=device)) for device in seen}
+        host, rank = _host_and_rank(self.db)
         return TraceRead(
             events=table,
-            input=InputInfo(path=str(self.path), format="nsys", events=len(table)),
+            input=InputInfo(path=str(self.path), format="nsys", host=host, rank=rank, events=len(table)),
             framework=_framework(table),
             devices=devices,
             metadata={**self._export_info(), "clock": clock, "ts_offset_ns": offset},

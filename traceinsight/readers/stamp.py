@@ -57,8 +57,10 @@ def capture_stamp(path: Path) -> CaptureStamp:
         if name.endswith(".xplane.pb"):
             return _xspace_stamp(path)
         if name.endswith((SQLITE_SUFFIX, REPORT_SUFFIX)):
-            start, end, pid = capture_window(path) if name.endswith(SQLITE_SUFFIX) else (None, None, None)
-            return CaptureStamp(start, end, pid=pid)
+            if name.endswith(REPORT_SUFFIX):  # exported only when read
+                return CaptureStamp()
+            start, end, pid, host, rank = capture_window(path)
+            return CaptureStamp(start, end, rank, pid, host)
         return _json_stamp(path)
     except TraceError:
         return CaptureStamp()
