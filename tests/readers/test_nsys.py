@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -418,18 +419,37 @@ def _bad_files(export: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
     empty.write_bytes(b"")
     text = tmp_path / "text.sqlite"
     text.write_text("not a database\n" * 20)
+    other_version = tmp_path / "other_version.sqlite"  # nsys's table name, another schema's columns
+    with sqlite3.connect(other_version) as db:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (begin INTEGER, finish INTEGER)")
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1, 2)")
+    mistyped = tmp_path / "mistyped.sqlite"  # the columns, holding text where times belong
+    with sqlite3.connect(mistyped) as db:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start TEXT, end TEXT, deviceId TEXT, demangledName INT)")
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('soon', 'later', 'gpu', 1)")
+    no_rows = tmp_path / "no_rows.sqlite"
+    with sqlite3.connect(no_rows) as db:
+        db.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
+        db.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '9.9.9')")
+        db.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER)")
     return {
         "truncated": (cut, "ends early"),
         "wrong schema": (wrong, "wrong schema"),
         "empty": (empty, "empty file"),
         "not sqlite": (text, "not a SQLite database"),
+        "other schema version": (other_version, "wrong schema: CUPTI_ACTIVITY_KIND_KERNEL has no start, end"),
+        "mistyped columns": (mistyped, "columns do not hold what nsys writes"),
+        "no rows": (no_rows, "no kernel, copy, runtime or NVTX rows (export schema 9.9.9)"),
     }
 
 
-@pytest.mark.parametrize("kind", ["truncated", "wrong schema", "empty", "not sqlite"])
+@pytest.mark.parametrize(
+    "kind",
+    ["truncated", "wrong schema", "empty", "not sqlite", "other schema version", "mistyped columns", "no rows"],
+)
 def test_bad_input_is_one_trace_error_naming_the_file(kind: str, export: Path, tmp_path: Path) -> None:
     path, says = _bad_files(export, tmp_path)[kind]
-    with pytest.raises(TraceError, match=says) as error:
+    with pytest.raises(TraceError, match=re.escape(says)) as error:
         read_trace(path)
     assert error.value.path == str(path)
     out = tmp_path / "out.html"

@@ -63,6 +63,15 @@ GPU_INFO, STRINGS, SESSION_START = "TARGET_INFO_GPU", "StringIds", "TARGET_INFO_
 SYSTEM_ENV = "TARGET_INFO_SYSTEM_ENV"
 # Any of these makes a SQLite file an nsys export (a run without CUDA still has its GPUs or NVTX).
 NSYS_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, GPU_INFO)
+# What each table's rows need to become events (the schema reference's columns since nsys 2020): a table present
+# without them is another schema, not an empty run.
+_REQUIRED_COLUMNS = {
+    KERNEL: ("start", "end"),
+    MEMCPY: ("start", "end"),
+    MEMSET: ("start", "end"),
+    RUNTIME: ("start", "end", "globalTid", "nameId"),
+    NVTX: ("start", "end", "eventType", "globalTid"),
+}
 # Kernel name columns, best first: the demangled name is what Kineto shows.
 _KERNEL_NAME_COLUMNS = ("demangledName", "shortName", "mangledName")
 # NVTX eventType of ranges: NvtxPushPopRange, NvtxStartEndRange (ENUM_NSYS_EVENT_TYPE). Marks have no duration.
@@ -197,11 +206,14 @@ def _read_export(path: Path, named: Path, limit: MemoryLimit | None) -> TraceRea
     try:
         with _open(path) as db:
             export = _Export(db, named)
+            export.check_schema()
             if limit is not None:
                 limit.check_events(named, export.rows())
             return export.read()
     except sqlite3.DatabaseError as error:
         raise TraceError(named, f"not a readable SQLite database ({error})") from None
+    except (ValueError, TypeError) as error:  # a column of another type than the schema's: text for a time, say
+        raise TraceError(named, f"the export's columns do not hold what nsys writes ({error})") from None
 
 
 def _check_header(path: Path, named: Path) -> None:
@@ -279,6 +291,20 @@ class _Export:
         """The `StringIds` text of each id (NaN when unknown), as a categorical built per distinct id."""
         distinct, inverse = np.unique(ids, return_inverse=True)
         return _spread(self.strings.reindex(distinct).to_numpy(), inverse)
+
+    def check_schema(self) -> None:
+        """Refuse an export whose tables lack the columns their rows need (another schema version), and one with
+        no row to read: a report of nothing would look like an idle GPU."""
+        version = self._export_info().get("export_schema_version")
+        said = f" (export schema {version})" if version else ""
+        for table, needed in _REQUIRED_COLUMNS.items():
+            missing = [column for column in needed if table in self.tables and column not in self.columns(table)]
+            if missing:
+                raise TraceError(
+                    self.path, f"wrong schema{said}: {table} has no {', '.join(missing)} column (not an nsys export?)"
+                )
+        if not self.rows():
+            raise TraceError(self.path, f"an Nsight Systems export with no kernel, copy, runtime or NVTX rows{said}")
 
     def read(self) -> TraceRead:
         gpus = self._gpus()
