@@ -203,7 +203,8 @@ def decode_document(path: Path | str, raw: bytes) -> TraceDoc:
     warnings.update(skipped)
     if array_form and not any(e.ph is not None for e in doc.traceEvents):
         items = len(doc.traceEvents) + skipped.total()
-        raise TraceError(path, f'{_NO_TRACE} (an array of {items:,} items, none an event with a "ph")')
+        noun = "item" if items == 1 else "items"
+        raise TraceError(path, f'{_NO_TRACE} (an array of {items:,} {noun}, none a readable event with a "ph")')
     return TraceDoc(events=doc.traceEvents, top=top_keys(doc), warnings=warnings, exact_ts=exact, array_form=array_form)
 
 
