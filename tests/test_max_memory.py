@@ -193,11 +193,12 @@ def test_a_plain_json_read_whole_is_checked_by_its_size(tmp_path: Path) -> None:
 
 @pytest.fixture
 def two_ranks(tmp_path: Path) -> Path:
-    """A run of two files of the synthetic Kineto trace (399 events each)."""
+    """A run of two ranks' files, each the synthetic Kineto trace (399 events) with its rank."""
     run = tmp_path / "run"
     run.mkdir()
     for rank in (0, 1):
-        (run / f"rank{rank}.pt.trace.json.gz").write_bytes(corpus.KINETO_SEED.read_bytes())
+        doc = {**corpus.kineto_doc(), "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+        (run / f"rank{rank}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
     return run
 
 
