@@ -198,14 +198,17 @@ def nsys_figures(path: Path) -> dict:
         db, "SELECT start, end, deviceId, copyKind, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMCPY"
     )
     memsets = _rows(db, "SELECT start, end, deviceId FROM CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_MEMSET")
-    runtime = [
-        (r[0], r[1], API_VERSION.sub("", str(r[2])))
-        for r in _rows(
-            db,
-            f"SELECT start, end, {strings.format(col='nameId')} FROM CUPTI_ACTIVITY_KIND_RUNTIME",
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-        )
-    ]
+    # Older exports (2022.x) hold a call twice, a wrapper row and the API row with the same correlationId: one call
+    # is counted once, as its widest row.
+    widest: dict[int, tuple] = {}
+    for r in _rows(
+        db,
+        f"SELECT start, end, {strings.format(col='nameId')}, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+    ):
+        if r[3] not in widest or r[1] - r[0] > widest[r[3]][1] - widest[r[3]][0]:
+            widest[r[3]] = (r[0], r[1], API_VERSION.sub("", str(r[2])))
+    runtime = sorted(widest.values())
     nvtx = _rows(
         db,
         f"SELECT start, end, COALESCE(text, {strings.format(col='textId')}) FROM NVTX_EVENTS WHERE end IS NOT NULL",
