@@ -18,7 +18,7 @@ from tools.corpus import load_manifest, target_name
 ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = load_manifest()
 LABELS = json.loads((ROOT / "corpus" / "labels.json").read_text())
-FORMATS = {"kineto", "chrome", "xspace", "tf1_timeline"}
+FORMATS = {"kineto", "chrome", "xspace", "tf1_timeline", "nsys"}
 LIMITERS = {
     "input",
     "host_launch_overhead",
@@ -35,6 +35,7 @@ FINDINGS = {
     "input_bound",
     "launch_bound",
     "host_bound",
+    "transfer_bound",
     "h2d_copy",
     "d2h_sync",
     "external_wait",
@@ -59,6 +60,8 @@ def test_manifest_entries_are_well_formed():
         assert entry["format"] in FORMATS, entry["id"]
         assert isinstance(entry["bytes"], int) and entry["bytes"] > 0, entry["id"]
         assert isinstance(entry["committed"], bool) and entry["licence"], entry["id"]
+        # Nsight Systems exports are read as SQLite by their suffix (tools/corpus.py keeps it in the data file name).
+        assert (entry["format"] == "nsys") == entry["path"].endswith(".sqlite"), entry["id"]
     assert len({e["id"] for e in ENTRIES}) == len(ENTRIES)
     assert len({e["sha256"] for e in ENTRIES}) == len(ENTRIES), "the same bytes are listed twice"
     assert len({e["repo"] for e in ENTRIES}) >= 6
