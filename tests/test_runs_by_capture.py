@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,27 @@ def test_tracelens_h100_is_two_runs():
     starts = sorted(_raw_window(f)[0] for f in folder.glob("*.json.gz"))
     assert starts[1] - starts[0] > 2 * 3600 * S
     assert all(abs(r.started_ns - start) < NEAR_NS for r, start in zip(runs, starts, strict=True))
+
+
+# HTA's two-rank test traces (facebookresearch/HolisticTraceAnalysis, tests/data/trace_filter/), read from the
+# repository's snapshot when it is here: two ranks of one job, one run.
+HTA_MIRROR = Path("/work/.mirror/facebookresearch+HolisticTraceAnalysis/repo")
+HTA_COMMIT = "f4d0062c382f42bd8a74838bcdad1916c7d5d2da"
+
+
+def test_htas_two_rank_folder_is_one_run(tmp_path):
+    if not HTA_MIRROR.is_dir():
+        pytest.skip(f"{HTA_MIRROR} not available")
+    folder = tmp_path / "trace_filter"
+    folder.mkdir()
+    for rank in (0, 1):
+        inner = f"{HTA_COMMIT}:tests/data/trace_filter/sampled_rank-{rank}.json.gz"
+        done = subprocess.run(["git", "--git-dir", str(HTA_MIRROR), "show", inner], capture_output=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"{inner} not in {HTA_MIRROR}")
+        (folder / f"sampled_rank-{rank}.json.gz").write_bytes(done.stdout)
+    windows = [_raw_window(f)[:2] for f in sorted(folder.iterdir())]
+    shared = min(w[1] for w in windows) - max(w[0] for w in windows)
+    assert shared > 0.5 * min(w[1] - w[0] for w in windows)  # the two ranks' captures overlap
+    (run,) = find_runs(folder)
+    assert len(run.files) == 2 and "ranks 0, 1: one run" in run.grouping and run.doubt is None
