@@ -169,7 +169,7 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
         "nul.xplane.pb": (bytes(64), "not an XSpace protobuf"),
         "list.pt.trace.json": (b"[1, 2, 3]", "nor an array of trace events (an array of 3 items"),
         "empty-array.trace.json": (b"[]", "nor an array of trace events (an array of 0 items"),
-        "objects-array.trace.json": (b'[{"foo": 1}]', "nor an array of trace events (an array of 1 items"),
+        "objects-array.trace.json": (b'[{"foo": 1}]', "nor an array of trace events (an array of 1 item,"),
         "open-objects-array.trace.json.gz": (gzip.compress(b'[{"foo": 1},\n'), "nor an array of trace events"),
         "host-only-array.trace.json": (
             b'[{"name": "Paint", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]',
@@ -200,6 +200,16 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
     for label, cut in (("3", 3), ("half", len(xspace) // 2)):
         cases[f"cut-{label}.xplane.pb"] = (xspace[:cut], "not an XSpace protobuf")
     return cases
+
+
+def move_capture(path: Path, start_ns: int) -> None:
+    """Move a Kineto trace file's capture to start at `start_ns` on its own clock (its first event's ts, after
+    `baseTimeNanoseconds` where it has one), in place: traces of different days then overlap like ranks."""
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
+    base = doc.get("baseTimeNanoseconds", 0)
+    first = min(e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), int | float))
+    shift_capture(path, (start_ns - (first * 1000 + (base if first * 1000 < base else 0))) / 1e9)
 
 
 def shift_capture(path: Path, seconds: float) -> None:

@@ -68,12 +68,26 @@ def test_copies_of_one_capture_are_runs_of_their_own_with_a_warning():
     assert all(doubt and "copies of one capture" in doubt for *_, doubt in groups)
 
 
-def test_files_without_a_clock_stay_together_with_a_warning():
-    stamps = [CaptureStamp(rank=0), CaptureStamp(rank=1), CaptureStamp(7 * S, 8 * S, rank=0)]
+def test_files_without_a_clock_join_the_one_capture_of_their_folder_with_a_warning():
+    """A rank file cut before its first event beside its run's other ranks stays in the run (its error is then
+    the report's), but said: nothing tells that it belongs."""
+    stamps = [CaptureStamp(rank=0), CaptureStamp(rank=1), CaptureStamp(7 * S, 8 * S, rank=2)]
+    ((members, why, doubt),) = group_captures(stamps)
+    assert members == [0, 1, 2] and "2 of 3 files without a wall clock" in doubt
+
+
+def test_files_without_a_clock_beside_several_captures_are_a_run_of_their_own():
+    stamps = [
+        CaptureStamp(rank=0),
+        CaptureStamp(rank=1),
+        CaptureStamp(7 * S, 8 * S, pid=5),
+        CaptureStamp(9 * S, 10 * S, pid=5),
+    ]
     groups = group_captures(stamps)
-    assert sorted(g[0] for g in groups) == [[0, 1], [2]]
+    assert sorted(g[0] for g in groups) == [[0, 1], [2], [3]]
     undated = next(g for g in groups if g[0] == [0, 1])
     assert "without a wall clock" in undated[2]
+    assert len(group_captures([CaptureStamp(rank=0), CaptureStamp(rank=1)])) == 1  # none has one: together
 
 
 def test_overlapping_files_that_do_not_say_who_made_them_are_joined_with_a_warning():

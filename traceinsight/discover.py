@@ -178,8 +178,9 @@ def _who(stamps: list[CaptureStamp]) -> str:
 
 def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | None, str | None]]:
     """The files of one folder (their stamps) as runs: (file indices, why, doubt). Files are one run when their
-    windows overlap and they come from different processes; a file without a wall clock joins the others that
-    have none, with a doubt, since nothing says whether they are one capture."""
+    windows overlap and they come from different processes. A file without a wall clock (a relative clock, a file
+    cut before its first event) joins the folder's one capture if there is one, else the others that have none;
+    either with a doubt, since nothing says whether it belongs."""
     if len(stamps) == 1:
         return [([0], None, None)]
     windows = {i: (s.start_ns, s.end_ns) for i, s in enumerate(stamps) if s.start_ns is not None and s.end_ns}
@@ -207,7 +208,12 @@ def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | No
         else:
             groups.append((members, None, None))
     untimed = [i for i in range(len(stamps)) if i not in windows]
-    if untimed:
+    if untimed and len(clusters) == 1 and len(groups) == 1:  # one capture here: nothing to tell them apart from
+        members, why, doubt = groups[0]
+        joined = f"{len(untimed)} of {len(stamps)} files without a wall clock read with the folder's one capture"
+        doubt = f"{doubt}; {joined}" if doubt else joined
+        groups = [(sorted(members + untimed), why or f"{len(stamps)} files in one folder: one run", doubt)]
+    elif untimed:
         doubt = (
             f"{len(untimed)} files without a wall clock: read as one run, though nothing says they are one capture"
             if len(untimed) > 1
