@@ -171,9 +171,9 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
         "empty-array.trace.json": (b"[]", "nor an array of trace events (an array of 0 items"),
         "objects-array.trace.json": (b'[{"foo": 1}]', "nor an array of trace events (an array of 1 item,"),
         "open-objects-array.trace.json.gz": (gzip.compress(b'[{"foo": 1},\n'), "nor an array of trace events"),
-        "host-only-array.trace.json": (
-            b'[{"name": "Paint", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]',
-            "nor a Chrome trace with device lines",
+        "begin-without-end.trace.json": (
+            b'[{"name": "Paint", "ph": "B", "ts": 1, "pid": 1, "tid": 1}]',
+            "no timed events: no complete ('X') event, nor a begin ('B') with its end ('E')",
         ),
         "string.pt.trace.json": (b'"traceEvents"', "top level is not an object with traceEvents"),
         "number.pt.trace.json": (b"42", "top level is not an object with traceEvents"),
@@ -181,10 +181,10 @@ def broken_files() -> dict[str, tuple[bytes, str]]:
         "no-events.pt.trace.json": (b'{"schemaVersion": 1}', "top level is not an object with traceEvents"),
         "events-object.pt.trace.json": (b'{"traceEvents": {}}', "top level is not an object with traceEvents"),
         "events-string.pt.trace.json": (b'{"traceEvents": "x"}', "top level is not an object with traceEvents"),
-        "events-numbers.trace.json": (b'{"traceEvents": [1, 2, 3]}', "neither a Kineto trace nor an XProf"),
+        "events-numbers.trace.json": (b'{"traceEvents": [1, 2, 3]}', "no timed events"),
         "json.xplane.pb": (kineto[:4096], "not an XSpace protobuf"),
         "huge-numbers.trace.json": (_json(impossible), "impossible"),
-        "huge-literal.trace.json": (b'{"traceEvents": [' + b"9" * 5000 + b"]}", "neither a Kineto trace nor an XProf"),
+        "huge-literal.trace.json": (b'{"traceEvents": [' + b"9" * 5000 + b"]}", "no timed events"),
     }
     # Cut before any event (files cut later are read as far as they go: `truncated_files`).
     cases["cut-10.pt.trace.json.gz"] = (kineto_gz[:10], "truncated gzip stream")

@@ -217,9 +217,16 @@ def test_hand_built_export(tmp_path: Path) -> None:
     assert read.input.format == "chrome" and sorted(read.devices) == ["GPU:0", "TPU:1"]
 
 
-def test_json_that_is_neither_kineto_nor_xprof_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="neither a Kineto trace nor an XProf"):
-        _read(tmp_path, [_meta("process_name", 1, "Browser"), _x(1, 1, "Paint")])
+def test_a_trace_of_host_work_alone_is_read_as_host_rows(tmp_path: Path) -> None:
+    """No Kineto cats, no XProf names, no line named for a device: host work alone (a browser's, a server's
+    request spans), read as it is; the report then says there is no accelerator activity."""
+    read = _read(tmp_path, [_meta("process_name", 1, "Browser"), _x(1, 1, "Paint"), _x(1, 1, "Layout")])
+    assert len(read.events) == 2 and read.events["device"].isna().all() and not read.devices
+
+
+def test_json_with_no_timed_event_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no timed events"):
+        _read(tmp_path, [_meta("process_name", 1, "Browser")])
 
 
 def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -192,3 +192,72 @@ def test_an_array_of_no_events_is_one_clear_error(tmp_path, text):
 
 def test_discovery_takes_the_samples():
     assert looks_like_trace(LEGACY_CPU) and looks_like_trace(LEGACY_CUDA) and looks_like_trace(NAMED_LINES)
+
+
+# --------------------------------------------------------------------------- spans written as begin and end
+
+
+def _spans(read) -> list[tuple[str, int, int]]:
+    rows = read.events.sort_values(["ts_ns", "name"])
+    return [(str(n), int(t), int(d)) for n, t, d in zip(rows["name"], rows["ts_ns"], rows["dur_ns"], strict=True)]
+
+
+def test_begin_and_end_events_pair_by_nesting(tmp_path):
+    """Duration events nest per thread; a stray end (a trace that starts inside a span) and a begin the trace ends
+    inside are skipped and counted. Async events nest per process, category and name."""
+    events = [
+        {"name": "outer", "ph": "B", "ts": 0, "pid": 1, "tid": 1},
+        {"name": "inner", "ph": "B", "ts": 10, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 20, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 50, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 5, "pid": 1, "tid": 2},  # stray: its begin is before the trace
+        {"name": "later", "ph": "B", "ts": 10, "pid": 1, "tid": 2},
+        {"ph": "E", "ts": 30, "pid": 1, "tid": 2},
+        {"name": "open", "ph": "B", "ts": 60, "pid": 1, "tid": 2},  # the trace ends inside it
+        {"name": "req1", "cat": "r", "id": 1, "ph": "b", "ts": 0, "pid": 2},
+        {"name": "req2", "cat": "r", "id": 2, "ph": "b", "ts": 5, "pid": 2},
+        {"name": "req1", "cat": "r", "id": 1, "ph": "e", "ts": 40, "pid": 2},
+        {"name": "req2", "cat": "r", "id": 2, "ph": "e", "ts": 45, "pid": 2},
+    ]
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(events))
+    read = read_trace(path)
+    assert _spans(read) == [
+        ("outer", 0, 50_000),
+        ("req1", 0, 40_000),
+        ("req2", 5_000, 40_000),
+        ("inner", 10_000, 10_000),
+        ("later", 10_000, 20_000),
+    ]
+    assert read.warnings["chrome: begin/end events without their other half skipped"] == 2
+
+
+def _raw_pairs(events: list[dict[str, Any]]) -> list[float]:
+    """The durations of begin/end pairs, by a stack per line (thread for B/E; process, category, name for b/e)."""
+    stacks: dict[tuple, list[float]] = defaultdict(list)
+    durations = []
+    for e in sorted(events, key=lambda e: e["ts"]):
+        if e.get("ph") not in ("B", "E", "b", "e"):
+            continue
+        line = (e.get("pid"), e.get("tid")) if e["ph"] in "BE" else (e.get("pid"), e.get("cat"), e.get("name"))
+        if e["ph"] in "Bb":
+            stacks[line].append(e["ts"])
+        elif stacks[line]:
+            durations.append(e["ts"] - stacks[line].pop())
+    return durations
+
+
+@pytest.mark.parametrize("trace_id", ["triton_resnet50_requests_nocat", "triton_resnet50_requests_async"])
+def test_a_servers_request_spans_are_read(trace_id, tmp_path):
+    """Triton's Chrome traces (cmpark0126/ml-serving-system-building, in the corpus): request spans as B/E and as
+    async b/e events, no cat, no device: every span is read, with its length."""
+    source = Path(__file__).resolve().parents[2] / "corpus" / "data" / f"{trace_id}.json"
+    if not source.exists():
+        pytest.skip(f"{source.name} not present (python -m tools.corpus --dest corpus/data re-creates it)")
+    durations = _raw_pairs(json.loads(source.read_text()))
+    read = read_trace(source)
+    assert len(read.events) == len(durations) >= 50
+    assert read.events["device"].isna().all()
+    assert read.events["dur_ns"].sum() == pytest.approx(sum(durations) * 1000, rel=1e-9)
+    report = _report(tmp_path, source)
+    assert report["bottlenecks"] == [] and report["devices"] == []

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from traceinsight.errors import TraceError
+from traceinsight.errors import TraceError, is_truncation_warning
 from traceinsight.events import (
     COPY_KINDS,
     KINDS,
@@ -110,6 +111,8 @@ _ROLE_KINDS = {
     _HOST_OPS: "cpu_op",
     _NAMED_HOST: "cpu_op",
 }
+# The phases of spans written as two events: duration begin/end (per thread) and async begin/end (per name).
+_SPAN_PHASES = {"B": 1, "E": -1, "b": 2, "e": -2}
 # `TraceRead.metadata["chrome_form"]` of the traces without XProf's names (else "xprof").
 LEGACY_AUTOGRAD_FORM = "legacy autograd"
 NAMED_LINES_FORM = "named lines"
@@ -129,11 +132,14 @@ def read_chrome(path: Path | str, doc: TraceDoc | None = None) -> TraceRead:
     """Read an XProf trace_viewer JSON export, a TF1 timeline, a legacy autograd export or a Chrome trace whose
     device lines are told by their names; `doc` skips loading when already decoded."""
     doc = doc if doc is not None else load_trace_json(path)
+    doc.events.extend(paired_spans(doc.events, doc.warnings))
     processes, threads = _process_and_thread_names(doc.events)
     devices = {p: d for p, name in processes.items() if (d := _device_of(name)) is not None}
     xprof = bool(devices) or any(_HOST_PROCESS.match(name) or _TF1_OPS.match(name) for name in processes.values())
     _drop_impossible_times(path, doc)
     complete = complete_events(doc)
+    if not len(complete.events) and not any(is_truncation_warning(w) for w in doc.warnings):  # cut: `read_trace` says
+        raise TraceError(path, "no timed events: no complete ('X') event, nor a begin ('B') with its end ('E')")
     pids = [e.pid for e in complete.events]
     pid = int_column(pids) if xprof else _process_ids(pids, processes)
     tid = int_column([e.tid for e in complete.events])
@@ -219,26 +225,59 @@ def _named_lines(
     """The lines of a Chrome trace without XProf's process names (no cat either, or Kineto's reader would have
     taken it): a line whose process or thread is named for a device (`rules.DEVICE_LINE_PATTERN`) holds device
     work, the others host ops. Its device is the number in those names (legacy autograd's "CUDA functions": the
-    tid), its stream the thread name's stream number, else the tid. A trace that names no device line is refused
-    unless it is a legacy autograd export (CPU ops alone)."""
+    tid), its stream the thread name's stream number, else the tid. A trace that names no device line is host work
+    alone (a legacy autograd export of CPU ops, a server's request spans): read as such, the report says so."""
     named = [(processes.get(int(p), ""), threads.get((int(p), int(t)), ""), int(t)) for p, t in lines]
     on_device = [
         bool(DEVICE_LINE_PATTERN.search(process) or DEVICE_LINE_PATTERN.search(thread)) for process, thread, _ in named
     ]
-    names = [*processes.values(), *threads.values()]  # lines named for a device count even with no events yet
-    if not any(DEVICE_LINE_PATTERN.search(name) for name in names) and not _is_legacy_autograd(processes):
-        raise TraceError(
-            path,
-            "neither a Kineto trace nor an XProf trace_viewer export, TF1 timeline or legacy autograd export (no "
-            "/device:, /host: or /job: process names), nor a Chrome trace with device lines (no process or thread "
-            "named for a GPU, device, stream or CUDA)",
-        )
     streams = [STREAM_NUMBER_PATTERN.search(thread) for _, thread, _ in named]
     return _Lines(
         np.where(on_device, _STREAM, _NAMED_HOST).astype(np.int8),
         [_named_device(*line) if device else None for line, device in zip(named, on_device, strict=True)],
         np.array([int(m[1]) if m else t for m, (_, _, t) in zip(streams, named, strict=True)], np.int64),
     )
+
+
+def paired_spans(events: list[Event], warnings: Counter[str]) -> list[Event]:
+    """The spans the Trace Event Format writes as two events, as complete (``X``) events: duration events (``B`` /
+    ``E``), which nest per thread, and async ones (``b`` / ``e``), which nest per process, category and name (the
+    ``id`` that would tell concurrent same-named ones apart is not decoded: they pair innermost first). A begin
+    pairs with the next event at its nesting level in its line when that is an end; the rest are counted."""
+    at = [i for i, e in enumerate(events) if e.ph in _SPAN_PHASES]
+    if not at:
+        return []
+    chosen = [events[i] for i in at]
+    phases = np.array([_SPAN_PHASES[e.ph] for e in chosen], np.int8)  # type: ignore[index]
+    ts = float_column([e.ts for e in chosen])
+    keys = [
+        (e.pid, e.tid) if abs(phase) == 1 else (e.pid, e.cat, e.name)
+        for e, phase in zip(chosen, phases.tolist(), strict=True)
+    ]
+    _, line = np.unique(np.array([repr(k) for k in keys]), return_inverse=True)
+    order = np.lexsort((np.arange(len(chosen)), ts, line.reshape(-1)))
+    line, phases, ts = line.reshape(-1)[order], phases[order], ts[order]
+    step = np.sign(phases).astype(np.int64)
+    depth = np.cumsum(step)
+    starts = np.flatnonzero(np.r_[True, line[1:] != line[:-1]])
+    depth -= np.repeat(np.r_[0, depth[starts[1:] - 1]], np.diff(np.r_[starts, len(line)]))
+    level = np.where(step > 0, depth, depth + 1)  # a begin opens its level, an end closes the one above it
+    by_level = np.lexsort((np.arange(len(line)), level, line))
+    begin, end = by_level[:-1], by_level[1:]
+    paired = (
+        (step[begin] > 0)
+        & (step[end] < 0)
+        & (line[begin] == line[end])
+        & (level[begin] == level[end])
+        & (ts[end] >= ts[begin])
+    )
+    begins, ends = begin[paired], end[paired]
+    if unpaired := len(chosen) - 2 * len(begins):
+        warnings["chrome: begin/end events without their other half skipped"] += unpaired
+    return [
+        msgspec.structs.replace(chosen[order[b]], ph="X", dur=float(ts[e] - ts[b]))
+        for b, e in zip(begins.tolist(), ends.tolist(), strict=True)
+    ]
 
 
 def _named_device(process: str, thread: str, tid: int) -> str:
