@@ -235,7 +235,7 @@ def _folder_runs(
     name = _run_name(folder, base)
     if not stamped:
         return [Run(name, folder, tuple(files), skipped, not_traces)]
-    stamps = [capture_stamp(f) for f in files]
+    stamps = [capture_stamp(f, window=len(files) > 1) for f in files]
     groups = group_captures(stamps)
     starts = [min((s for i in group[0] if (s := stamps[i].start_ns) is not None), default=None) for group in groups]
     # Named to the second, or to the millisecond where two runs share a second; a time they still share names

@@ -50,8 +50,11 @@ class CaptureStamp:
         return (self.rank, self.pid, self.host)
 
 
-def capture_stamp(path: Path) -> CaptureStamp:
-    """The stamp of one trace file; an empty one when it cannot be read (reading it then says why)."""
+def capture_stamp(path: Path, window: bool = True) -> CaptureStamp:
+    """The stamp of one trace file; an empty one when it cannot be read (reading it then says why). Without
+    `window` (a lone file: its start orders it, nothing is grouped with it), a JSON file's tail is read only when
+    its head does not give the start on the epoch (a gzip tail costs inflating the whole file); its end may then
+    be its head's last event."""
     name = path.name.lower()
     try:
         if name.endswith(".xplane.pb"):
@@ -61,14 +64,17 @@ def capture_stamp(path: Path) -> CaptureStamp:
                 return CaptureStamp()
             start, end, pid, host, rank = capture_window(path)
             return CaptureStamp(start, end, rank, pid, host)
-        return _json_stamp(path)
+        return _json_stamp(path, window)
     except TraceError:
         return CaptureStamp()
 
 
-def _json_edges(path: Path) -> tuple[bytes, bytes]:
-    """The first and last `EDGE_BYTES` of a JSON file's text (a gzip file is inflated to its end)."""
+def _json_edges(path: Path, tail: bool = True) -> tuple[bytes, bytes]:
+    """The first and last `EDGE_BYTES` of a JSON file's text (a gzip file is inflated to its end); without `tail`,
+    the head alone (and an empty tail)."""
     text = FileText(path)
+    if not tail:
+        return next(iter(text.blocks(EDGE_BYTES)), b""), b""
     if not text.packed:
         try:
             with open(path, "rb") as file:
@@ -87,8 +93,16 @@ def _json_edges(path: Path) -> tuple[bytes, bytes]:
     return head, (before + last)[-EDGE_BYTES:]
 
 
-def _json_stamp(path: Path) -> CaptureStamp:
-    head, tail = _json_edges(path)
+def _json_stamp(path: Path, window: bool) -> CaptureStamp:
+    if not window:
+        stamp = _edges_stamp(*_json_edges(path, tail=False))
+        if stamp.start_ns is not None:
+            return stamp
+    return _edges_stamp(*_json_edges(path))
+
+
+def _edges_stamp(head: bytes, tail: bytes) -> CaptureStamp:
+    """The stamp the head and tail of a JSON file's text give."""
     starts = [float(t) for t in _TS.findall(head)]
     ends = [float(t) for t in _TS.findall(tail)] or starts
     base = next((int(m) for m in (*_BASE.findall(head), *_BASE.findall(tail))), 0)
