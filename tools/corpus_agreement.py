@@ -46,7 +46,8 @@ def _claims(report: dict) -> set[str]:
     workload = capture.get("workload") or capture.get("kind")
     claims = set(ids)
     claims.add(f"workload={workload}")
-    if not report["devices"] and not report["warnings"].get("device_events_cut"):
+    warnings = report["warnings"]
+    if not report["devices"] and not warnings.get("device_events_cut") and not warnings.get("device_not_recorded"):
         claims.add("cpu_only")
     if "bucket_cap_mb" in tips or "no_sync" in tips:
         claims.add("ddp_advice")

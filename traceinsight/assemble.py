@@ -60,6 +60,7 @@ from traceinsight.rules import (
     COLLECTIVES_COUNTS_DIFFER,
     COLLECTIVES_NOT_OVERLAPPING,
     DEVICE_EVENTS_CUT,
+    DEVICE_NOT_RECORDED,
     MIN_STEADY_STEPS,
 )
 
@@ -425,6 +426,8 @@ def _warnings(a: Analysis) -> dict[str, int]:
         warnings["few_steps"] = a.steps.count
     if a.device_events_cut:
         warnings[DEVICE_EVENTS_CUT] = a.device_events_cut
+    if a.device_not_recorded:
+        warnings[DEVICE_NOT_RECORDED] = len(a.profile.events)
     if a.collectives.counts_differ:
         warnings[COLLECTIVES_COUNTS_DIFFER] = a.collectives.counts_differ
     if a.collectives.not_overlapping:

@@ -847,7 +847,7 @@ def _found(analysis: Analysis) -> Found:
     for rule in RULES:
         if not analysis.capture.projects and rule.id != WARMUP_RULE:
             continue
-        if analysis.device_events_cut and not analysis.devices:  # the device's events were cut off
+        if (analysis.device_events_cut and not analysis.devices) or analysis.device_not_recorded:  # no device said
             continue
         finding = rule.check(analysis)
         if finding is not None:

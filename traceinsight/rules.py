@@ -163,6 +163,11 @@ LAST_INFERRED_STEP_MIN_SHARE = 0.01
 # overflowed). With no device work left, no CPU-only verdict and no finding is given: what the device did is not in
 # the trace.
 DEVICE_EVENTS_CUT = "device_events_cut"
+# The warning of a run with no device rows, no host call that used a device and no framework's ops: host spans alone
+# (Triton's request traces, a home-grown tracer's). They do not say whether an accelerator ran, so neither a
+# CPU-only verdict nor a finding is given (`Analysis.device_not_recorded`); a framework's CPU ops with no device
+# call are a CPU-only run.
+DEVICE_NOT_RECORDED = "device_not_recorded"
 # With device work in the trace, kernel launches missing their kernel by at least this share of the launches: the
 # device events were cut (a launch or two at the window's end may lose its kernel to the profiler's window).
 DEVICE_EVENTS_MISSING_SHARE = 0.1

@@ -223,7 +223,7 @@ def test_forward_ops_alone_are_no_evidence_of_inference():
     """No backward op is absence of evidence: a training run's forward pass looks the same."""
     c = _forward_steps()
     assert (c.kind, c.workload) == ("unknown", "unknown")
-    assert "5 distinct framework ops" in c.evidence[0]
+    assert "5 distinct host ops" in c.evidence[0]
 
 
 @pytest.mark.parametrize(

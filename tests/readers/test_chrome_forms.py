@@ -261,3 +261,18 @@ def test_a_servers_request_spans_are_read(trace_id, tmp_path):
     assert read.events["dur_ns"].sum() == pytest.approx(sum(durations) * 1000, rel=1e-9)
     report = _report(tmp_path, source)
     assert report["bottlenecks"] == [] and report["devices"] == []
+    assert report["warnings"]["device_not_recorded"] == len(durations)  # requests alone: no CPU-only verdict
+
+
+def test_host_spans_alone_are_not_called_a_cpu_only_run(tmp_path):
+    """Spans with no framework op and no device call do not say whether an accelerator ran: no CPU-only verdict
+    and no finding, and the report says why; a framework's CPU ops (the legacy CPU export) are a CPU-only run."""
+    spans = [{"name": f"request {i}", "ph": "X", "ts": 100 * i, "dur": 60, "pid": 7, "tid": 1} for i in range(20)]
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps(spans))
+    report = _report(tmp_path, path)
+    assert report["warnings"]["device_not_recorded"] == 20 and report["bottlenecks"] == []
+    page = (tmp_path / "report.html").read_text()
+    assert "CPU-only run" not in page and "No device activity recorded" in page
+    legacy = _report(tmp_path, LEGACY_CPU)
+    assert "device_not_recorded" not in legacy["warnings"] and "CPU-only run" in (tmp_path / "report.html").read_text()

@@ -64,6 +64,17 @@ class Analysis:
     device_events_cut: int = 0
 
     @property
+    def device_not_recorded(self) -> bool:
+        """No device rows, no host call that used one, and no framework's ops (`rules.DEVICE_NOT_RECORDED`): host
+        spans alone, a server's requests or a home-grown tracer's, which do not say whether an accelerator ran."""
+        return (
+            not self.devices
+            and not self.device_events_cut
+            and self.profile.framework == "unknown"
+            and not self.profile.events.empty
+        )
+
+    @property
     def window_ns(self) -> int:
         if self.window_start_ns is None or self.window_end_ns is None:
             return 0

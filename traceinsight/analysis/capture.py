@@ -155,11 +155,11 @@ def classify_capture(events: pd.DataFrame, work: pd.DataFrame) -> Capture:
     distinct = rows["name"][ops].nunique()
     if distinct > MICROBENCHMARK_MAX_OPS:
         why = (
-            f"{distinct:,} distinct framework ops; no backward op, optimizer update, serving frame or inference "
+            f"{distinct:,} distinct host ops; no backward op, optimizer update, serving frame or inference "
             "marker to tell training from inference"
         )
     elif ops.any():
-        why = f"too few framework ops to tell: {int(ops.sum()):,} calls of {distinct} distinct ops"
+        why = f"too few host ops to tell: {int(ops.sum()):,} calls of {distinct} distinct ops"
     else:
         why = "no framework op, backward op, optimizer update or serving frame to tell"
     return Capture("unknown", [why], **found)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
 from traceinsight.result import Bottleneck, ComputeEfficiency, RunReport
-from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, MIN_STEADY_STEPS
+from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
 BOTTLENECKS_HEADING = "Bottlenecks: by severity, measured before estimated, each with the step it leaves"
@@ -64,6 +64,11 @@ def verdict_sentence(report: RunReport) -> str:
         lead = (
             f"{util_label(report)} {fmt_pct(totals.gpu_util)} of step time, from partial device events (the host "
             f"launched {plural(cut, 'kernel')} the trace does not hold)"
+        )
+    elif report.warnings.get(DEVICE_NOT_RECORDED):
+        lead = (
+            "No device activity recorded: the trace holds host spans alone, with no framework op or device call, so "
+            "whether an accelerator ran it does not say"
         )
     elif not report.devices:
         lead = "No accelerator activity in this trace"
