@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
 from tests.readers.test_xspace import START, _Builder
+from traceinsight.commands.trend import _history as trend_history
 from traceinsight.discover import find_runs, is_trace
 from traceinsight.errors import TraceError
 from traceinsight.readers import json_head, read_trace
@@ -180,26 +182,36 @@ def test_discovery_and_the_tab_see_no_trace_in_a_fifo(tmp_path: Path) -> None:
 DEPTH = 1_500  # Python's recursion limit is 1,000: a recursive walk fails well before the bottom
 
 
-def _deep_logdir(tmp_path: Path) -> tuple[Path, Path]:
+@contextmanager
+def _deep_logdir() -> Iterator[tuple[Path, Path]]:
     """A logdir `DEPTH` one-letter folders deep (about 3 kB of path: within PATH_MAX) with the sample at the
-    bottom, made folder by folder (`os.makedirs` recurses once a level)."""
-    logdir = tmp_path / "deep"
-    folder = logdir
-    folder.mkdir()
+    bottom, made folder by folder and removed bottom up afterwards: `os.makedirs` and `shutil.rmtree` recurse once
+    a level, so it lives outside pytest's `tmp_path`, whose clean-up would fail on it."""
+    logdir = Path(tempfile.mkdtemp(prefix="traceinsight-deep-"))
+    folders = [logdir]
     for _ in range(DEPTH):
-        folder = folder / "d"
-        folder.mkdir()
+        folders.append(folders[-1] / "d")
     (sample,) = INPUT_BOUND.glob("*.gz")
-    shutil.copy(sample, folder)
-    return logdir, folder / sample.name
+    trace = folders[-1] / sample.name
+    try:
+        for folder in folders[1:]:
+            folder.mkdir()
+        shutil.copy(sample, trace)
+        yield logdir, trace
+    finally:
+        trace.unlink(missing_ok=True)
+        for folder in reversed(folders):
+            if folder.exists():
+                folder.rmdir()
 
 
-def test_a_logdir_thousands_of_folders_deep(tmp_path: Path) -> None:
-    logdir, trace = _deep_logdir(tmp_path)
-    assert has_profiles(logdir, limit=10 * DEPTH)
-    (run,) = find_runs(logdir)
-    assert run.files == (trace,)
-    assert run.name.count("/") == DEPTH
+def test_a_logdir_thousands_of_folders_deep() -> None:
+    with _deep_logdir() as (logdir, trace):
+        assert has_profiles(logdir, limit=10 * DEPTH)
+        (run,) = find_runs(logdir)
+        assert run.files == (trace,)
+        assert run.name.count("/") == DEPTH
+        assert trend_history(logdir, set()) == ([], [])  # the history walk too: no saved report down there
 
 
 def _xspace(*durations_ps: int) -> bytes:
