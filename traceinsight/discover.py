@@ -6,7 +6,9 @@ folders); a folder of traces (``tensorboard_trace_handler`` output, one file per
 rank, or JSON traces of any name); Nsight Systems exports (``*.sqlite``) and
 reports (``*.nsys-rep``). JSON and SQLite are traces when their content says so
 (`readers.looks_like_trace`), whatever they are called; other such files are
-skipped and counted. A report with its SQLite export beside it is read once, from
+skipped and counted. Only regular files are opened: a FIFO, a socket, a device
+or a dangling link named like a trace is skipped and counted (`readers.regular`),
+so nothing waits on one. A report with its SQLite export beside it is read once, from
 the export. Files in one folder are one run (several hosts or ranks) only when
 their captures overlap in time and come from different processes; otherwise each
 capture is a run of its own (a repeating schedule, a script profiled twice,
@@ -19,6 +21,7 @@ names, else the newest that is not a CUDA/HIP graph capture pass, and says why.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +30,7 @@ from traceinsight.errors import TraceError
 from traceinsight.readers import JSON_SUFFIXES, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
 from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX
+from traceinsight.readers.regular import not_regular, refusal
 from traceinsight.readers.stamp import CaptureStamp, capture_stamp
 from traceinsight.rules import GRAPH_CAPTURE_BYTES, RUN_OVERLAP_MIN_SHARE
 
@@ -50,8 +54,9 @@ BY_MODIFICATION_TIME = "then, by modification time, {runs}: no wall clock in the
 @dataclass(frozen=True)
 class Run:
     """One profiling run: its name, the folder it lives in and its trace files. Of the whole walk under the path
-    given (skipped, with a warning in the report): `unreadable`, the folders that could not be listed, and
-    `not_traces`, how many JSON files are no traces."""
+    given (skipped, with a warning in the report): `unreadable`, the folders that could not be listed,
+    `not_traces`, how many JSON files are no traces, and `not_regular`, how many files named like traces are no
+    regular files (FIFOs, sockets, devices, dangling links)."""
 
     name: str
     root: Path
@@ -61,6 +66,7 @@ class Run:
     started_ns: int | None = None  # the capture's start on its traces' own clock (None: they have none)
     grouping: str | None = None  # why these files are one run, or apart from the others in their folder
     doubt: str | None = None  # a warning: what `grouping` could not tell for certain
+    not_regular: int = 0
 
     @property
     def time_ns(self) -> int:
@@ -103,15 +109,24 @@ def _content_says_trace(path: Path) -> bool:
 
 
 def is_trace(path: Path) -> bool:
-    """Whether discovery takes `path` as a trace: named like one, and (JSON) holding one by its head."""
-    return _is_candidate(path) and _content_says_trace(path)
+    """Whether discovery takes `path` as a trace: named like one, a regular file, and (JSON) holding one by its
+    head."""
+    return _is_candidate(path) and not not_regular(path) and _content_says_trace(path)
 
 
-def _candidate_files(root: Path) -> tuple[list[Path], list[Path]]:
-    """The candidate trace files under `root` and the folders that could not be listed. Symlinked folders are
-    followed, each real folder once (by device and inode), so a symlink loop ends the walk instead of looping."""
-    found: list[Path] = []
-    unreadable: list[Path] = []
+def _is_regular(entry: os.DirEntry[str]) -> bool:
+    """Whether a folder's entry is a regular file, through a link (no system call for one that is no link)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def walk(root: Path, unreadable: list[Path] | None = None) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """Each folder under `root` (itself first), depth first in name order, with its entries that are no folders,
+    in name order. A loop, not recursion, so a logdir thousands of folders deep is walked like any other. Hidden
+    folders are left out; symlinked folders are followed, each real folder once (by device and inode), so a
+    symlink loop ends the walk instead of looping. Folders that cannot be listed are added to `unreadable`."""
     seen: set[tuple[int, int]] = set()
     stack = [root]
     while stack:
@@ -124,21 +139,37 @@ def _candidate_files(root: Path) -> tuple[list[Path], list[Path]]:
             with os.scandir(folder) as entries:
                 listed = sorted(entries, key=lambda e: e.name)
         except OSError:
-            unreadable.append(folder)
+            if unreadable is not None:
+                unreadable.append(folder)
             continue
-        subfolders = []
+        subfolders, others = [], []
         for entry in listed:
             try:
                 is_dir = entry.is_dir()  # through a symlink
-            except OSError:
-                continue
-            if is_dir:
-                if not entry.name.startswith("."):
-                    subfolders.append(Path(entry.path))
-            elif _is_candidate(path := Path(entry.path)):
-                found.append(path)
+            except OSError:  # a link loop: no folder
+                is_dir = False
+            if not is_dir:
+                others.append(entry)
+            elif not entry.name.startswith("."):
+                subfolders.append(Path(entry.path))
+        yield folder, others
         stack.extend(reversed(subfolders))  # depth first, in name order
-    return found, unreadable
+
+
+def _candidate_files(root: Path) -> tuple[list[Path], list[Path], int]:
+    """The candidate trace files under `root` (`walk`), the folders that could not be listed and how many files
+    named like traces are no regular files (skipped: never opened)."""
+    found: list[Path] = []
+    unreadable: list[Path] = []
+    irregular = 0
+    for _, entries in walk(root, unreadable):
+        for entry in entries:
+            if _is_candidate(path := Path(entry.path)):
+                if _is_regular(entry):
+                    found.append(path)
+                else:
+                    irregular += 1
+    return found, unreadable, irregular
 
 
 def _run_name(folder: Path, base: Path) -> str:
@@ -227,14 +258,20 @@ def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | No
 
 
 def _folder_runs(
-    folder: Path, files: list[Path], base: Path, stamped: bool, skipped: tuple[Path, ...], not_traces: int
+    folder: Path,
+    files: list[Path],
+    base: Path,
+    stamped: bool,
+    skipped: tuple[Path, ...],
+    not_traces: int,
+    irregular: int = 0,
 ) -> list[Run]:
     """The runs of one folder's trace files (`group_captures`), each named by its capture time when the folder
     holds several (`<folder>@2026-12-04T09:15:07Z`), as `--run` takes it. `stamped`: whether the files' stamps
     are read at all (a lone file of a lone folder needs none)."""
     name = _run_name(folder, base)
     if not stamped:
-        return [Run(name, folder, tuple(files), skipped, not_traces)]
+        return [Run(name, folder, tuple(files), skipped, not_traces, not_regular=irregular)]
     stamps = [capture_stamp(f, window=len(files) > 1) for f in files]
     groups = group_captures(stamps)
     starts = [min((s for i in group[0] if (s := stamps[i].start_ns) is not None), default=None) for group in groups]
@@ -250,7 +287,7 @@ def _folder_runs(
             unique = text is not None and texts.count(text) == 1
             run_name = f"{name}@{text if unique else files[members[0]].name}"
         chosen = tuple(sorted(files[i] for i in members))
-        runs.append(Run(run_name, folder, chosen, skipped, not_traces, started, why, doubt))
+        runs.append(Run(run_name, folder, chosen, skipped, not_traces, started, why, doubt, irregular))
     return runs
 
 
@@ -262,12 +299,14 @@ def _stamp_text(epoch_ns: int, milliseconds: bool = False) -> str:
 
 def find_runs(path: Path) -> list[Run]:
     """Every run under `path`, newest last. A file given by name is a run whatever it holds: reading it says
-    why it is no trace."""
+    why it is no trace; one that is no regular file (a FIFO) is refused at once."""
+    if not path.is_dir() and (kind := not_regular(path)):
+        raise TraceError(path, refusal(kind))
     if not path.exists():
         raise TraceError(path, "no such file or directory")
     if path.is_file():
         return [Run(path.name, path.parent, (path,))]
-    candidates, unreadable = _candidate_files(path)
+    candidates, unreadable, irregular = _candidate_files(path)
     traces = [f for f in candidates if _content_says_trace(f)]
     files = _without_exported_reports(traces)
     if not files:
@@ -277,6 +316,8 @@ def find_runs(path: Path) -> list[Run]:
         kinds = {"SQLite" if f.name.lower().endswith(SQLITE_SUFFIX) else "JSON" for f in candidates}
         files_word = f"{' or '.join(sorted(kinds))} file{'' if len(candidates) == 1 else 's'}"
         note = f"; skipped {len(candidates)} {files_word} holding none" if candidates else ""
+        if irregular:
+            note += f"; skipped {irregular} named like traces that are no regular files (FIFOs, sockets, devices)"
         looked = (
             "*.xplane.pb, *.nsys-rep, *.json[.gz] holding traceEvents or an array of trace events, and *.sqlite "
             "holding an Nsight Systems export"
@@ -288,7 +329,9 @@ def find_runs(path: Path) -> list[Run]:
     skipped, not_traces = tuple(unreadable), len(candidates) - len(traces)
     stamped = len(files) > 1  # several files: their windows say which are one run, and which is newest
     runs = [
-        run for folder, fs in by_folder.items() for run in _folder_runs(folder, fs, path, stamped, skipped, not_traces)
+        run
+        for folder, fs in by_folder.items()
+        for run in _folder_runs(folder, fs, path, stamped, skipped, not_traces, irregular)
     ]
     return sorted(runs, key=_sort_key)
 

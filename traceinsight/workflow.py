@@ -30,6 +30,7 @@ from traceinsight.findings import Findings, evaluate
 from traceinsight.limits import MemoryLimit
 from traceinsight.load import input_base, load_run, map_run, read_input, reads_in_parallel, shared_limit
 from traceinsight.readers import NSYS_SUFFIXES, SNIFF_BYTES, TRACE_EVENTS_KEY, is_array_of_events
+from traceinsight.readers.regular import open_regular
 from traceinsight.render.meta import add_run_info, add_runs
 from traceinsight.result import OLDER_SCHEMAS, SCHEMA, RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS
@@ -140,6 +141,8 @@ def _reported(
         report.warnings["unreadable_folders"] = len(run.unreadable)
     if run is not None and run.not_traces:  # JSON files under the path that are no traces, skipped
         report.warnings["not_a_trace"] = run.not_traces
+    if run is not None and run.not_regular:  # FIFOs, sockets, devices, dangling links named like traces, skipped
+        report.warnings["not_a_regular_file"] = run.not_regular
     if on_analyzed is not None:
         on_analyzed(analysis, findings, report, () if run is None else run.files)
     # Rendering needs the results only: the event table is let go before matplotlib starts.
@@ -175,7 +178,7 @@ def read_saved_report(path: Path) -> RunReport | None:
     """
     if not path.is_file() or path.name.lower().endswith((".gz", ".pb", *NSYS_SUFFIXES)):
         return None
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         head = f.read(SNIFF_BYTES)
     # A trace names its events near the start; a report is far smaller than a trace worth streaming.
     if TRACE_EVENTS_KEY in head or is_array_of_events(head) or path.stat().st_size > _MAX_REPORT_BYTES:

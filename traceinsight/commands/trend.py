@@ -48,8 +48,11 @@ def _history(folder: Path, outputs: set[Path]) -> tuple[list[TrendRun], list[Pat
     """The saved reports anywhere under `folder`, by path with numbers as numbers, and their files. Another
     traceinsight document there is bad input, unless it is one of this command's `outputs` (a trend kept in the
     history folder by the run before); a report there stays an input, which no output may overwrite."""
+    from traceinsight.discover import walk  # a loop, however deep the folder
+
     runs, files = [], []
-    for path in sorted(folder.rglob("*.json"), key=lambda p: natural_key(p.relative_to(folder).as_posix())):
+    found = [Path(e.path) for _, entries in walk(folder) for e in entries if e.name.endswith(".json")]
+    for path in sorted(found, key=lambda p: natural_key(p.relative_to(folder).as_posix())):
         try:
             run = _saved(path, path.relative_to(folder).as_posix(), folder)
         except TraceError:

@@ -26,6 +26,7 @@ from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_files import FileText, json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
 from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, is_nsys_export, read_nsys
+from traceinsight.readers.regular import not_regular, refusal
 from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
 
 XSPACE_SUFFIX = ".xplane.pb"
@@ -49,7 +50,8 @@ NO_STEP_RANGE = "step_range_missing"  # the first word of the warning that --ste
 def is_trace_file(path: Path | str) -> bool:
     """Whether the file name has a trace suffix (case-insensitive); the content is not opened.
 
-    Any ``.json`` and ``.sqlite`` qualifies, so discovery looks at its content too (`looks_like_trace`).
+    Any ``.json`` and ``.sqlite`` qualifies, so discovery looks at its content too (`looks_like_trace`), and
+    at its type (`regular.not_regular`).
     """
     return Path(path).name.lower().endswith(TRACE_SUFFIXES)
 
@@ -109,9 +111,11 @@ def read_trace(
     (an XSpace file: estimated from its size before it is read). A file cut short is read as far as it goes
     (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
     `step_range`: the name of the host ranges that mark steps (`events.mark_step_ranges`; ``--step-range``); a
-    warning when the file has none.
+    warning when the file has none. Only a regular file is read (`readers.regular`): a FIFO is refused at once.
     """
     path = Path(path)
+    if kind := not_regular(path):
+        raise TraceError(path, refusal(kind))
     with nesting_checked(path):
         read = _read_trace(path, on_bytes, jobs, limit)
     if not len(read.events) and any(is_truncation_warning(w) for w in read.warnings):

@@ -21,6 +21,7 @@ from typing import cast
 
 from traceinsight.errors import TraceError
 from traceinsight.limits import WHOLE_JSON_FACTOR, MemoryLimit
+from traceinsight.readers.regular import open_regular
 
 fast_zlib: ModuleType = zlib  # the standard library's, where ISA-L's wheels are missing
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error,)
@@ -106,7 +107,7 @@ class FileText:
     def blocks(self, size: int) -> Iterator[bytes]:
         """The text in blocks of at most `size` bytes (-1: a plain file in one block)."""
         try:
-            file = io.BytesIO(self._data) if self._data is not None else open(self.path, "rb")  # noqa: SIM115
+            file = io.BytesIO(self._data) if self._data is not None else open_regular(self.path)
         except OSError as exc:
             raise TraceError(self.path, f"cannot read file: {exc.strerror or exc}") from None
         with file:
@@ -161,9 +162,9 @@ class FileText:
 
 
 def _magic(path: Path | str) -> bytes:
-    """The first two bytes of a file (none when it cannot be read: reading it then says why)."""
+    """The first two bytes of a regular file (none when it cannot be read: reading it then says why)."""
     try:
-        with open(path, "rb") as file:
+        with open_regular(path) as file:
             return file.read(2)
     except OSError:
         return b""
@@ -182,7 +183,7 @@ class ByteRange:
         size = self.end - self.start
         buffer = bytearray(size + 2)
         buffer[0], buffer[-1] = ord("["), ord("]")
-        with open(self.path, "rb") as file:
+        with open_regular(self.path) as file:
             file.seek(self.start)
             if file.readinto(memoryview(buffer)[1:-1]) != size:
                 raise OSError(f"{self.path} changed while it was read")

@@ -40,6 +40,7 @@ from traceinsight.readers.json_events import (
     try_decode_document,
 )
 from traceinsight.readers.json_files import CHUNK_BYTES, ByteRange, FileText, truncation_unit
+from traceinsight.readers.regular import open_regular
 
 # The key that opens the events, the array form's start (its first event follows), what follows the `}` ending an
 # event, what ends an array form's text when its closing `]` was left off (as the format allows).
@@ -321,7 +322,7 @@ class TraceStream:
         """Byte ranges of a plain file, each up to the last cut point before its end, with that end; the file's
         last chunk is left in the buffer. Here only a little text before each end is read, to find the cut."""
         start = self._position(0)
-        with open(self.path, "rb") as file:
+        with open_regular(self.path) as file:
             size = os.fstat(file.fileno()).st_size
             while (cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size)) is not None:
                 yield ByteRange(str(self.path), start, cut[0]), cut[0]

@@ -27,6 +27,7 @@ Python loop over events.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import sqlite3
 import subprocess
@@ -45,6 +46,7 @@ from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, Inp
 from traceinsight.limits import MemoryLimit
 from traceinsight.readers._classify import is_sync_api
 from traceinsight.readers._repair import drop_duplicates, usable_times
+from traceinsight.readers.regular import not_regular, open_regular, refusal
 from traceinsight.rules import NSYS_API_VERSION_SUFFIX, NSYS_PYTORCH_RANGE, NSYS_RANK_VARIABLES
 
 SQLITE_SUFFIX = ".sqlite"
@@ -220,7 +222,7 @@ def _check_header(path: Path, named: Path) -> None:
     """Refuse an empty file, one that is no SQLite database, and one shorter than its header says (cut short):
     SQLite itself would only fail on the first page past the cut, if a query reads it."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             header = f.read(_HEADER_BYTES)
         size = path.stat().st_size
     except OSError as error:
@@ -242,7 +244,10 @@ def _check_header(path: Path, named: Path) -> None:
 
 @contextmanager
 def _open(path: Path) -> Iterator[sqlite3.Connection]:
-    """The database read-only and immutable (no lock, no journal: the file may sit on a read-only disk)."""
+    """The database read-only and immutable (no lock, no journal: the file may sit on a read-only disk); an OSError
+    for a file that is not a regular one (SQLite would wait on a FIFO)."""
+    if kind := not_regular(path):
+        raise OSError(errno.EINVAL, refusal(kind))
     uri = f"{path.absolute().as_uri()}?mode=ro&immutable=1"
     with closing(sqlite3.connect(uri, uri=True)) as db:
         yield db

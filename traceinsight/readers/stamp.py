@@ -16,6 +16,7 @@ from pathlib import Path
 from traceinsight.errors import TraceError
 from traceinsight.readers.json_files import FileText
 from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, capture_window
+from traceinsight.readers.regular import open_regular
 
 # How much of each end of a JSON file's text is read: a few hundred events, and the keys Kineto writes before
 # and after them (`distributedInfo` first; `baseTimeNanoseconds` last, or first in some writers).
@@ -77,7 +78,7 @@ def _json_edges(path: Path, tail: bool = True) -> tuple[bytes, bytes]:
         return next(iter(text.blocks(EDGE_BYTES)), b""), b""
     if not text.packed:
         try:
-            with open(path, "rb") as file:
+            with open_regular(path) as file:
                 head = file.read(EDGE_BYTES)
                 size = file.seek(0, 2)
                 file.seek(max(len(head), size - EDGE_BYTES))

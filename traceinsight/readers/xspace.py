@@ -49,7 +49,7 @@ rules an event's name decides, are `xspace_classify`'s, the name rules themselve
   does), a stat that is not protobuf ignored; events with an impossible time, a
   duration over 7 days, far outside the profiling window, or repeating another
   exactly are skipped; device properties of the wrong type are left unknown. Only
-  a file whose every event is corrupt is refused.
+  a file whose every event is corrupt, or skipped so, is refused (naming why).
 * A file cut short (a job killed mid-write) is read up to its last whole plane, with
   one `truncation_warning`; one with no event before the cut is refused.
 """

@@ -91,6 +91,7 @@ class Table:
         # Lines already on the epoch clock (unsaved captures) stay as they are; 10**17 ns is in 1973.
         epoch = relative or bool(sane.size and sane.min() > 10**17)
         shift = (start_time or 0) if relative else 0
+        rows = sum(int(part.keep.sum()) for part in self.parts)  # before the times are checked
         for part in self.parts:
             _settle_times(part, shift, self.warnings)
             if epoch and start_time is not None and stop_time is not None and stop_time > start_time:
@@ -106,6 +107,9 @@ class Table:
             self.name_list,
         )
         columns, n = self._table_columns()
+        if rows and not n:  # every event damaged (a length of 2**62): no report to make, and it says why
+            said = "; ".join(f"{key.removeprefix('xspace: ')}: {count:,}" for key, count in self.warnings.items())
+            raise TraceError(path, f"no usable event: all {rows:,} events were skipped ({said})")
         self.parts.clear()
         table = make_event_table(columns, n)
         del columns  # what the table did not take as it is (codes narrowed): gone before the duplicate check

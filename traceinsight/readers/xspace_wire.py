@@ -20,6 +20,7 @@ which follows protobuf's rules field by field.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +36,7 @@ from google.protobuf.message import DecodeError
 
 from traceinsight.errors import TraceError
 from traceinsight.readers import xplane_schema
+from traceinsight.readers.regular import open_regular
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf refuses messages of 2 GiB and more: one line or one plane's metadata
 LINE_BATCH_BYTES = 8 << 20  # lines read together: large enough that numpy's per-call cost vanishes
@@ -77,8 +79,8 @@ class Source:
         self._buffer = bytearray()
         try:
             if data is None:
-                self._file = path.open("rb")
-                self.size = path.stat().st_size
+                self._file = open_regular(path)
+                self.size = os.fstat(self._file.fileno()).st_size
             else:
                 self.size = len(data)
         except OSError as exc:

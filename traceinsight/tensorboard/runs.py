@@ -8,7 +8,6 @@ a file resolving outside the logdir (a symbolic link) is not offered, so nothing
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight import listing
-from traceinsight.discover import RUN_INFO, Run, is_trace
+from traceinsight.discover import RUN_INFO, Run, is_trace, walk
 from traceinsight.errors import TraceError
 from traceinsight.listing import FilesKey, ReportCache, files_key, report_key, summarize
 from traceinsight.result import RunSummary
@@ -105,13 +104,12 @@ def list_runs(logdir: Path) -> list[ProfileRun]:
 def has_profiles(logdir: Path, limit: int = ACTIVE_WALK_LIMIT) -> bool:
     """Whether some file under `logdir` is a trace as discovery tells one (`discover.is_trace`: JSON by the head
     of its text, so the tab is active exactly when it has runs to list), looking at no more than `limit`
-    entries."""
+    entries (files, in folders walked as discovery walks them: `discover.walk`, a loop, however deep)."""
     seen = 0
-    for folder, dirnames, filenames in os.walk(logdir):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if any(is_trace(Path(folder, name)) for name in filenames):
+    for _, entries in walk(logdir):
+        if any(is_trace(Path(entry.path)) for entry in entries):
             return True
-        seen += len(dirnames) + len(filenames)
+        seen += len(entries) + 1
         if seen >= limit:
             return False
     return False
