@@ -34,8 +34,8 @@ from tests.tensorboard.cdp import CHROMIUM, Browser
 from traceinsight import listing
 from traceinsight.cli import main as cli_main
 from traceinsight.commands.runs import _cells
+from traceinsight.discover import reads_inside
 from traceinsight.result import RunSummary
-from traceinsight.tensorboard.runs import reads_inside
 
 pytest.importorskip(
     "tensorboard", reason="TensorBoard not installed (pip install -e '.[tensorboard]', traceinsight-report)"
