@@ -122,7 +122,7 @@ def deadline_s() -> float:
     return value if 0 < value < float("inf") else DEFAULT_DEADLINE_S
 
 
-BUSY = Outcome("busy", error=f"{MAX_QUEUED} reports are queued already: try again in a moment")
+BUSY = Outcome("busy", error="too many reports are queued: try again in a moment")
 REFUSED = Outcome("refused", error="no report of this run yet, and only the tab's own page may start one")
 
 
