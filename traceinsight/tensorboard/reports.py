@@ -8,9 +8,9 @@ answers on threads (TensorBoard's server: forking it directly is unsafe; pyplot 
 from a fork server that has imported the analysis on Linux, else spawned. A run whose files change (still
 being written) gets a new job once the running one ends: at most one job per run runs. A job past its deadline
 (`deadline_s`) is stopped and its run failed; a full queue starts nothing ('busy'). TensorBoard's exit, however it
-dies, ends the jobs still running (`parallel.quiet_worker`). Every report a job makes goes to the on-disk report cache `traceinsight runs` reads
-(`listing.ReportCache`), and the tab's runs table reads its figures from there: the tab and the CLI share analyses
-both ways.
+dies, ends the jobs still running (`parallel.quiet_worker`). Every report a job makes goes to the on-disk report
+cache `traceinsight runs` reads (`listing.ReportCache`), and the tab's runs table reads its figures from there: the
+tab and the CLI share analyses both ways.
 """
 
 from __future__ import annotations
