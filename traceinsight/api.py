@@ -141,6 +141,7 @@ def analyze(
     on_analyzed: OnAnalyzed | None = None,
     max_memory: str | int | None = None,
     step_range: str | None = None,
+    within: PathLike | None = None,
 ) -> Report:
     """Read and analyze the run under a path (as ``traceinsight report`` does), or analyze a `Profile` from
     `load`; the `Report` of it.
@@ -151,7 +152,8 @@ def analyze(
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
     `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the CLI's
     ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
-    `load`.
+    `load`. `within`: a folder nothing is read outside of, links resolved (the TensorBoard tab's logdir): runs that
+    would read there are not found, so neither analyzed, nor read beside the run, nor listed in `meta.runs`.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -165,7 +167,10 @@ def analyze(
         return Report(analyze_profile(path_or_profile, small_kernel_ns))
     path = Path(path_or_profile)
     limit = MemoryLimit.of(max_memory)
-    analyzed = analyze_path(path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit, step_range)
+    folder = None if within is None else Path(within)
+    analyzed = analyze_path(
+        path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit, step_range, within=folder
+    )
     return Report(analyzed, path)
 
 

@@ -297,9 +297,33 @@ def _stamp_text(epoch_ns: int, milliseconds: bool = False) -> str:
     return f"{text}.{epoch_ns // 10**6 % 1000:03d}Z" if milliseconds else f"{text}Z"
 
 
-def find_runs(path: Path) -> list[Run]:
+def resolves_within(path: Path, root: Path) -> bool:
+    """Whether `path`, links resolved, lies under `root` (already resolved); told without opening it."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def reads_inside(run: Run, folder: Path) -> bool:
+    """Whether everything a report of `run` reads lies under `folder`: its trace files, and the `run_info.json`
+    files the report's `meta` reads in its folder and each one above it up to `folder`."""
+    root = folder.resolve()
+    readable = list(run.files)
+    at = run.root
+    while True:
+        readable.append(at / RUN_INFO)
+        if at == folder or folder not in at.parents:
+            break
+        at = at.parent
+    return all(resolves_within(f, root) for f in readable if f.is_symlink() or f in run.files)
+
+
+def find_runs(path: Path, within: Path | None = None) -> list[Run]:
     """Every run under `path`, newest last. A file given by name is a run whatever it holds: reading it says
-    why it is no trace; one that is no regular file (a FIFO) is refused at once."""
+    why it is no trace; one that is no regular file (a FIFO) is refused at once. `within` (the TensorBoard tab's
+    logdir): nothing that resolves outside it is opened, and no run that would read there is found
+    (`reads_inside`); a folder holding a trace that links outside is left out whole, rather than read in part."""
     if not path.is_dir() and (kind := not_regular(path)):
         raise TraceError(path, refusal(kind))
     if not path.exists():
@@ -307,6 +331,10 @@ def find_runs(path: Path) -> list[Run]:
     if path.is_file():
         return [Run(path.name, path.parent, (path,))]
     candidates, unreadable, irregular = _candidate_files(path)
+    if within is not None:  # before any file's head is read
+        root = within.resolve()
+        leaking = {f.parent for f in candidates if not resolves_within(f, root)}
+        candidates = [f for f in candidates if f.parent not in leaking]
     traces = [f for f in candidates if _content_says_trace(f)]
     files = _without_exported_reports(traces)
     if not files:
@@ -333,6 +361,10 @@ def find_runs(path: Path) -> list[Run]:
         for folder, fs in by_folder.items()
         for run in _folder_runs(folder, fs, path, stamped, skipped, not_traces, irregular)
     ]
+    if within is not None:
+        runs = [run for run in runs if reads_inside(run, within)]
+        if not runs:
+            raise TraceError(path, f"no run whose files all lie under {within}")
     return sorted(runs, key=_sort_key)
 
 
@@ -367,11 +399,12 @@ def _holds(path: Path, needle: bytes) -> bool:
     return False
 
 
-def choose_run(path: Path, run: str | None = None) -> RunChoice:
+def choose_run(path: Path, run: str | None = None, within: Path | None = None) -> RunChoice:
     """The run to report on and why: the one named `run` (folder name or path under `path`); else the newest
     that is not a graph capture pass while another run exists, looking at the runs newest first and only as far
-    as the first that is not one (a capture pass left where its replay is would otherwise be reported)."""
-    runs = tuple(reversed(find_runs(path)))
+    as the first that is not one (a capture pass left where its replay is would otherwise be reported). `within`:
+    as `find_runs` takes it (no run beside the one chosen, nor it, reads outside)."""
+    runs = tuple(reversed(find_runs(path, within)))
     unknown: tuple[bool | None, ...] = (None,) * len(runs)
     if run is not None:
         matches = [r for r in runs if run in (r.name, r.root.name)]
@@ -414,6 +447,6 @@ def capture_pass_beside(choice: RunChoice) -> Run | None:
     return None
 
 
-def discover(path: Path, run: str | None = None) -> Run:
+def discover(path: Path, run: str | None = None, within: Path | None = None) -> Run:
     """The run to report on (`choose_run`'s choice), for callers that need not say why."""
-    return choose_run(path, run).run
+    return choose_run(path, run, within).run

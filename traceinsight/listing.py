@@ -40,10 +40,11 @@ FilesKey = tuple[tuple[str, int, int], ...]
 Outcome = RunReport | TraceError
 
 
-def list_runs(path: Path) -> list[Run]:
+def list_runs(path: Path, within: Path | None = None) -> list[Run]:
     """Every run under `path`, newest first, named as `--run` takes them (`discover.Run.name`); `TraceError`
-    when there is none."""
-    return list(reversed(find_runs(path)))
+    when there is none. `within`: only runs that read nothing outside it, found without opening anything there
+    (`discover.find_runs`)."""
+    return list(reversed(find_runs(path, within)))
 
 
 def files_key(files: Iterable[Path]) -> FilesKey:
@@ -97,7 +98,7 @@ class ReportCache:
             if doc["schema"] != CACHE_SCHEMA or doc["key"] != key_text.decode() or doc["report"]["schema"] != SCHEMA:
                 raise ValueError("another entry")
             report = from_document(doc["report"])
-        except (OSError, ValueError, KeyError, TypeError):  # none, corrupt, another schema or key
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):  # none, corrupt, another schema or key
             self.misses += 1
             return None
         with suppress(OSError):

@@ -34,6 +34,7 @@ import mmap
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import sys
 import threading
@@ -61,6 +62,7 @@ U = TypeVar("U")
 LOCAL = "local"
 WORKERLESS_S = 60.0  # how long a Dask run waits with no worker at all before it gives up
 _POLL_S = 1.0  # how often it looks
+_IDLE_S = 5.0  # how long a `JobSlots` thread waits for a job before it ends
 
 
 @dataclass(frozen=True)
@@ -98,28 +100,46 @@ def report_workers() -> int:
 
 
 class JobSlots:
-    """Background jobs, at most `slots` running at once, each waiting for a slot on a thread of its own: a server
-    (the TensorBoard tab) answers its requests at once while the jobs queue. Each job starts its own process
-    (`Child`) once its slot is free, so the threads only wait."""
+    """Background jobs, at most `slots` running at once and at most `waiting` more queued: a server (the
+    TensorBoard tab) answers its requests at once while the jobs queue, and a flood of requests neither starts a
+    thread each nor queues without end (`submit` raises `queue.Full`). Each job runs on one of at most `slots`
+    threads, started as jobs come and ended once idle, and starts its own process (`Child`) there, so the threads
+    only wait."""
 
-    def __init__(self, slots: int) -> None:
-        self._slots = threading.BoundedSemaphore(slots)
+    def __init__(self, slots: int, waiting: int) -> None:
+        self._slots = slots
+        self._queue: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue(maxsize=waiting)
+        self._lock = threading.Lock()
+        self._threads = 0
 
     def submit(self, job: Callable[[], R], name: str) -> Future[R]:
         """Run `job()` in the background once a slot is free; its result (or error) in the future returned, which
-        says "running" once the slot is taken."""
+        says "running" once the slot is taken. `queue.Full` when `waiting` jobs wait already."""
         future: Future[R] = Future()
-
-        def run() -> None:
-            with self._slots:
-                future.set_running_or_notify_cancel()
-                try:
-                    future.set_result(job())
-                except BaseException as error:  # noqa: BLE001  # the future carries it to whoever asks
-                    future.set_exception(error)
-
-        threading.Thread(target=run, name=name, daemon=True).start()
+        self._queue.put_nowait((job, future))
+        with self._lock:
+            if self._threads < self._slots:
+                self._threads += 1
+                threading.Thread(target=self._work, name=name, daemon=True).start()
         return future
+
+    def _work(self) -> None:
+        """One slot: the queued jobs one after another, until none has come for `_IDLE_S`."""
+        while True:
+            try:
+                job, future = self._queue.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with self._lock:  # `submit` queues before it counts the threads: none is left waiting
+                    if self._queue.empty():
+                        self._threads -= 1
+                        return
+                continue
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as error:  # noqa: BLE001  # the future carries it to whoever asks
+                future.set_exception(error)
 
 
 def forks_workers() -> bool:
@@ -235,8 +255,27 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with suppress(OSError, AttributeError):  # Linux only
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _let_go_of_fork_server()
     if hasattr(signal, "pthread_sigmask"):  # not on Windows
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+
+
+def _let_go_of_fork_server() -> None:
+    """Close a worker's copy of the pipe by which a fork server learns that the process that started it is gone.
+
+    CPython hands that pipe's write end to every process the server forks (and a fork copies it), so a fork
+    server outlived a TensorBoard killed with SIGKILL while a job of it ran, and the job (which dies with its
+    parent, the server) ran on and wrote to the cache. Without the copy, the server ends with the process that
+    started it, and its jobs with it. A worker never starts processes from that server (it forks its own)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # CPython's one fork server client (private: hence the checks)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with suppress(OSError):
+            os.close(fd)
+        for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
+            setattr(server, name, None)
 
 
 @contextmanager
@@ -427,10 +466,14 @@ class Child:
         self._pipe.send((func, args))
         self._pending += 1
 
-    def result(self) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
         """The outcome of the oldest call not yet collected: its value, or its exception raised here (a
-        `TraceError` as one; a `RuntimeError` when the process died, as when the kernel kills it for memory)."""
+        `TraceError` as one; a `RuntimeError` when the process died, as when the kernel kills it for memory). Not
+        there within `timeout` seconds: the process is killed and `TimeoutError` raised."""
         self._pending -= 1
+        if timeout is not None and not self._pipe.poll(timeout):
+            self.stop()
+            raise TimeoutError(f"the {self.what} process took longer than {timeout:g} s and was stopped")
         try:
             ok, value, remote = self._pipe.recv()
         except EOFError:
@@ -444,16 +487,18 @@ class Child:
             raise TraceError(value.path, value.reason)
         raise value from _RemoteTraceback(remote)
 
-    def latest(self) -> Any:
-        """The outcome of the latest call, once those before it are done (their errors raised first)."""
+    def latest(self, timeout: float | None = None) -> Any:
+        """The outcome of the latest call, once those before it are done (their errors raised first); each waited
+        for `timeout` seconds at most (`result`)."""
         while self._pending > 1:
-            self.result()
-        return self.result()
+            self.result(timeout)
+        return self.result(timeout)
 
-    def call(self, func: Callable[..., R], *args: Any) -> R:
-        """``func(*args)`` in the child, once the calls sent before it are done (their errors raised first)."""
+    def call(self, func: Callable[..., R], *args: Any, timeout: float | None = None) -> R:
+        """``func(*args)`` in the child, once the calls sent before it are done (their errors raised first); the
+        process killed and `TimeoutError` raised when no outcome comes within `timeout` seconds."""
         self.submit(func, *args)
-        return self.latest()  # type: ignore[no-any-return]
+        return self.latest(timeout)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """Kill the process (SIGKILL: no handler runs, nothing is printed) and reap it. Another thread may call

@@ -59,12 +59,12 @@ class Analyzed:
         return () if self.run is None else self.run.files
 
 
-def find_run(path: Path, run_name: str | None = None) -> RunChoice:
-    """The run under `path`, with every run found and why this one (`choose_run`), refusing a saved `--json`
-    report with a hint to compare it instead."""
+def find_run(path: Path, run_name: str | None = None, within: Path | None = None) -> RunChoice:
+    """The run under `path`, with every run found and why this one (`choose_run`, which takes `within`), refusing a
+    saved `--json` report with a hint to compare it instead."""
     if read_saved_report(path) is not None:
         raise TraceError(path, "this is a traceinsight report, not a trace (compare reports with `traceinsight diff`)")
-    return choose_run(path, run_name)
+    return choose_run(path, run_name, within)
 
 
 def load_path(
@@ -89,12 +89,14 @@ def analyze_path(
     on_analyzed: OnAnalyzed | None = None,
     limit: MemoryLimit | None = None,
     step_range: str | None = None,
+    within: Path | None = None,
 ) -> Analyzed:
     """Find the run under `path`, read and analyze it, and build its report (`load_run` takes `jobs`,
     `scheduler`, `progress`, `limit` and `step_range`). `on_analyzed(analysis, findings, report, files)` is called
     while the analysis still holds the run's event table (an export needs it), so with it the inputs are read here,
-    never analyzed apart."""
-    choice = find_run(path, run_name)
+    never analyzed apart. `within`: nothing that resolves outside it is read, nor any run that would read there
+    found (the run, the capture pass beside it, those `meta.runs` lists: `discover.find_runs`)."""
+    choice = find_run(path, run_name, within)
     run = choice.run
     if on_analyzed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analyzed where it is read (a process, a Dask worker): only its results

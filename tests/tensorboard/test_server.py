@@ -34,8 +34,8 @@ from tests.tensorboard.cdp import CHROMIUM, Browser
 from traceinsight import listing
 from traceinsight.cli import main as cli_main
 from traceinsight.commands.runs import _cells
+from traceinsight.discover import reads_inside
 from traceinsight.result import RunSummary
-from traceinsight.tensorboard.runs import reads_inside
 
 pytest.importorskip(
     "tensorboard", reason="TensorBoard not installed (pip install -e '.[tensorboard]', traceinsight-report)"
@@ -72,9 +72,11 @@ class Server:
         self.logdir = logdir
         self.cache = cache
 
-    def get(self, route: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, route: str, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         """Status, headers and body of `route` (a path with its query, already encoded)."""
-        request = urllib.request.Request(self.url + route, method=method)
+        request = urllib.request.Request(self.url + route, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, dict(response.headers), response.read()
@@ -167,8 +169,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             process.wait()
 
 
-def without_invocation(report: dict[str, Any]) -> dict[str, Any]:
+def without_invocation(report: dict[str, Any], logdir: Path | None = None) -> dict[str, Any]:
+    """`report` without the fields that name its invocation; with `logdir`, its `meta.runs` without the runs the tab
+    refuses (they read outside it): the tab's report names no run it would not open."""
     meta = {k: v for k, v in report["meta"].items() if k not in INVOCATION_FIELDS}
+    if logdir is not None:
+        meta["runs"] = [run for run in meta["runs"] if run["name"] in listed(logdir)]
     return {**report, "meta": meta}
 
 
@@ -223,7 +229,9 @@ def test_the_json_is_the_clis_and_the_page_keeps_its_csp(server, run, tmp_path):
     _, body = server.wait_ready("report.json", run)
     served = json.loads(body)
     assert served["meta"]["command"] == ["traceinsight", "report", str(server.logdir), "--run", run]
-    assert without_invocation(served) == without_invocation(cli_report(server.logdir, run, tmp_path))
+    cli = cli_report(server.logdir, run, tmp_path)
+    assert {"logs/leak", "logs/infoleak"} <= {listed["name"] for listed in cli["meta"]["runs"]}
+    assert without_invocation(served) == without_invocation(cli, server.logdir)
 
     headers, body = server.wait_ready("report", run)
     page = body.decode()
@@ -269,6 +277,21 @@ def test_a_run_outside_the_logdir_by_absolute_path_gets_4xx(server):
     assert status == 400 and SECRET.encode() not in body
     status, _, _ = server.get("/data/plugin/traceinsight/report", method="POST")
     assert 400 <= status < 500
+
+
+def test_a_page_of_another_site_starts_no_analysis(server):
+    """A request a browser sends for another site's page (an <img>, a fetch) is refused before any work: the run
+    has no report yet, and none is made."""
+    runs_route(server)  # the tab's page has listed the runs
+    before = sorted(server.cache.glob("*"))
+    query = "?" + urllib.parse.urlencode({"run": OLDEST_RUN})
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        for route in ("report", "report.json"):
+            status, _, body = server.get(f"/data/plugin/traceinsight/{route}{query}", headers=headers)
+            assert status == 403 and json.loads(body)["state"] == "refused"
+    time.sleep(1)
+    assert sorted(server.cache.glob("*")) == before
+    assert not next(row for row in runs_route(server) if row["name"] == OLDEST_RUN)["analysed"]
 
 
 # JavaScript that finds the tab's frame (TensorBoard's plugin frame) and the report's frame among the page's frames.

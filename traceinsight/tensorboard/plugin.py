@@ -10,9 +10,13 @@ Routes under ``/data/plugin/traceinsight/`` (a contract the tests hold):
 * ``report.json?run=NAME``: the JSON ``traceinsight report --json`` writes.
 
 Both report routes answer 202 with a small JSON progress state while the report is computed (in a worker
-process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analyzed; the JSON
-comes straight from the report cache when that holds it. ``run`` only selects one of the listed runs: anything
-else is a 4xx, and it is never joined into a path.
+process, `reports.ReportStore`), 200 once ready, 500 with the error when the run cannot be analyzed (or ran past
+its deadline), 503 when too many reports are queued; the JSON comes straight from the report cache when that holds
+it. ``run`` only selects one of the listed runs (the latest listing: an unknown name never starts a walk):
+anything else is a 4xx, and it is never joined into a path.
+
+Only the tab's own pages start work (an analysis, a walk of the logdir): a request a browser sends from another
+site (`from_the_tab`) gets what is made already (a report, the latest listing), else a 403.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ _STATIC_ROUTES = {"/index.js": ("index.js", "text/javascript; charset=utf-8")}
 # The report's own policy (its <meta> tag), used when the page does not carry one.
 _FALLBACK_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _META_CSP = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)"')
-_STATUS = {"ready": 200, "queued": 202, "running": 202, "failed": 500}
+_STATUS = {"ready": 200, "queued": 202, "running": 202, "failed": 500, "busy": 503, "refused": 403}
+# What a browser's `Sec-Fetch-Site` says of a request the tab's own page sent (or the user typed or bookmarked).
+_OWN_SITE = ("same-origin", "none")
 
 # A route's WSGI application (TensorBoard mounts them under /data/plugin/traceinsight/).
 App = Callable[..., Any]
@@ -64,6 +70,18 @@ def _json(doc: Any, status: int = 200) -> wrappers.Response:
 
 def _error(status: int, message: str) -> wrappers.Response:
     return _json({"error": message}, status)
+
+
+def from_the_tab(request: wrappers.Request) -> bool:
+    """Whether a request may start work: not one a page of another site made a browser send (an ``<img>``, a
+    form, a fetch). Every current browser says where a request comes from in `Sec-Fetch-Site`, and older ones send
+    `Origin` with cross-origin fetches and posts: either must name this server. A request with neither comes from
+    no browser (curl, a script, the tests), which another site cannot make send anything, so it may."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in _OWN_SITE
+    origin = request.headers.get("Origin")
+    return origin is None or origin == f"{request.scheme}://{request.host}"
 
 
 def page_csp(html: str) -> str:
@@ -118,34 +136,49 @@ class TraceInsightPlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=TAB_NAME, disable_reload=True)
 
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
-        runs = self._index.runs(fresh=True)
+        own = from_the_tab(request)
+        runs = self._index.runs(fresh=True) if own else self._index.listed()
         if not runs or self._rows is None or self._store is None:
             return _json([])
-        self._store.warm_up()  # the tab is open: a report will be asked for next
-        return _json([self._rows.row(run) for run in runs])
+        if own:
+            self._store.warm_up()  # the tab is open: a report will be asked for next
+        return _json([self._row(run) for run in runs])
+
+    def _row(self, run: ProfileRun) -> dict[str, Any]:
+        """The run's row (`RunRows`), with the error of its latest job here when that failed and left no report."""
+        assert self._rows is not None and self._store is not None
+        row = self._rows.row(run)
+        if not row["analysed"] and (error := self._store.failure(run)) is not None:
+            row["error"] = error
+        return row
 
     def _serve_report(self, request: wrappers.Request, as_json: bool) -> wrappers.Response:
         if request.method not in ("GET", "HEAD"):
             return _error(405, "GET only")
-        found = self._find(request.args.get("run", ""))
+        own = from_the_tab(request)
+        found = self._find(request.args.get("run", ""), walk=own)
         if not isinstance(found, ProfileRun):
             return found
         assert self._store is not None  # a run was found, so there is a logdir
-        outcome: Outcome = self._store.get(found, page=not as_json)
+        outcome: Outcome = self._store.get(found, page=not as_json, start=own)
         if outcome.state != "ready":
-            return _json(outcome.progress(found.name), _STATUS[outcome.state])
+            response = _json(outcome.progress(found.name), _STATUS[outcome.state])
+            if outcome.state == "busy":
+                response.headers["Retry-After"] = "5"
+            return response
         if as_json:
             return _respond(outcome.json or "", "application/json")
         html = outcome.html or ""
         return _respond(html, "text/html; charset=utf-8", headers={"Content-Security-Policy": page_csp(html)})
 
-    def _find(self, name: str) -> ProfileRun | wrappers.Response:
-        """The listed run called `name`, else the 4xx response that refuses it."""
+    def _find(self, name: str, walk: bool) -> ProfileRun | wrappers.Response:
+        """The listed run called `name`, else the 4xx response that refuses it; `walk`: whether the listing may be
+        walked again first (when old, `RunIndex.find`)."""
         if not name:
             return _error(400, "the 'run' parameter is required")
         if not is_run_name(name):
             return _error(400, "not a run name")
-        run = self._index.find(name)
+        run = self._index.find(name, walk=walk)
         if run is None:
             return _error(404, "no such run under the logdir")
         return run

@@ -6,15 +6,18 @@ a process of its own, at most `workers` at a time, so one slow (or crashing) run
 its memory goes back when it ends. Processes start as `parallel.start_context` says for a process that
 answers on threads (TensorBoard's server: forking it directly is unsafe; pyplot in threads is unsafe too):
 from a fork server that has imported the analysis on Linux, else spawned. A run whose files change (still
-being written) gets a new job once the running one ends: at most one job per run runs. TensorBoard's exit
-ends the jobs still running. Every report a job makes goes to the on-disk report cache `traceinsight runs` reads
-(`listing.ReportCache`), and the tab's runs table reads its figures from there: the tab and the CLI share analyses
-both ways.
+being written) gets a new job once the running one ends: at most one job per run runs. A job past its deadline
+(`deadline_s`) is stopped and its run failed; a full queue starts nothing ('busy'). TensorBoard's exit, however it
+dies, ends the jobs still running (`parallel.quiet_worker`). Every report a job makes goes to the on-disk report
+cache `traceinsight runs` reads (`listing.ReportCache`), and the tab's runs table reads its figures from there: the
+tab and the CLI share analyses both ways.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -31,10 +34,16 @@ from traceinsight.parallel import Child, JobSlots, report_workers, start_context
 from traceinsight.render.json import dumps
 from traceinsight.render.meta import add_invocation
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
-from traceinsight.tensorboard.runs import ProfileRun, reads_inside
+from traceinsight.tensorboard.runs import ProfileRun
 
 # Finished reports kept (HTML and JSON of a run are some 100 KB to a few MB).
 MAX_CACHED = 32
+# Jobs that wait for a slot at most (the logdir's runs, one job each): a request beyond is answered "busy" (503).
+MAX_QUEUED = 32
+# A job still running this long after it took its slot is stopped and its run reported failed, so a trace built
+# to be slow cannot hold a slot for good; `DEADLINE_ENV` (seconds) sets another.
+DEFAULT_DEADLINE_S = 300.0
+DEADLINE_ENV = "TRACEINSIGHT_TAB_DEADLINE"
 # What the fork server imports once, so each job starts in milliseconds.
 _PRELOAD = ["traceinsight.tensorboard.reports", "traceinsight.api", "traceinsight.render.charts"]
 
@@ -53,7 +62,7 @@ def compute_report(logdir: Path, run: Run, cache: ReportCache) -> tuple[str, str
     import traceinsight
 
     key = report_key(logdir, run)  # the files as they are before being read: one still being written is stale
-    report = traceinsight.analyze(logdir, DEFAULT_SMALL_KERNEL_US, run=run.name)  # the CLI's: the tab's equal its
+    report = traceinsight.analyze(logdir, DEFAULT_SMALL_KERNEL_US, run=run.name, within=logdir)  # the CLI's
     cache.put(key, report.result)
     report.record_invocation(*invocation(logdir, run.name))
     return report.to_json() + "\n", report.to_html()
@@ -62,14 +71,13 @@ def compute_report(logdir: Path, run: Run, cache: ReportCache) -> tuple[str, str
 def _job(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
     """A worker's job: the report of `run`, kept in the report cache folder `cache`; refused if discovery now
     picks another folder than the one listed or a file that leads outside the logdir (a link made since the
-    listing)."""
+    listing). Discovery, here and in the analysis, skips every file that leads outside the logdir, so no run beside
+    this one (a capture pass read with it, a run `meta.runs` lists) comes from there either."""
     from traceinsight.discover import discover
 
-    found = discover(Path(logdir), run)
+    found = discover(Path(logdir), run, within=Path(logdir))  # a run that links outside is not found
     if found.root != Path(root):
         raise RuntimeError(f"run {run!r} is ambiguous under the logdir")
-    if not reads_inside(found, Path(logdir)):
-        raise RuntimeError(f"run {run!r} links to files outside the logdir")
     return compute_report(Path(logdir), found, ReportCache(Path(cache)))
 
 
@@ -86,7 +94,8 @@ class _Entry:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a report route answers: `state` 'ready' (with `json`, `html`), 'queued', 'running' or 'failed'."""
+    """What a report route answers: `state` 'ready' (with `json`, `html`), 'queued', 'running', 'failed', 'busy'
+    (the queue is full: nothing started) or 'refused' (no report made yet, and the request may not start one)."""
 
     state: str
     json: str | None = None
@@ -105,19 +114,40 @@ class Outcome:
         return doc
 
 
+def deadline_s() -> float:
+    """How long a job may run: `DEADLINE_ENV` seconds when that is a positive number, else `DEFAULT_DEADLINE_S`."""
+    try:
+        value = float(os.environ.get(DEADLINE_ENV, ""))
+    except ValueError:
+        return DEFAULT_DEADLINE_S
+    return value if 0 < value < float("inf") else DEFAULT_DEADLINE_S
+
+
+BUSY = Outcome("busy", error="too many reports are queued: try again in a moment")
+REFUSED = Outcome("refused", error="no report of this run yet, and only the tab's own page may start one")
+
+
 class ReportStore:
     """Starts, tracks and caches report jobs; thread-safe (TensorBoard serves requests on many threads).
     `job(logdir, run name, run folder, cache folder)` makes one report (tests pass their own). `cache`: the on-disk
     reports `traceinsight runs` shares, where each job's report goes (`compute_report`) and the JSON is looked for
-    first."""
+    first. `workers` jobs run at once and `queued` more wait (`JobSlots`); a job still running `deadline_s` seconds
+    after it started is stopped and its run failed."""
 
     def __init__(
-        self, logdir: Path, workers: int | None = None, job: Job | None = None, cache: ReportCache | None = None
+        self,
+        logdir: Path,
+        workers: int | None = None,
+        job: Job | None = None,
+        cache: ReportCache | None = None,
+        deadline_s: float | None = None,
+        queued: int = MAX_QUEUED,
     ) -> None:
         self._logdir = logdir
         self._job: Job = job or _job
         self._cache = cache or ReportCache()
-        self._jobs = JobSlots(workers or report_workers())
+        self._jobs = JobSlots(workers or report_workers(), queued)
+        self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._children: set[Child] = set()
@@ -128,10 +158,11 @@ class ReportStore:
         """Start the fork server (it imports the analysis) before the first report is asked for."""
         start_fork_server(_PRELOAD)
 
-    def get(self, run: ProfileRun, page: bool = True) -> Outcome:
-        """The report of `run` if ready for its files as they are now, else the job's state (started here). The
-        JSON alone (`page` false) is read from the report cache when no job here is for these files: a run
-        `traceinsight runs` analysed needs none. The page needs one: its charts are drawn from the analysis."""
+    def get(self, run: ProfileRun, page: bool = True, start: bool = True) -> Outcome:
+        """The report of `run` if ready for its files as they are now, else the job's state (started here, when
+        `start`: else `REFUSED`; `BUSY` when the queue is full). The JSON alone (`page` false) is read from the
+        report cache when no job here is for these files: a run `traceinsight runs` analysed needs none. The page
+        needs one: its charts are drawn from the analysis."""
         key = run.key()
         if not page:
             with self._lock:
@@ -143,22 +174,45 @@ class ReportStore:
             if entry is not None and entry.key != key and entry.future.done():
                 entry = None  # stale and finished: analyze the files as they are now
             if entry is None:
+                if not start:
+                    return REFUSED
                 entry = self._start(run, key)
+                if entry is None:
+                    return BUSY
             self._entries.move_to_end(run.name)
             self._trim()
         return self._outcome(entry, key)
 
+    def failure(self, run: ProfileRun) -> str | None:
+        """Why the latest job of `run`, for its files as they are now, failed (None: it did not, or there is none):
+        the runs table's error."""
+        key = run.key()
+        with self._lock:
+            entry = self._entries.get(run.name)
+        if entry is None or entry.key != key or not entry.future.done():
+            return None
+        error = entry.future.exception()
+        return None if error is None else str(error) or type(error).__name__
+
     def _cached_json(self, run: ProfileRun) -> str | None:
-        """The JSON of the report the cache holds for `run`'s files as they are now, as a job would write it."""
+        """The JSON of the report the cache holds for `run`'s files as they are now, as a job would write it; an
+        entry that cannot be written out again (however malformed: nested too deep) is a miss."""
         report = self._cache.get(report_key(self._logdir, run.run))
         if report is None:
             return None
-        add_invocation(report, *invocation(self._logdir, run.name), self._logdir)
-        return dumps(report) + "\n"
+        try:
+            add_invocation(report, *invocation(self._logdir, run.name), self._logdir)
+            return dumps(report) + "\n"
+        except (ValueError, TypeError, RecursionError):  # orjson's errors are both
+            return None
 
-    def _start(self, run: ProfileRun, key: tuple[Any, ...]) -> _Entry:
+    def _start(self, run: ProfileRun, key: tuple[Any, ...]) -> _Entry | None:
+        """A job for `run` queued (None: the queue is full)."""
         args = (str(self._logdir), run.run.name, str(run.run.root), str(self._cache.directory))
-        future = self._jobs.submit(partial(self._in_process, args), "traceinsight-report")
+        try:
+            future = self._jobs.submit(partial(self._in_process, args), "traceinsight-report")
+        except queue.Full:
+            return None
         entry = _Entry(key, future, files=len(key), bytes=sum(max(size, 0) for _, size, _ in key))
         self._entries[run.name] = entry
         return entry
@@ -167,9 +221,14 @@ class ReportStore:
         child = Child("analysis", start_context(_PRELOAD, threaded=True))
         with self._lock:
             self._children.add(child)
+        deadline = self._deadline_s or deadline_s()
         try:
             with child:
-                return child.call(self._job, *args)
+                return child.call(self._job, *args, timeout=deadline)
+        except TimeoutError:
+            raise RuntimeError(
+                f"stopped after {deadline:g} s, the tab's deadline for a report ({DEADLINE_ENV}=SECONDS sets another)"
+            ) from None
         finally:
             with self._lock:
                 self._children.discard(child)

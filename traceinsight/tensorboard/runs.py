@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from traceinsight import listing
-from traceinsight.discover import RUN_INFO, Run, is_trace, walk
+from traceinsight.discover import Run, is_trace, resolves_within, walk
 from traceinsight.errors import TraceError
 from traceinsight.listing import FilesKey, ReportCache, files_key, report_key, summarize
 from traceinsight.result import RunSummary
@@ -27,10 +28,17 @@ ACTIVE_WALK_LIMIT = 20_000
 INACTIVE_RECHECK_S = 30.0
 # The run list is reused this long: the tab polls the report routes about once a second.
 RUNS_TTL_S = 3.0
+# Walks of the logdir for the runs route (a reload of the table) start at most this often, however many ask.
+MIN_WALK_S = 2.0
+# Before the first listing, a request waits this long at most for the walk another one started.
+WALK_WAIT_S = 10.0
+# A walk running this long is taken as stuck (a file that never answers): another may start.
+STUCK_WALK_S = 60.0
 # Rows of cached reports kept in memory (a few hundred bytes each); all forgotten past this.
 MAX_ROWS = 4096
 # What the `runs` route tells of a run whose report is not cached: its files only.
 _FILES_ONLY = ("name", "files", "bytes", "modified")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,28 +53,6 @@ class ProfileRun:
         """Each file's path, size and mtime (`listing.files_key`): a report is stale once this changes (a run still
         being written)."""
         return files_key(self.run.files)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    """Whether `path`, links resolved, lies under `root` (already resolved)."""
-    try:
-        return path.resolve().is_relative_to(root)
-    except (OSError, RuntimeError):  # a link loop
-        return False
-
-
-def reads_inside(run: Run, logdir: Path) -> bool:
-    """Whether everything a report of `run` reads lies under `logdir`: its trace files, and the
-    `run_info.json` files the report's `meta` reads in its folder and each one above it."""
-    root = logdir.resolve()
-    readable = list(run.files)
-    folder = run.root
-    while True:
-        readable.append(folder / RUN_INFO)
-        if folder == logdir or logdir not in folder.parents:
-            break
-        folder = folder.parent
-    return all(_inside(f, root) for f in readable if f.is_symlink() or f in run.files)
 
 
 # Longer `run` values are refused before any lookup; so is a Windows drive ('C:').
@@ -84,17 +70,18 @@ def is_run_name(text: str) -> bool:
 
 def list_runs(logdir: Path) -> list[ProfileRun]:
     """The runs of `traceinsight runs LOGDIR` (`listing.list_runs`: same order, same names) that read nothing
-    outside the logdir. Of runs sharing a name only the first is offered: the one `--run NAME` opens."""
+    outside the logdir, found without opening anything there. Of runs sharing a name only the first is offered:
+    the one `--run NAME` opens."""
     if not logdir.is_dir():
         return []
     try:
-        runs = listing.list_runs(logdir)
+        runs = listing.list_runs(logdir, within=logdir)
     except TraceError:  # no traces (yet)
         return []
     found: list[ProfileRun] = []
     names: set[str] = set()
     for run in runs:
-        if run.name in names or not reads_inside(run, logdir):
+        if run.name in names:
             continue
         names.add(run.name)
         found.append(ProfileRun(run.name, run))
@@ -106,8 +93,10 @@ def has_profiles(logdir: Path, limit: int = ACTIVE_WALK_LIMIT) -> bool:
     of its text, so the tab is active exactly when it has runs to list), looking at no more than `limit`
     entries (files, in folders walked as discovery walks them: `discover.walk`, a loop, however deep)."""
     seen = 0
+    root = logdir.resolve()
     for _, entries in walk(logdir):
-        if any(is_trace(Path(entry.path)) for entry in entries):
+        paths = (Path(entry.path) for entry in entries)
+        if any(resolves_within(path, root) and is_trace(path) for path in paths):  # nothing outside is opened
             return True
         seen += len(entries) + 1
         if seen >= limit:
@@ -115,17 +104,70 @@ def has_profiles(logdir: Path, limit: int = ACTIVE_WALK_LIMIT) -> bool:
     return False
 
 
+class SharedWalk(Generic[T]):
+    """The latest result of a slow look at the logdir (a walk), made by one caller at a time and never under a
+    lock: a walk stuck in I/O holds up no one but its caller. Callers meanwhile get the latest result at once, or,
+    before there is any, wait for the walk under way for `WALK_WAIT_S` at most; a walk older than `STUCK_WALK_S`
+    no longer counts as under way (another may start)."""
+
+    def __init__(self, initial: T) -> None:
+        self._lock = threading.Lock()
+        self._value = initial
+        self._at: float | None = None  # when the latest walk ended (None: none has)
+        self._walking: threading.Event | None = None
+        self._walk_started = 0.0
+
+    def get(self, walk: Callable[[], T], max_age: float) -> T:
+        """The latest result, walked again first (by this caller) when older than `max_age` seconds and no walk
+        is under way."""
+        with self._lock:
+            now = time.monotonic()
+            if self._at is not None and now - self._at < max_age:
+                return self._value
+            under_way = self._walking
+            if under_way is not None and now - self._walk_started < STUCK_WALK_S:
+                first = self._at is None
+            else:
+                under_way = None
+                done = self._walking = threading.Event()
+                self._walk_started = now
+        if under_way is not None:
+            if first:
+                under_way.wait(WALK_WAIT_S)
+            with self._lock:
+                return self._value
+        try:
+            value = walk()
+        except BaseException:
+            with self._lock:
+                self._at = time.monotonic()  # a failing walk is not retried at once either
+                if self._walking is done:
+                    self._walking = None
+            done.set()
+            raise
+        with self._lock:
+            self._value, self._at = value, time.monotonic()
+            if self._walking is done:
+                self._walking = None
+        done.set()
+        return value
+
+    def latest(self) -> T:
+        """The latest result, without a walk."""
+        with self._lock:
+            return self._value
+
+
 class RunIndex:
     """The logdir's runs and whether it has any, each remembered for a while: TensorBoard asks `is_active`
-    on every page load and the tab polls, and neither should walk a large logdir every time."""
+    on every page load and the tab polls, and neither should walk a large logdir every time. Walks are shared
+    (`SharedWalk`): however many requests come, at most one walks at a time, at most once per `MIN_WALK_S`, and
+    a name not listed is looked up in the latest listing, never by a walk of its own."""
 
     def __init__(self, logdir: Path | None) -> None:
         self._logdir = logdir
-        self._lock = threading.Lock()
-        self._active: bool | None = None
-        self._active_at = 0.0
-        self._runs: list[ProfileRun] = []
-        self._runs_at = -RUNS_TTL_S
+        self._listing: SharedWalk[list[ProfileRun]] = SharedWalk([])
+        self._activity: SharedWalk[bool] = SharedWalk(False)
 
     @property
     def logdir(self) -> Path | None:
@@ -133,35 +175,29 @@ class RunIndex:
 
     def is_active(self) -> bool:
         """True once a trace is seen (for good); False is checked again after `INACTIVE_RECHECK_S`."""
-        if self._logdir is None:
+        logdir = self._logdir
+        if logdir is None:
             return False
-        with self._lock:
-            now = time.monotonic()
-            if self._active is None or (not self._active and now - self._active_at >= INACTIVE_RECHECK_S):
-                self._active = self._logdir.is_dir() and has_profiles(self._logdir)
-                self._active_at = now
-            return self._active
+        if self._activity.latest() or self._listing.latest():
+            return True
+        return self._activity.get(lambda: logdir.is_dir() and has_profiles(logdir), INACTIVE_RECHECK_S)
 
     def runs(self, fresh: bool = False) -> list[ProfileRun]:
-        """The runs, newest first; walked again when `fresh` or older than `RUNS_TTL_S`."""
-        if self._logdir is None:
+        """The runs, newest first; walked again when older than `RUNS_TTL_S`, or `MIN_WALK_S` when `fresh` (the
+        runs route: a new run shows as the table is reloaded)."""
+        logdir = self._logdir
+        if logdir is None:
             return []
-        with self._lock:
-            now = time.monotonic()
-            if fresh or now - self._runs_at >= RUNS_TTL_S:
-                self._runs = list_runs(self._logdir)
-                self._runs_at = now
-                if self._runs:
-                    self._active = True
-            return self._runs
+        return self._listing.get(lambda: list_runs(logdir), MIN_WALK_S if fresh else RUNS_TTL_S)
 
-    def find(self, name: str) -> ProfileRun | None:
-        """The run called exactly `name`, else None (looked up once more in a fresh walk: a new run)."""
-        for fresh in (False, True):
-            for run in self.runs(fresh=fresh):
-                if run.name == name:
-                    return run
-        return None
+    def listed(self) -> list[ProfileRun]:
+        """The runs of the latest listing, without a walk."""
+        return self._listing.latest()
+
+    def find(self, name: str, walk: bool = True) -> ProfileRun | None:
+        """The run called exactly `name` in the listing (`runs`; without `walk`, the latest one as it is), else
+        None."""
+        return next((run for run in (self.runs() if walk else self.listed()) if run.name == name), None)
 
 
 class RunRows:

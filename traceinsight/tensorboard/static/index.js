@@ -140,7 +140,12 @@ function hostsRanks(row) {
 // A row's cells, as `traceinsight runs` prints them (commands/runs.py `_cells`); a run not analysed yet: "-".
 function cells(row) {
   const files = [escapeControl(row.name)];
-  if (!row.analysed) return [...files, "-", "-", fmtCount(row.files), fmtBytes(row.bytes), ...Array(9).fill("-")];
+  if (!row.analysed) {
+    const bare = [...files, "-", "-", fmtCount(row.files), fmtBytes(row.bytes), "-"];
+    // A run whose report could not be made here (an error, past the deadline): its error, as `traceinsight runs`.
+    if (row.error) return [...bare, `error: ${escapeControl(row.error)}`];
+    return [...bare, ...Array(8).fill("-")];
+  }
   files.push(row.format || "-", row.framework || "-", fmtCount(row.files), fmtBytes(row.bytes), hostsRanks(row));
   if (row.error !== null && row.error !== undefined) return [...files, `error: ${escapeControl(row.error)}`];
   const top = row.top_bottleneck ? `${row.top_bottleneck} (${row.top_severity})` : "-";
