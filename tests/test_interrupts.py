@@ -195,22 +195,27 @@ def test_signal_as_a_process_starts(tmp_path, trace_300mb, signum, code, word, t
         assert sorted(p.name for p in out.iterdir()) == [], at
 
 
-def test_interrupt_while_writing_removes_what_was_written(tmp_path, capsys, monkeypatch):
-    """Ctrl-C after the timeline and the HTML were written, before the JSON: neither is left behind."""
+def test_interrupt_while_writing_leaves_the_previous_set(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the timeline and the HTML were staged, before the JSON: the previous run's three files are
+    left as they were (none renamed yet), and no temp file."""
     from traceinsight.cli import main
     from traceinsight.render import output
 
-    real = output.write_atomic
+    real = output.stage
 
-    def write_then_interrupt(path: Path, text: str, protected: tuple[Path, ...] = ()) -> None:
+    def stage_then_interrupt(path: Path, *args: object, **kwargs: object) -> output.Staged:
         if path.suffix == ".json":
             raise KeyboardInterrupt
-        real(path, text, protected)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("traceinsight.render.output.write_atomic", write_then_interrupt)
+    monkeypatch.setattr("traceinsight.render.output.stage", stage_then_interrupt)
     out = tmp_path / "out"
+    out.mkdir()
+    previous = {out / "r.html": "old page", out / "r.json": "{}", out / "t.json.gz": "old timeline"}
+    for path, text in previous.items():
+        path.write_text(text)
     run = REPO / "sample_traces" / "synthetic_gpu" / "healthy"
     args = ["report", str(run), "-o", str(out / "r.html"), "--json", str(out / "r.json"), "-q"]
     assert main([*args, "--trace-out", str(out / "t.json.gz")]) == 130
     assert capsys.readouterr().err == "traceinsight: interrupted\n"
-    assert list(out.iterdir()) == []
+    assert {p: p.read_text() for p in out.iterdir()} == previous

@@ -103,7 +103,7 @@ def test_a_second_pass_analyses_nothing(logdir: Path, cache: ReportCache, monkey
     assert (cache.hits, cache.misses) == (0, 3)
     assert all(isinstance(r, RunReport) for r in first)
     assert [r.run for r in first if isinstance(r, RunReport)] == [run.name for run in runs]  # in the order given
-    assert len(list(cache.directory.glob("*.json"))) == 3
+    assert len(list(cache.entries.glob("*.json"))) == 3
 
     _no_analysis(monkeypatch)
     again = ReportCache()
@@ -140,7 +140,7 @@ def test_a_bad_entry_is_a_miss(logdir: Path, cache: ReportCache) -> None:
     (report,) = analyze_runs(logdir, runs, cache=cache)
     assert isinstance(report, RunReport)
     key = report_key(logdir, runs[0])
-    (entry,) = cache.directory.glob("*.json")
+    (entry,) = cache.entries.glob("*.json")
     good = entry.read_bytes()
     doc = orjson.loads(good)
     for bad in (
@@ -166,8 +166,8 @@ def test_the_cache_keeps_the_latest_entries_and_never_fails(
     monkeypatch.setattr(listing, "MAX_ENTRIES", 2)
     runs = list_runs(logdir)
     reports = analyze_runs(logdir, runs, cache=cache)
-    assert len(list(cache.directory.glob("*.json"))) == 2
-    assert not list(cache.directory.glob(".*"))  # no temp file left
+    assert len(list(cache.entries.glob("*.json"))) == 2
+    assert not list(cache.entries.glob(".*"))  # no temp file left
     blocked = ReportCache(logdir / "input_bound" / "ground_truth.json" / "cache")  # a folder under a file
     report = reports[0]
     assert isinstance(report, RunReport)
@@ -186,7 +186,7 @@ def test_a_run_that_fails_is_its_error_and_is_not_kept(logdir: Path, cache: Repo
     row = summarize(*failed[0])
     assert row.error and "cut.pt.trace.json" in row.error
     assert row.steps == 0 and row.capture_kind is None and row.files == 1
-    assert len(list(cache.directory.glob("*.json"))) == 3  # only the reports
+    assert len(list(cache.entries.glob("*.json"))) == 3  # only the reports
 
 
 def test_summary_of_a_report(logdir: Path, cache: ReportCache) -> None:
@@ -207,3 +207,29 @@ def test_summary_of_a_report(logdir: Path, cache: ReportCache) -> None:
     unanalysed = summarize(run)
     assert (unanalysed.name, unanalysed.files, unanalysed.bytes) == (run.name, 1, row.bytes)
     assert unanalysed.steps == 0 and unanalysed.capture_kind is None and unanalysed.error is None
+
+
+def test_the_cache_touches_only_its_own_files(logdir: Path, cache: ReportCache) -> None:
+    """`$TRACEINSIGHT_CACHE` may name a folder of the user's own: 300 of their JSON files (one named like an entry)
+    and a hidden temp file survive 300 entries written, more than `MAX_ENTRIES`; the entries are trimmed to it,
+    and of our temporary entries only one a dead writer left an hour ago goes."""
+    user = cache.directory
+    user.mkdir()
+    mine = {user / f"result-{i}.json": f'{{"user": {i}}}' for i in range(299)}
+    mine[user / f"{'a' * 40}.json"] = '{"user": "digest-like"}'
+    mine[user / ".notes.tmp"] = "draft"
+    for path, text in mine.items():
+        path.write_text(text)
+    runs = list_runs(logdir)[:1]
+    (report,) = analyze_runs(logdir, runs, cache=cache)
+    assert isinstance(report, RunReport)
+    stale, fresh = cache.entries / ".traceinsight-entry-dead1.tmp", cache.entries / ".traceinsight-entry-live1.tmp"
+    stale.write_text("{")
+    fresh.write_text("{")
+    os.utime(stale, (0, 0))
+    for i in range(300):
+        cache.put(("another run", i), report)
+    assert {p: p.read_text() for p in user.iterdir() if p.is_file()} == mine
+    entries = sorted(p.name for p in cache.entries.iterdir())
+    assert len(entries) == listing.MAX_ENTRIES + 1  # and the live temp file
+    assert not stale.exists() and fresh.exists()

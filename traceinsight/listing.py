@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import time
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import replace
@@ -35,6 +37,14 @@ CACHE_ENV = "TRACEINSIGHT_CACHE"
 CACHE_SCHEMA = "traceinsight.cache/1"
 # Entries kept (a report is some 100 KB to a few MB of JSON); the least recently used go first.
 MAX_ENTRIES = 256
+# The cache folder may be one the user also keeps files in (`$TRACEINSIGHT_CACHE=$PWD`): entries live in a subfolder
+# of their own and are named by a digest, and only names of these patterns are ever removed.
+ENTRIES_FOLDER = "traceinsight-reports-v1"
+_ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.json")
+_TEMP_PREFIX, _TEMP_SUFFIX = ".traceinsight-entry-", ".tmp"
+_TEMP_NAME = re.compile(re.escape(_TEMP_PREFIX) + r"[A-Za-z0-9_]+" + re.escape(_TEMP_SUFFIX))
+# A temporary entry older than this was left by a writer that died (one is written in well under a second).
+STALE_TEMP_S = 3600
 
 FilesKey = tuple[tuple[str, int, int], ...]
 Outcome = RunReport | TraceError
@@ -76,18 +86,20 @@ def default_cache_dir() -> Path:
 
 
 class ReportCache:
-    """Finished reports on disk, one JSON file per run, named by a digest of its `report_key`. Entries are written
+    """Finished reports on disk, one JSON file per run, named by a digest of its `report_key`, in a subfolder of
+    `directory` of their own (`entries`): the cache never touches a file it did not name. Entries are written
     to a temporary file and renamed into place, so concurrent writers never leave half a file; an entry that
     cannot be read, of another schema or for another key is a miss; a cache that cannot be written is none.
     `hits` and `misses` count the lookups."""
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or default_cache_dir()
+        self.entries = self.directory / ENTRIES_FOLDER
         self.hits = 0
         self.misses = 0
 
     def _entry(self, key_text: bytes) -> Path:
-        return self.directory / f"{hashlib.sha256(key_text).hexdigest()[:40]}.json"
+        return self.entries / f"{hashlib.sha256(key_text).hexdigest()[:40]}.json"
 
     def get(self, key: tuple[Any, ...]) -> RunReport | None:
         """The report stored for `key`, else None."""
@@ -111,8 +123,8 @@ class ReportCache:
         key_text = orjson.dumps(key)
         doc = {"schema": CACHE_SCHEMA, "key": key_text.decode(), "report": to_document(report)}
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
+            self.entries.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.entries, prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
         except OSError:
             return
         try:
@@ -127,13 +139,21 @@ class ReportCache:
         self._trim()
 
     def _trim(self) -> None:
-        """Remove the least recently used entries beyond `MAX_ENTRIES`."""
+        """Remove the least recently used entries beyond `MAX_ENTRIES`, and temporary entries a dead writer left;
+        nothing else (`_ENTRY_NAME`, `_TEMP_NAME`)."""
         with suppress(OSError):
-            entries = [
-                (e.stat().st_mtime_ns, Path(e.path)) for e in os.scandir(self.directory) if e.name.endswith(".json")
-            ]
-            for _, entry in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]:
-                entry.unlink(missing_ok=True)
+            entries, stale = [], []
+            too_old = time.time() - STALE_TEMP_S
+            for e in os.scandir(self.entries):
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                if _ENTRY_NAME.fullmatch(e.name):
+                    entries.append((e.stat().st_mtime_ns, Path(e.path)))
+                elif _TEMP_NAME.fullmatch(e.name) and e.stat().st_mtime < too_old:
+                    stale.append(Path(e.path))
+            oldest = [entry for _, entry in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]]
+            for path in stale + oldest:
+                path.unlink(missing_ok=True)
 
 
 def _analyze(name: str, path: Path, small_kernel_ns: int, limit: MemoryLimit | None) -> RunReport:

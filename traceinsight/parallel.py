@@ -28,6 +28,7 @@ a process starts (`held_signals`): the one started begins with them blocked unti
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import math
 import mmap
@@ -41,7 +42,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -63,6 +64,8 @@ LOCAL = "local"
 WORKERLESS_S = 60.0  # how long a Dask run waits with no worker at all before it gives up
 _POLL_S = 1.0  # how often it looks
 _IDLE_S = 5.0  # how long a `JobSlots` thread waits for a job before it ends
+SCHEDULER_TIMEOUT_S = 10.0  # how long connecting to a `--scheduler` address may take
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's schemes whose addresses are HOST:PORT
 
 
 @dataclass(frozen=True)
@@ -684,7 +687,7 @@ def _dask_map(call: Callable[[Path], Any], paths: Sequence[Path], scheduler: str
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
             client = Client(cluster)
         else:
-            client = Client(scheduler, timeout=10)
+            client = _connect(scheduler)
     except OSError as error:  # refused, unreachable, timed out
         if cluster is not None:
             cluster.close()
@@ -695,6 +698,43 @@ def _dask_map(call: Callable[[Path], Any], paths: Sequence[Path], scheduler: str
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _connect(scheduler: str) -> Any:
+    """A Client of the Dask scheduler at `scheduler`. An address Dask cannot parse, and a service there that does
+    not speak Dask's protocol (its reply read as frame sizes: exabyte allocations, assertion errors), are bad
+    input (TraceError, exit 2), never an internal error."""
+    from distributed import Client
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(scheduler)
+        get_backend(scheme)  # a scheme Dask knows
+        if scheme in _HOST_PORT_SCHEMES:
+            parse_host_port(location)  # a port is needed: Dask's default is the dashboard's
+    except ValueError as error:
+        raise TraceError(scheduler, f"not a Dask scheduler address ({error}): e.g. tcp://HOST:8786") from None
+    # Dask's handshake on a connection of our own first: a Client that fails to start is left half made, and
+    # waits at exit for a scheduler that is not there.
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own, even where one runs (a notebook)
+        try:
+            thread.submit(asyncio.run, _handshake(scheduler)).result()
+        except OSError:
+            raise  # refused, unreachable, timed out: said by the caller
+        except Exception as error:  # noqa: BLE001  # whatever the service's bytes made of Dask's reader
+            raise TraceError(
+                scheduler, f"not a Dask scheduler: its reply is not Dask's protocol ({type(error).__name__}: {error})"
+            ) from None
+    return Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+
+
+async def _handshake(address: str) -> None:
+    """Connect to `address` and exchange Dask's handshake (`distributed.comm.connect` does), then hang up."""
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=SCHEDULER_TIMEOUT_S)
+    await comm.close()
 
 
 def _gathered(client: Any, futures: list[Any], paths: Sequence[Path], scheduler: str) -> list[Any]:

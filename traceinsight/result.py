@@ -17,6 +17,7 @@ names from the trace or from `rules.py`, not fields of the contract.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -793,10 +794,35 @@ def from_document(doc: dict[str, Any]) -> RunReport:
     missing or of the wrong type."""
     import msgspec  # only where a saved report is read
 
+    _check_numbers(doc)
     try:
         return msgspec.convert(_current(doc), RunReport, strict=False)
     except msgspec.ValidationError as error:
         raise ValueError(str(error)) from None
+
+
+# The largest whole number a saved report may hold: every figure we write (nanoseconds since the epoch, bytes,
+# counts, FLOPs) is far below it, and the difference of two such figures (`diff`, `trend`) still fits the 64 bits
+# JSON writers and numpy take.
+MAX_SAVED_INT = 2**62
+
+
+def _check_numbers(doc: Any) -> None:
+    """Raise ValueError naming the first whole number in `doc` beyond ±`MAX_SAVED_INT`, and the first float that
+    is not finite (a hand-edited or hostile report: a diff of it would overflow). Walked without recursion."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif (isinstance(value, int) and abs(value) > MAX_SAVED_INT) or (
+            isinstance(value, float) and not math.isfinite(value)
+        ):
+            raise ValueError(f"{where} = {value} is out of range (a saved figure is within ±2^62)")
 
 
 def _current(doc: dict[str, Any]) -> dict[str, Any]:

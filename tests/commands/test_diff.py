@@ -57,7 +57,7 @@ def test_synthetic_scenarios_known_differences(healthy_to_input_bound):
     kernels = changes["totals.kernel_count"]
     assert kernels["delta"] == gpu_new["kernels"]["count"] - gpu_base["kernels"]["count"]
     assert diff["base"]["source"] == "trace" and diff["base"]["run"] == "healthy"
-    assert 'id="bottleneck-input_bound"' in html and "input_bound" in md
+    assert 'id="bottleneck-input_bound"' in html and "input\\_bound" in md
 
 
 @pytest.mark.parametrize(

@@ -219,7 +219,7 @@ def test_logdir_runs_ordered_by_a_run_info_version(tmp_path, history, monkeypatc
     means = {side: json.loads(path.read_text())["steps"]["mean_ns"] for side, path in saved.items()}
     assert [row["mean_step_ns"] for row in doc["runs"]] == [means[builds[name][0]] for name in "cab"]
     assert code == 1 and doc["gate"]["crossed"]  # a before (1.10) after the fix: slower than the window's median
-    assert list((tmp_path / "cache").glob("*.json"))
+    assert list((tmp_path / "cache").rglob("*.json"))
 
 
 def test_hostile_run_name_is_escaped(tmp_path, history):

@@ -50,7 +50,7 @@ def test_top_bottleneck_changes_are_marked():
     assert "r3 (input_bound -&gt; launch_bound), r4 (launch_bound -&gt; none)" in html
     terminal = render_trend_terminal(document)
     assert re.search(r"^\s+3\s+r3\s.*\*launch_bound \(high\)$", terminal, re.M)
-    assert "**changed:** launch_bound (high)" in render_trend_markdown(document)
+    assert "**changed:** launch\\_bound \\(high\\)" in render_trend_markdown(document)  # ids escaped: text
 
 
 def test_panels_without_figures_and_empty_columns():

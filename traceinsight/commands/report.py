@@ -20,7 +20,7 @@ from traceinsight.commands.options import add_fault_options, positive_float, pos
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
-from traceinsight.render.output import finish, preflight_outputs, relative_link, removed_on_interrupt
+from traceinsight.render.output import Staged, finish, preflight_outputs, relative_link, removed_on_interrupt
 from traceinsight.render.painter import Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
@@ -112,7 +112,8 @@ class ReportCommand:
             from traceinsight.workflow import refuse_partial
 
             trace_warnings: list[str] = []
-            export = _trace_export(args, trace_warnings) if args.trace_out else None
+            staged: list[Staged] = []  # the timeline, renamed into place with the other outputs
+            export = _trace_export(args, trace_warnings, staged) if args.trace_out else None
             report = analyze(
                 args.path,
                 args.small_kernel_us,
@@ -127,7 +128,7 @@ class ReportCommand:
             report.record_invocation(_command_line(args), _options(args))
             if args.strict:
                 refuse_partial(report.result)
-            outputs = {args.output: report.to_html(painter)}
+            outputs: dict[Path, str | Staged] = {args.output: report.to_html(painter)}
         crossed = [msg for t in thresholds if (msg := t.check(report.result))]
         if args.json:
             outputs[args.json] = report.to_json() + "\n"
@@ -136,6 +137,7 @@ class ReportCommand:
         summary = None if args.quiet else report.to_text(color=sys.stdout.isatty())
         for warning in trace_warnings:
             print(f"traceinsight: {args.trace_out}: {warning}", file=sys.stderr)
+        outputs.update((item.path, item) for item in staged)
         return finish(outputs, report.files, summary, crossed, "Report")
 
 
@@ -149,18 +151,23 @@ def _steps(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _trace_export(args: argparse.Namespace, warnings: list[str]) -> OnAnalyzed:
-    """Write the annotated timeline while the analysis still has its event table; its warnings go to `warnings`.
+def _trace_export(args: argparse.Namespace, warnings: list[str], staged: list[Staged]) -> OnAnalyzed:
+    """Write the annotated timeline while the analysis still has its event table, to a temporary file put in
+    `staged` (renamed with the other outputs at the end); its warnings go to `warnings`.
     A step range the run does not have is bad input (exit 2), and so is, under --strict, a trace cut short:
     refused before the timeline is written."""
-    from traceinsight.render.trace_export import write_annotated_trace  # only with --trace-out
+    from traceinsight.render.trace_export import stage_annotated_trace  # only with --trace-out
     from traceinsight.workflow import refuse_partial
 
     def export(analysis: Analysis, findings: Findings, report: RunReport, files: tuple[Path, ...]) -> None:
         if args.strict:
             refuse_partial(report)
         try:
-            warnings.extend(write_annotated_trace(analysis, findings, args.trace_out, args.steps, protected=files))
+            trace, trace_warnings = stage_annotated_trace(
+                analysis, findings, args.trace_out, args.steps, protected=files
+            )
+            staged.append(trace)
+            warnings.extend(trace_warnings)
         except ValueError as err:
             raise TraceError(args.trace_out, str(err)) from None
 

@@ -95,10 +95,10 @@ def _hosts_ranks(row: RunSummary) -> str:
 
 def _cells(row: RunSummary) -> list[str]:
     """The row's cells, as `_HEADERS` names them; an error row's end in its error."""
-    from traceinsight.render.format import escape_control, fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct
+    from traceinsight.render.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct
 
     cells = [
-        escape_control(row.name),
+        row.name,
         row.format or "-",
         row.framework or "-",
         fmt_count(row.files),
@@ -106,7 +106,7 @@ def _cells(row: RunSummary) -> list[str]:
         _hosts_ranks(row),
     ]
     if row.error is not None:
-        return [*cells, f"error: {escape_control(row.error)}"]
+        return [*cells, f"error: {row.error}"]
     top = f"{row.top_bottleneck} ({row.top_severity})" if row.top_bottleneck else "-"
     return [
         *cells,
@@ -116,14 +116,17 @@ def _cells(row: RunSummary) -> list[str]:
         fmt_ns(row.mean_step_ns),
         fmt_pct(row.gpu_util),
         fmt_pct(row.mfu),
-        escape_control(top),
+        top,
         fmt_ns(row.top_step_ns_after),
     ]
 
 
 def render_table(rows: list[RunSummary]) -> str:
-    """The rows as a plain-text table, one line each, columns aligned (an error runs to the end of its line)."""
-    table = [list(_HEADERS), *(_cells(row) for row in rows)]
+    """The rows as a plain-text table, one line each, columns aligned (an error runs to the end of its line). Every
+    cell is escaped (`escape_control`): names, errors and cached figures come from traces and the cache."""
+    from traceinsight.render.format import escape_control
+
+    table = [list(_HEADERS), *([escape_control(cell) for cell in _cells(row)] for row in rows)]
     widths = [max(len(line[i]) for line in table if i < len(line)) for i in range(len(_HEADERS))]
     lines = []
     for line in table:
@@ -139,13 +142,13 @@ def render_table(rows: list[RunSummary]) -> str:
 def _footer(rows: list[RunSummary], cache: ReportCache | None, order: str) -> str:
     """How many runs, in what order (`discover.ordering`), and how many were analysed now: the cache at work,
     said where it lives."""
-    from traceinsight.render.format import plural
+    from traceinsight.render.format import escape_control, plural
 
     failed = sum(row.error is not None for row in rows)
     errors = f", {plural(failed, 'error')}" if failed else ""
     if cache is None:
-        return f"{plural(len(rows), 'run')}, newest first {order}: all analysed now (no cache){errors}"
-    return (
+        return escape_control(f"{plural(len(rows), 'run')}, newest first {order}: all analysed now (no cache){errors}")
+    return escape_control(  # `order` names runs, and the folder is the user's
         f"{plural(len(rows), 'run')}, newest first {order}: {cache.misses} analysed now, {cache.hits} from the "
         f"cache ({cache.directory}){errors}"
     )

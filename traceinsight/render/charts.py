@@ -23,7 +23,16 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
-from traceinsight.render.format import clip, fmt_bytes, fmt_ns, fmt_pct, fmt_rate, plural, util_word  # noqa: E402
+from traceinsight.render.format import (  # noqa: E402
+    clip,
+    escape_control,
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    fmt_rate,
+    plural,
+    util_word,
+)
 from traceinsight.render.wording import mfu_text  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     PART_WORDS,  # noqa: E402
@@ -671,7 +680,7 @@ def _trend_title(row: RunSummary, label: str, attribute: str) -> str:
     value = getattr(row, attribute)
     shown = _ms(value) if attribute == "mean_step_ns" else fmt_pct(value)
     top = f"{row.top_bottleneck} ({row.top_severity})" if row.top_bottleneck else "none"
-    return f"{row.name}: {label.split(' (')[0]} {shown}; top bottleneck {top}"
+    return escape_control(f"{row.name}: {label.split(' (')[0]} {shown}; top bottleneck {top}")
 
 
 def bottleneck_changes(rows: Sequence[RunSummary]) -> list[int]:
@@ -712,7 +721,7 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
         for i in [0, *changes]:
             before = f"{rows[i - 1].top_bottleneck or 'none'} -> " if i else ""
             mark = top.annotate(
-                rows[i].top_bottleneck or "none",
+                escape_control(rows[i].top_bottleneck or "none"),  # from saved reports: no glyph for a control
                 (i, 1),
                 xycoords=("data", "axes fraction"),
                 xytext=(2, 2),
@@ -720,10 +729,11 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
                 color=_TREND_CHANGE,
                 rotation=20,
             )
-            hovers.add(mark, f"{rows[i].name}: top bottleneck {before}{rows[i].top_bottleneck or 'none'}")
+            title = f"{rows[i].name}: top bottleneck {before}{rows[i].top_bottleneck or 'none'}"
+            hovers.add(mark, escape_control(title))
         every = _tick_every(len(rows))
         ticks = x[::every]
-        labels = [clip(rows[i].name, TREND_LABEL_CHARS) for i in ticks]
+        labels = [escape_control(clip(rows[i].name, TREND_LABEL_CHARS)) for i in ticks]
         axes[-1].set_xticks(ticks, labels, rotation=30, ha="right")
         axes[-1].set_xlim(-0.5, len(rows) - 0.5)
         axes[-1].set_xlabel("run (dashed: the top bottleneck changes)")

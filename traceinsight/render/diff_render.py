@@ -10,7 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from traceinsight.diff import ranked
-from traceinsight.render.format import escape_control, fmt_bytes, fmt_count, fmt_ns, fmt_pct, markdown_cell, plural
+from traceinsight.render.format import (
+    escape_control,
+    fmt_bytes,
+    fmt_count,
+    fmt_ns,
+    fmt_pct,
+    markdown_code,
+    markdown_text,
+    plural,
+)
 from traceinsight.render.html import environment
 
 # The figures the one-line verdict names, in this order.
@@ -241,32 +250,35 @@ def _title(diff: dict[str, Any]) -> str:
 
 
 def render_diff_markdown(diff: dict[str, Any]) -> str:
-    """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most."""
+    """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most. Every
+    string is escaped (`markdown_text`): ids, names and kinds come from the saved reports."""
     run_changes, _ = split_changes(diff)
-    lines = [f"## {markdown_cell(_title(diff))}", "", f"**{markdown_cell(diff_sentence(diff))}**", ""]
+    lines = [f"## {markdown_text(_title(diff))}", "", f"**{markdown_text(diff_sentence(diff))}**", ""]
     if note := comparability_note(diff):
-        lines += [f"> {note}", ""]
+        lines += [f"> {markdown_text(note)}", ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
     if rows:
         lines += ["| metric | base | new | change | relative | verdict |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| `{r['metric']}` | {r['base']} | {r['new']} | {r['delta']} | {r['relative']} | {r['verdict']} |"
+            f"| {markdown_code(r['metric'])} | "
+            + " | ".join(markdown_text(r[k]) for k in ("base", "new", "delta", "relative", "verdict"))
+            + " |"
             for r in rows
         ]
     else:
         lines.append("No headline metric changed.")
     lines.append("")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
-    lines += [f"- bottleneck {markdown_cell(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
+    lines += [f"- bottleneck {markdown_text(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
     if projections := projection_rows(diff):
         lines += ["", "Projected vs measured (mean step):", ""]
-        lines += [f"- {markdown_cell(projection_line(row))}" for row in projections]
+        lines += [f"- {markdown_text(projection_line(row))}" for row in projections]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_MARKDOWN] if k["status"] != "same"]
     if kernels:
         lines += ["", "| kernel | status | base | new | change |", "|---|---|---|---|---|"]
         lines += [
-            f"| `{markdown_cell(k['name'])}` | {k['status']} | {k['base']} | {k['new']} "
-            f"| {k['delta']} ({k['relative']}) |"
+            f"| {markdown_code(k['name'])} | {markdown_text(k['status'])} | {markdown_text(k['base'])} "
+            f"| {markdown_text(k['new'])} | {markdown_text(k['delta'])} ({markdown_text(k['relative'])}) |"
             for k in kernels
         ]
     return "\n".join(lines) + "\n"
@@ -291,7 +303,7 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
         )
     lines += [paint("  " + diff_sentence(diff)), ""]
     if note := comparability_note(diff):
-        lines += [f"  note: {note}", ""]
+        lines += [paint(f"  note: {note}"), ""]
     rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
     if rows:
         lines.append(f"  {'metric':<40}{'base':>12}{'new':>12}{'change':>13}{'relative':>11}")

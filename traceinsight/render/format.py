@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-# Control characters (newlines, terminal escapes) that a file or event name could smuggle into a terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What a file or event name could smuggle into a terminal: C0 and C1 controls (newlines, ESC sequences) and the
+# bidirectional controls (embeddings, overrides, isolates and marks: U+202E shows text backwards, Trojan Source).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# What Markdown (and the HTML it may hold) reads as markup: tags and entities, links, emphasis, code, tables, and
+# the backslash that escapes them.
+_MARKDOWN = re.compile(r"[\\`*_~\[\]()|]")
+_CODE_SPAN = re.compile(r"`([^`]*)`")
 
 
 def util_word(device_ids: Iterable[str]) -> str:
@@ -17,13 +22,31 @@ def util_word(device_ids: Iterable[str]) -> str:
 
 
 def escape_control(text: str) -> str:
-    """`text` with control characters shown as \\xNN, safe to print on a terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    """`text` with control characters shown as \\xNN and bidi controls as \\uNNNN, safe to print on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
 
 
-def markdown_cell(text: str) -> str:
-    """Table-cell safe text for Markdown: pipes and newlines would break the table."""
-    return text.replace("|", "\\|").replace("\n", " ")
+def markdown_text(text: object) -> str:
+    """`text` (from a trace or a saved report, or a sentence that holds such strings) as Markdown shows it
+    literally, on one line: HTML's `<>&` as entities, link, emphasis, table syntax and a lone backtick
+    backslash-escaped, line breaks and other controls as spaces. A `code` span stays one (our advice quotes code
+    so): nothing inside a span is read as markup or a tag. The one escape for every such string in a Markdown
+    summary (a CI page renders it)."""
+    flat = _CONTROL.sub(" ", str(text))
+    parts = _CODE_SPAN.split(flat)  # odd items: the spans' contents
+    return "".join(markdown_code(part) if i % 2 else _escaped(part) for i, part in enumerate(parts))
+
+
+def _escaped(text: str) -> str:
+    html = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN.sub(r"\\\g<0>", html)
+
+
+def markdown_code(text: object) -> str:
+    """`text` as an inline code span, shown literally (no markup or tag is read inside one): a backtick, which
+    would end the span, shown as a quote; a pipe escaped for tables; controls as spaces."""
+    flat = _CONTROL.sub(" ", str(text).replace("`", "'")).replace("|", "\\|")
+    return f"`{flat}`"
 
 
 _TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))

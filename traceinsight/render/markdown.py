@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceinsight.render.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_cell
+from traceinsight.render.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_code, markdown_text
 from traceinsight.render.meta import runs_line
 from traceinsight.render.wording import (
     capture_sentence,
@@ -19,14 +19,7 @@ from traceinsight.result import RunReport, Steps, Totals
 
 def _link(text: str, target: str) -> str:
     """A Markdown link whose text and target may hold spaces, brackets or parentheses."""
-    label = markdown_cell(text).replace("[", "\\[").replace("]", "\\]")
-    return f"[{label}](<{target.replace('<', '%3C').replace('>', '%3E')}>)"
-
-
-def _code(text: str) -> str:
-    """`text` as inline code (a backtick in it, which would end the span, shown as a quote)."""
-    quoted = markdown_cell(text).replace("`", "'")
-    return f"`{quoted}`"
+    return f"[{markdown_text(text)}](<{target.replace('<', '%3C').replace('>', '%3E')}>)"
 
 
 def provenance(report: RunReport, html_link: str | None) -> list[str]:
@@ -36,8 +29,7 @@ def provenance(report: RunReport, html_link: str | None) -> list[str]:
     if html_link:
         parts.append(f"HTML report: {_link(html_link.rsplit('/', 1)[-1], html_link)}")
     if meta.input:
-        path = markdown_cell(str(meta.input)).replace("`", "'")
-        parts.append(f"input `{path}`")
+        parts.append(f"input {markdown_code(meta.input)}")
     if meta.capture_date:
         parts.append(f"captured {fmt_iso(meta.capture_date)}")
     if meta.generated_at:
@@ -67,29 +59,29 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
     totals = report.totals
     steps = report.steps
     lines = [
-        f"## traceinsight: {markdown_cell(report.run)}",
+        f"## traceinsight: {markdown_text(report.run)}",
         "",
-        *([runs, ""] if (runs := runs_line(report, _code)) else []),
+        *([runs, ""] if (runs := runs_line(report, markdown_code)) else []),
         *provenance(report, html_link),
-        *([markdown_cell(capture), ""] if (capture := capture_sentence(report)) else []),
-        f"**{markdown_cell(verdict_sentence(report))}**",
+        *([markdown_text(capture), ""] if (capture := capture_sentence(report)) else []),
+        f"**{markdown_text(verdict_sentence(report))}**",
         "",
-        *(line for note in partial_notes(report) for line in (f"**{markdown_cell(note)}**", "")),
-        *([markdown_cell(projection_sentence(report) or ""), ""] if report.projection else []),
+        *(line for note in partial_notes(report) for line in (f"**{markdown_text(note)}**", "")),
+        *([markdown_text(projection_sentence(report) or ""), ""] if report.projection else []),
         "| metric | value |",
         "|---|---|",
-        f"| framework | {report.framework} |",
+        f"| framework | {markdown_text(report.framework)} |",
         f"| devices | {totals.device_count} |",
         *(_device_rows(totals) if totals.device_count else []),
-        f"| steps | {steps.count} ({steps.source}), mean {fmt_ns(steps.mean_ns)}{_spread(steps)} |",
-        f"| input pipeline | {markdown_cell(input_verdict(report))} |",
+        f"| steps | {steps.count} ({markdown_text(steps.source)}), mean {fmt_ns(steps.mean_ns)}{_spread(steps)} |",
+        f"| input pipeline | {markdown_text(input_verdict(report))} |",
         *(
-            [f"| compute | {markdown_cell(compute.removeprefix('Compute: '))} |"]
+            [f"| compute | {markdown_text(compute.removeprefix('Compute: '))} |"]
             if (compute := compute_sentence(report))
             else []
         ),
         *(
-            [f"| collectives | {markdown_cell(text.removeprefix('Collectives '))} |"]
+            [f"| collectives | {markdown_text(text.removeprefix('Collectives '))} |"]
             if (text := collectives_sentence(report))
             else []
         ),
@@ -103,8 +95,9 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
         for b in report.bottlenecks:
             fix = b.recommendations[0] if b.recommendations else ""
             lines.append(
-                f"| {b.rank} | {b.id} | {b.severity} | {fmt_pct(b.fraction)} | {step_after_fix(b)} "
-                f"| {b.projection.basis if b.projection else 'none'} | {markdown_cell(fix)} |"
+                f"| {b.rank} | {markdown_text(b.id)} | {markdown_text(b.severity)} | {fmt_pct(b.fraction)} "
+                f"| {step_after_fix(b)} | {markdown_text(b.projection.basis if b.projection else 'none')} "
+                f"| {markdown_text(fix)} |"
             )
     else:
         lines.append("No bottleneck worth fixing found.")

@@ -49,6 +49,9 @@ def _step_words(bottleneck: Bottleneck) -> str:
 
 
 def render_terminal(report: RunReport, color: bool = False) -> str:
+    """The summary; every string from the trace escaped (`escape_control`), so only our colours reach the
+    terminal."""
+
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
 
@@ -57,11 +60,11 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         *([f"  {escape_control(runs)}"] if (runs := runs_line(report)) else []),
         "  " + escape_control(", ".join(run_header(report))),
         *([f"  {escape_control(capture)}"] if (capture := capture_sentence(report)) else []),
-        "  " + verdict_sentence(report),
+        "  " + escape_control(verdict_sentence(report)),
     ]
     headline = projection_sentence(report)
     if headline:
-        lines.append("  " + headline)
+        lines.append("  " + escape_control(headline))
     if compute := compute_sentence(report):
         lines.append("  " + escape_control(compute))
     if collectives := collectives_sentence(report):
@@ -78,15 +81,18 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
     if report.devices:
         lines.append("  * idle: share of the steps' time nothing runs on the device; counts and copies: whole capture")
     lines += [f"  {line}" for line in memory_lines(report)]
-    lines += ["", f"  input pipeline: {input_verdict(report)}", ""]
+    lines += ["", f"  input pipeline: {escape_control(input_verdict(report))}", ""]
     if report.bottlenecks:
         lines.append(paint(f"  {BOTTLENECKS_HEADING}", _BOLD))
     for b in report.bottlenecks:
         sev = paint(f"{b.severity:<6}", _SEVERITY_COLOUR[b.severity])
         basis = " (estimate)" if b.projection and b.projection.basis == "estimated" else ""
-        lines.append(f"  {b.rank}. {sev} {b.id:<16} {fmt_pct(b.fraction):>8}  {_step_words(b)}{basis}  {b.title}")
+        lines.append(
+            f"  {b.rank}. {sev} {escape_control(b.id):<16} {fmt_pct(b.fraction):>8}  {_step_words(b)}{basis}  "
+            + escape_control(b.title)
+        )
         if b.recommendations:
-            lines.append(f"       -> {b.recommendations[0]}")
+            lines.append(f"       -> {escape_control(b.recommendations[0])}")
     if warnings := other_warnings(report):
         warned = ", ".join(f"{k} x{v}" for k, v in warnings.items())
         lines += ["", "  warnings: " + escape_control(warned)]

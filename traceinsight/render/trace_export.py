@@ -46,10 +46,10 @@ import gzip
 import io
 import json
 import math
-import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import orjson
@@ -61,7 +61,6 @@ from traceinsight.analysis.gaps import DeviceGaps, gap_intervals
 from traceinsight.analysis.ledger import idle_layers
 from traceinsight.analysis.step_model import input_wait_intervals
 from traceinsight.analysis.steps import Step
-from traceinsight.errors import TraceError
 from traceinsight.events import (
     COPY_KINDS,
     DEVICE_WORK_KINDS,
@@ -73,7 +72,7 @@ from traceinsight.events import (
 )
 from traceinsight.findings import Findings
 from traceinsight.intervals import Intervals, intersection, union, union_of
-from traceinsight.render.output import check_output
+from traceinsight.render.output import Staged, commit, stage
 from traceinsight.result import Bottleneck
 
 DEFAULT_MAX_EVENTS = 1_000_000  # beyond this a browser struggles: the file is cut to whole steps
@@ -142,9 +141,28 @@ def write_annotated_trace(
     `max_steps` longest steps (fewer when they hold more than `max_events`). Raises ValueError when the
     event table was emptied (`Analysis.without_events`) or no step has an id in A..B.
     """
-    chunks, warnings = _trace_chunks(analysis, findings, steps, max_steps, max_events, util_bin_ns)
-    _write_chunks(Path(path), chunks, protected)
+    staged, warnings = stage_annotated_trace(
+        analysis, findings, path, steps, max_steps, max_events=max_events, util_bin_ns=util_bin_ns, protected=protected
+    )
+    commit([staged])
     return warnings
+
+
+def stage_annotated_trace(
+    analysis: Analysis,
+    findings: Findings,
+    path: Path,
+    steps: tuple[int, int] | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    *,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    util_bin_ns: int = DEFAULT_UTIL_BIN_NS,
+    protected: tuple[Path, ...] = (),
+) -> tuple[Staged, list[str]]:
+    """`write_annotated_trace`, written to a temporary file only: the CLI renames it into place with the report's
+    other outputs, as one set (`output.write_outputs`)."""
+    chunks, warnings = _trace_chunks(analysis, findings, steps, max_steps, max_events, util_bin_ns)
+    return _stage_chunks(Path(path), chunks, protected), warnings
 
 
 def annotated_trace(
@@ -669,37 +687,23 @@ def _json(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"))
 
 
-def _write_chunks(path: Path, chunks: list[str], protected: tuple[Path, ...]) -> None:
-    """Write the pieces to `path` (gzip when its name ends in ``.gz``) through a temporary file beside it and a
-    rename, so no reader ever sees half a file; devices and pipes are written in place."""
-    mode = check_output(path, protected)
-    target = path.resolve()
-    if mode is not None and not target.is_file():
-        _write_to(target, chunks, path.name.lower().endswith(".gz"))
-        return
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_to(tmp, chunks, path.name.lower().endswith(".gz"))
-        os.replace(tmp, target)
-    except OSError as err:  # named as the user gave it, not the temp file
-        tmp.unlink(missing_ok=True)
-        raise TraceError(path, err.strerror or str(err)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def _stage_chunks(path: Path, chunks: list[str], protected: tuple[Path, ...]) -> Staged:
+    """Write the pieces to a temporary file beside `path` (gzip when its name ends in ``.gz``), to be renamed
+    into place with the other outputs (`output.stage`); devices and pipes are written in place."""
+    compress = path.name.lower().endswith(".gz")
+
+    def write(f: BinaryIO) -> None:
+        with _open_gzip(f) if compress else nullcontext(f) as out:
+            for chunk in chunks:
+                out.write(chunk.encode())
+
+    return stage(Path(path), write, protected)
 
 
-def _write_to(path: Path, chunks: list[str], compress: bool) -> None:
-    with _open_gzip(path) if compress else open(path, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk.encode())
-
-
-def _open_gzip(path: Path) -> io.BufferedIOBase:
+def _open_gzip(f: BinaryIO) -> io.BufferedIOBase:
     try:
         from isal import igzip  # about ten times as fast as zlib's default level, a little larger
 
-        return cast(io.BufferedIOBase, igzip.open(path, "wb", compresslevel=2))
+        return cast(io.BufferedIOBase, igzip.IGzipFile(fileobj=f, mode="wb", compresslevel=2))
     except ImportError:
-        return gzip.open(path, "wb", compresslevel=6)
+        return gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6)

@@ -22,7 +22,16 @@ from traceinsight import __version__
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, change
 from traceinsight.render.diff_render import fmt_relative
-from traceinsight.render.format import clip, escape_control, fmt_iso, fmt_ns, fmt_pct, markdown_cell, plural
+from traceinsight.render.format import (
+    clip,
+    escape_control,
+    fmt_iso,
+    fmt_ns,
+    fmt_pct,
+    markdown_code,
+    markdown_text,
+    plural,
+)
 from traceinsight.render.html import environment, without_empty_columns
 from traceinsight.result import RunReport, RunSummary
 
@@ -213,9 +222,10 @@ def render_trend_html(document: dict[str, Any]) -> str:
 
 
 def render_trend_markdown(document: dict[str, Any]) -> str:
-    """The sentence, the thresholds crossed and the table (a CI step summary)."""
-    lines = [f"## {_title(document)}", "", f"**{markdown_cell(trend_sentence(document))}**", ""]
-    lines += [f"- threshold crossed: {markdown_cell(msg)}" for msg in document["gate"]["crossed"]]
+    """The sentence, the thresholds crossed and the table (a CI step summary). Every string is escaped
+    (`markdown_text`): names and bottleneck ids come from traces and saved reports."""
+    lines = [f"## {_title(document)}", "", f"**{markdown_text(trend_sentence(document))}**", ""]
+    lines += [f"- threshold crossed: {markdown_text(msg)}" for msg in document["gate"]["crossed"]]
     if document["gate"]["crossed"]:
         lines.append("")
     lines += [
@@ -223,22 +233,25 @@ def render_trend_markdown(document: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['index']} | `{markdown_cell(r['name'])}` | {r['step']} | {r['step_change']} | {r['gpu_util']} "
-        f"| {r['mfu']} | {r['input_wait']} | {'**changed:** ' * r['changed']}{r['bottleneck']} |"
+        f"| {r['index']} | {markdown_code(r['name'])} | "
+        + " | ".join(markdown_text(r[k]) for k in ("step", "step_change", "gpu_util", "mfu", "input_wait"))
+        + f" | {'**changed:** ' * r['changed']}{markdown_text(r['bottleneck'])} |"
         for r in trend_rows(document)
     ]
     return "\n".join(lines) + "\n"
 
 
 def render_trend_terminal(document: dict[str, Any], color: bool = False) -> str:
-    """The title, the sentence and one line per run (``*`` where the top bottleneck changes)."""
+    """The title, the sentence and one line per run (``*`` where the top bottleneck changes). Every string is
+    escaped (`escape_control`): names and bottleneck ids come from traces and saved reports."""
     title = _title(document)
     lines = [f"{_BOLD}{title}{_RESET}" if color else title, "  " + escape_control(trend_sentence(document)), ""]
     lines.append(f"  {'#':>3}  {'run':<32}{'step':>10}{'change':>10}{'GPU-Util':>10}{'MFU':>9}{'input':>9}  top")
     for r in trend_rows(document):
         lines.append(
             f"  {r['index']:>3}  {escape_control(clip(r['name'], 31)):<32}{r['step']:>10}{r['step_change']:>10}"
-            f"{r['gpu_util']:>10}{r['mfu']:>9}{r['input_wait']:>9}  {'*' if r['changed'] else ' '}{r['bottleneck']}"
+            f"{r['gpu_util']:>10}{r['mfu']:>9}{r['input_wait']:>9}  {'*' if r['changed'] else ' '}"
+            f"{escape_control(r['bottleneck'])}"
         )
     lines.append("  (* the top bottleneck changes)")
     return "\n".join(lines)
