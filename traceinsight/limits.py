@@ -26,6 +26,10 @@ EVENT_BYTES = 200
 DEFAULT_SHARE = 0.75
 # Memory a JSON file decoded whole takes per byte of its text: the text, its events as structs, the table.
 WHOLE_JSON_FACTOR = 3
+# Memory the stream (readers/json_stream.py) takes per byte of text it must hold at once (one event or a run of
+# blanks longer than a chunk, the keys after the events): its buffer, the buffer joined anew, the bracketed copy a
+# decode takes, and the decoded value.
+STREAM_BUFFER_FACTOR = 4
 # Bytes of an XSpace file per event, at the low end of real ones (32-130), so its estimate errs high.
 XSPACE_BYTES_PER_EVENT = 32
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
