@@ -137,7 +137,7 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
         if limit is not None:
             limit.check_xspace(path)
         # One process with --jobs 1; else as many as the machine's idle cores allow (`xspace.idle_cores`).
-        return read_xspace(path, jobs=None if jobs > 1 else 1)
+        return read_xspace(path, jobs=None if jobs > 1 else 1, limit=limit)
     if name.endswith(JSON_SUFFIXES):
         jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)

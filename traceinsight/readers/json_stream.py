@@ -118,6 +118,7 @@ class TraceStream:
         self._header = b""
         self._read = 0  # bytes of JSON read into the buffer so far
         self._exact = False  # whether the last chunk decoded needed exact ts
+        self._blanks = 0  # blanks dropped before the first event
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
         self._blocks = self._text.blocks(self.chunk_bytes)
@@ -178,7 +179,10 @@ class TraceStream:
         """Decode the next chunk of events."""
         while True:
             if not self._eof and self._buf[:1].isspace():  # blanks before the first event (a bomb of them)
-                self._buf = self._buf.lstrip()
+                kept = self._buf.lstrip()
+                self._blanks += len(self._buf) - len(kept)
+                self._buf = kept
+                self._check_span(self._blanks)  # let go, yet a bomb all the same: stopped as it inflates
                 if not self._buf:
                     self._fill(self.chunk_bytes)
                     continue
@@ -301,7 +305,7 @@ class TraceStream:
                 yield convert(events, exact)
 
     def _check_span(self, size: int) -> None:
-        """Refuse a chunk (one event, or blanks) of `size` bytes that the limit cannot hold decoded."""
+        """Refuse a chunk (one event, or blanks) of `size` bytes that the limit could not hold decoded."""
         if self.limit is not None and size > 2 * self.chunk_bytes:
             self.limit.check(self.path, size * STREAM_BUFFER_FACTOR)
 
