@@ -66,9 +66,13 @@ def tiny_events(path: Path, count: int) -> Path:
 
 
 def read_seconds(path: Path, limit: str = "4GB") -> float:
-    start = time.perf_counter()
-    read_trace(path, limit=MemoryLimit.of(limit))
-    return time.perf_counter() - start
+    """The least of two reads' times (one may meet a busy machine)."""
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        read_trace(path, limit=MemoryLimit.of(limit))
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 # The child's own peak (VmHWM, reset by exec), and any worker's: ru_maxrss from wait4 keeps the parent's peak at
