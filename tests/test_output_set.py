@@ -66,9 +66,7 @@ def test_a_failure_while_staging_leaves_the_previous_set(tmp_path: Path, monkeyp
     assert {p: p.read_text() for p in tmp_path.iterdir()} == previous  # nothing renamed, no temp file left
 
 
-def test_a_sigterm_at_the_first_rename_lands_after_the_last(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_sigterm_at_the_first_rename_lands_after_the_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     previous = _previous_set(tmp_path)
     staged = [output.stage(path, lambda f: f.write(b"new")) for path in previous]
     renamed: list[str] = []

@@ -293,6 +293,24 @@ class DistinctNames:
         return mask if self.where is None else mask & self.where
 
 
+def cut_long_names(table: pd.DataFrame, columns: Sequence[str], longest: int) -> int:
+    """Cut the strings of categorical `columns` longer than `longest` characters to that length, in place (names
+    that become equal merge), so no name costs a pattern more than that; how many distinct strings were cut."""
+    cut_count = 0
+    for col in columns:
+        if col not in table or not isinstance(table[col].dtype, pd.CategoricalDtype):
+            continue
+        names = table[col].cat.categories
+        long = np.asarray(names.str.len() > longest, dtype=bool) if len(names) else np.zeros(0, bool)
+        if not long.any():
+            continue
+        cut_count += int(long.sum())
+        new_codes, unique = pd.factorize(names.where(~long, names.str.slice(0, longest)))
+        codes = table[col].cat.codes.to_numpy()
+        table[col] = pd.Categorical.from_codes(np.where(codes >= 0, new_codes[codes], -1), categories=unique)
+    return cut_count
+
+
 def names_matching(rows: pd.DataFrame, pattern: str | re.Pattern[str], where: np.ndarray) -> np.ndarray:
     """Per row, whether it is one of the rows `where` and its name contains `pattern` (one question of
     `DistinctNames`)."""

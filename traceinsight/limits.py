@@ -3,7 +3,8 @@ line saying what to do, instead of being found out by the OOM killer once the ma
 
 What is limited is what grows with a trace: its events, at `EVENT_BYTES` each while they are loaded and
 analyzed (the event table holds about 80 bytes an event; decoding and the analyses' columns add the rest: on
-benchmarks/bench_scale.py's 306 MB trace the peak above the imports is 150-180 bytes an event). Readers project
+benchmarks/bench_scale.py's 306 MB trace the peak above the imports is 150-180 bytes an event, on a million tiny
+kernel events, all else a trace holds being none, 335: the estimate takes the worst). Readers project
 the whole file's events from the part read so far (`MemoryLimit.check_events`), so a trace that cannot fit
 stops after its first chunk, and a gzip bomb as soon as its inflated part shows how much it holds. A file read
 whole (an XSpace, XProf's JSON export) is checked before it is read, from its size.
@@ -22,10 +23,20 @@ from pathlib import Path
 
 from traceinsight.errors import TraceError
 
-EVENT_BYTES = 200
+EVENT_BYTES = 360
 DEFAULT_SHARE = 0.75
 # Memory a JSON file decoded whole takes per byte of its text: the text, its events as structs, the table.
 WHOLE_JSON_FACTOR = 3
+# Memory the stream (readers/json_stream.py) takes per byte of text it must hold at once (one event or a run of
+# blanks longer than a chunk, the keys after the events): its buffer, the buffer joined anew, the bracketed copy a
+# decode takes, and the decoded value.
+STREAM_BUFFER_FACTOR = 4
+# What walking an XSpace file holds besides its events (readers/xspace_wire.walk_space): each plane's layout and
+# parsed fields (measured: 700 bytes an empty plane, `b"\x0a\x00" * 800_000` peaks 420 MB above 200k planes),
+# each line's place, and the plane's metadata parsed (upb messages, a few times their bytes), all erring high.
+XSPACE_PLANE_BYTES = 1000
+XSPACE_LINE_BYTES = 100
+XSPACE_METADATA_FACTOR = 8
 # Bytes of an XSpace file per event, at the low end of real ones (32-130), so its estimate errs high.
 XSPACE_BYTES_PER_EVENT = 32
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -104,6 +115,13 @@ class MemoryLimit:
     def check_events(self, path: object, events: float) -> None:
         """`check` for holding `events` events (a projection for a whole file, say)."""
         self.check(path, int(events * EVENT_BYTES))
+
+    def check_xspace_layout(self, path: object, planes: int, lines: int, metadata_bytes: int) -> None:
+        """`check` for what an XSpace file's walk holds: `planes` planes, `lines` lines, `metadata_bytes` of
+        the planes' other fields, however few events they carry (5 million empty planes are a 10 MB file)."""
+        self.check(
+            path, planes * XSPACE_PLANE_BYTES + lines * XSPACE_LINE_BYTES + metadata_bytes * XSPACE_METADATA_FACTOR
+        )
 
     def check_xspace(self, path: Path) -> None:
         """`check` for an XSpace file before it is read: the events its size suggests (the reader holds their

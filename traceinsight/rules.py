@@ -18,6 +18,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# --------------------------------------------------------------------------- name matching
+
+# The longest name the rules' patterns are searched in: a longer one is cut to it (and counted in the warnings)
+# before any rule reads it. Real names stay far below it: the longest kernel names seen (CUTLASS / CK templates,
+# `benchmarks/README.md`'s traces) hold 1-3 kB; a hostile one of megabytes would otherwise cost every pattern a pass
+# over all of it, per rule and per analysis.
+NAME_MATCH_MAX_CHARS = 4096
+
+
+def first_then(first: str, then: str, between: str = r"\w") -> str:
+    """A pattern for `first`, then `then` after a run of `between` characters, whose search takes linear time.
+
+    The plain ``first{between}*then`` rescans the run from every `first` in it: a name of many of them costs
+    quadratic time. Whether any `first` of a run is followed by `then` in it is whether the run's first one is,
+    so the search starts only at a run's start (`first` begins with a `between` character) and moves there
+    possessively to its first `first`.
+    """
+    return rf"(?<!{between})(?:(?!{first}){between})*+(?:{first}){between}*{then}"
+
+
 # --------------------------------------------------------------------------- event names (all readers)
 
 # Host events that mean "the training loop is waiting for its next batch".
@@ -314,7 +334,7 @@ NAME_RULES: tuple[NameRule, ...] = (
         "casts, conversions, (de)quantisation ('Conv' inside TensorConversionOp is no convolution)",
     ),
     _never(
-        r"EigenMetaKernel|TensorCwise|scalar_\w+_op|elementwise_kernel",
+        "EigenMetaKernel|TensorCwise|" + first_then("scalar_", r"\w_op") + "|elementwise_kernel",
         "elementwise (PyTorch TensorIterator, Eigen)",
     ),
     _never(
@@ -337,7 +357,7 @@ NAME_RULES: tuple[NameRule, ...] = (
         "inside a conv kernel's name)",
     ),
     _never(
-        r"cask_\w+::compute\w*Offsets|scalePackedTensor|winograd_nonfused::|generateWinogradTiles"
+        first_then("cask_", r"\w::compute\w*Offsets") + r"|scalePackedTensor|winograd_nonfused::|generateWinogradTiles"
         r"|epilogue::impl::|gemmk1_kernel|\bgemv|\bdot_kernel|flash_bwd_dot_do_o|splitkv_combine",
         "conv / GEMM / attention helpers (offsets, scaling, Winograd transforms, epilogues, FlashAttention "
         "pre- and post-passes) and memory-bound BLAS (GEMV, K = 1 GEMM, dot): no MMA",
@@ -346,7 +366,7 @@ NAME_RULES: tuple[NameRule, ...] = (
     _never(r"moe::dev::(?:routing|finalize)", "MoE routing and un-permute: index work"),
     _never(r"depthwise", "depthwise convolution: a per-channel stencil, no GEMM"),
     # --- eligible, on CUDA cores although a Tensor Core pattern below might match ---
-    _simt(r"cutlass\w*_simt_", "CUTLASS SIMT kernels run on CUDA cores whatever their element type"),
+    _simt(first_then("cutlass", "_simt_"), "CUTLASS SIMT kernels run on CUDA cores whatever their element type"),
     _simt(r"fmha_cutlass[FB]_f32|AttentionKernel<float", "memory-efficient attention in fp32: CUDA cores"),
     # --- on Tensor Cores / matrix cores ---
     _tensor_core(
@@ -377,7 +397,7 @@ NAME_RULES: tuple[NameRule, ...] = (
         "TensorRT-LLM generated Blackwell GEMMs, e.g. MX-FP4 / MX-FP8 bmm_MxE4m3_...",
     ),
     _tensor_core(
-        r"^[^<(]*gemm[^<(]*(?:_f16|_bf16|_fp16|bf16_|f16_)|^[^<(]*(?:_f16|_bf16|_fp16|bf16_|f16_)[^<(]*gemm",
+        r"^(?=[^<(]*gemm)(?=[^<(]*(?:_f16|_bf16|_fp16|bf16_|f16_))",  # no overlap: either order, linear
         "cuBLAS / cuBLASLt GEMM whose own name (before template arguments) gives a 16-bit type",
     ),
     # --- eligible, on CUDA cores ---
@@ -478,11 +498,15 @@ ONE_TIME_COSTS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "tracing and XLA compilation (tf.function, jax.jit)",
         re.compile(
             r"^tf\.function-graph_building$|^HLO passes|Compiler::(?:RunBackend|RunHloPasses|Compile\w*)"
-            r"|XlaCompile|xla::\w*Compile|CompileToLocalExecutable|BuildExecutable|PjRt\w*Client::Compile"
-            r"|^(?:trace_to_jaxpr_dynamic|lower_sharding_computation|backend_compile_and_load)$"
+            r"|XlaCompile|xla::\w*Compile|CompileToLocalExecutable|BuildExecutable|"
+            + first_then("PjRt", "Client::Compile")
+            + r"|^(?:trace_to_jaxpr_dynamic|lower_sharding_computation|backend_compile_and_load)$"
         ),
     ),
-    ("cuDNN autotuning (cudnn.benchmark)", re.compile(r"cudnnFind|Find\w*Algorithm|cudnn\w*[Bb]enchmark")),
+    (
+        "cuDNN autotuning (cudnn.benchmark)",
+        re.compile(rf"cudnnFind|{first_then('Find', 'Algorithm')}|{first_then('cudnn', '[Bb]enchmark')}"),
+    ),
     (
         "CUDA / HIP initialisation (context creation, module loading)",
         re.compile(r"^(?:cu|hip)(?:Init|DevicePrimaryCtxRetain|CtxCreate|ModuleLoad\w*)(?:_v\d+)?$"),
@@ -713,8 +737,9 @@ _KERNEL_CONV = (
 # `gemm_xdl`), matmul-named kernels (triton_kernels' `matmul_ogs`, TensorRT-LLM's `bmm_`), Inductor GEMM templates,
 # XLA's `dot` op.
 _KERNEL_MATMUL = (
-    r"(?<!fb)gemm|gemv|matmul|bmm|cublas|hipblas|rocblas|Tensile|nvjet|xmma|wgmma|tcgen05|cutlass\w*_(?:tensorop|simt|wmma)"
-    r"|^Cijk_|_MI\d+x\d+x\d+|^triton_tem_|splitKreduce|ReduceSplitK|\bdot_kernel|^%?dot(?:\.\d+)?\s*="
+    r"(?<!fb)gemm|gemv|matmul|bmm|cublas|hipblas|rocblas|Tensile|nvjet|xmma|wgmma|tcgen05|"
+    + first_then("cutlass", "_(?:tensorop|simt|wmma)")
+    + r"|^Cijk_|_MI\d+x\d+x\d+|^triton_tem_|splitKreduce|ReduceSplitK|\bdot_kernel|^%?dot(?:\.\d+)?\s*="
 )
 # Memory-bound per-element work: PyTorch's TensorIterator and Eigen kernels, foreach (multi-tensor) updates,
 # normalisations (batch / layer / RMS / group norm, cuDNN `bn_`, Transformer Engine `ln_`), softmax, reductions,
@@ -725,8 +750,9 @@ _KERNEL_ELEMENTWISE = (
     r"|(?:batch|layer|rms|group|instance)_?norm|cudnn::bn_|\bbn_(?:fw|bw)|\bln_(?:fwd|bwd)|GammaBeta"
     r"|softmax|reduce_kernel|DeviceReduce|DeviceSegmentedReduce|reduce_1Block"
     r"|act_and_mul|silu|gelu|swiglu|relu|sigmoid|tanh|rotary|\brope|dropout|philox|random"
-    r"|quantiz|_quant|cast_|_to_copy|typeConvert|pooling|(?:max|avg|adaptive\w*)_?pool"
-    r"|kind=k(?:Loop|Input)\b|^(?:loop|input)_\w*fusion"
+    r"|quantiz|_quant|cast_|_to_copy|typeConvert|pooling|(?:max|avg)_?pool|"
+    + first_then("adaptive", "pool")  # adaptive, a run of word characters, _?pool
+    + r"|kind=k(?:Loop|Input)\b|^(?:loop|input)_\w*fusion"
     r"|^%?(?:add|subtract|multiply|divide|maximum|minimum|exponential|log|negate|rsqrt|sqrt|select|compare|convert"
     r"|broadcast|reduce|transpose|iota)(?:\.\d+)?\s*="
 )
@@ -899,5 +925,5 @@ FRAMEWORK_PHASES = (
     ),
     ("backward", re.compile(r"^autograd::engine::evaluate_function|^## backward|^torch/autograd")),
     ("optimizer", re.compile(r"^Optimizer\.(?:step|zero_grad)|^## optimizer")),
-    ("data", re.compile(r"^enumerate\(DataLoader\)|DataLoader.*__next__|^## data")),
+    ("data", re.compile(rf"^enumerate\(DataLoader\)|{first_then('DataLoader', '__next__', '.')}|^## data")),
 )

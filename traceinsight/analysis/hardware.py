@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traceinsight.rules import first_then
+
 if TYPE_CHECKING:
     from traceinsight.events import DeviceInfo
 
@@ -350,22 +352,23 @@ _BY_NAME = {d.name: d for d in DEVICES}
 # V100-SXM2-16GB", "Tesla V100-DGXS-32GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PG509-200" (an SXM4 40 GB board),
 # "AMD Instinct MI250X / MI250", "TPU v5 lite" (v5e; plain "TPU v5" is v5p), "TPU v6 lite" (v6e, Trillium).
 # "GH200" / "GB200" are other parts (their own clocks and memory), hence the lookbehinds.
+# "A, then B" is `first_then`'s linear-time form: a name repeating A is searched in one pass.
 _NAME_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), names)
     for pattern, names in (
         (r"V100S", ("V100S PCIe",)),
-        (r"V100.*PCIe", ("V100 PCIe",)),
+        (first_then("V100", "PCIe", "."), ("V100 PCIe",)),
         (r"V100", ("V100 SXM2",)),
         (r"\bT4\b", ("T4",)),
-        (r"A100.*PCIe", ("A100 PCIe 40GB", "A100 PCIe 80GB")),
+        (first_then("A100", "PCIe", "."), ("A100 PCIe 40GB", "A100 PCIe 80GB")),
         (r"A100", ("A100 SXM4 40GB", "A100 SXM4 80GB")),
         (r"\bA10\b", ("A10",)),
         (r"\bL4\b", ("L4",)),
         (r"\bL40S\b", ("L40S",)),
-        (r"H100.*PCIe", ("H100 PCIe",)),
-        (r"H100.*NVL", ("H100 NVL",)),
+        (first_then("H100", "PCIe", "."), ("H100 PCIe",)),
+        (first_then("H100", "NVL", "."), ("H100 NVL",)),
         (r"(?<![A-Z])H100", ("H100 SXM",)),
-        (r"(?<![A-Z])H200.*NVL", ("H200 NVL",)),
+        (first_then("(?<![A-Z])H200", "NVL", "."), ("H200 NVL",)),
         (r"(?<![A-Z])H200", ("H200 SXM",)),
         (r"(?<![A-Z])B200", ("B200",)),
         (r"MI250X\s*/\s*MI250", ("MI250X GCD", "MI250 GCD")),
@@ -388,7 +391,7 @@ def _pick(candidates: list[DevicePeaks], info: DeviceInfo) -> DevicePeaks | None
         candidates = [d for d in candidates if d.units in (None, info.sm_count)]
     if not candidates:
         return None
-    named_gb = re.search(r"(\d+)\s*GB", info.name or "", re.IGNORECASE)
+    named_gb = re.search(r"(?<!\d)(\d++)\s*+GB", info.name or "", re.IGNORECASE)
     gb = info.memory_bytes / 1e9 if info.memory_bytes else float(named_gb.group(1)) if named_gb else None
     if gb is None:
         return candidates[0]

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from traceinsight.errors import TraceError, is_truncation_warning
-from traceinsight.events import TraceRead, mark_step_ranges
+from traceinsight.events import TraceRead, cut_long_names, mark_step_ranges
 from traceinsight.limits import MemoryLimit
 from traceinsight.readers.chrome import read_chrome
 from traceinsight.readers.json_document import load_trace_json
@@ -27,7 +27,7 @@ from traceinsight.readers.json_files import FileText, json_size_guess
 from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
 from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, is_nsys_export, read_nsys
 from traceinsight.readers.regular import not_regular, refusal
-from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
+from traceinsight.rules import NAME_MATCH_MAX_CHARS, PARALLEL_FILE_MIN_BYTES
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -45,6 +45,7 @@ _TIME_OR_NAME_KEY = re.compile(rb'"(?:ts|name)"\s*:')
 # A `--json` report of ours (or a diff): JSON that is no trace, whatever it mentions.
 _OUR_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.')
 NO_STEP_RANGE = "step_range_missing"  # the first word of the warning that --step-range named no range of a file
+LONG_NAMES = f"names longer than {NAME_MATCH_MAX_CHARS:,} characters cut to that length"
 
 
 def is_trace_file(path: Path | str) -> bool:
@@ -112,6 +113,7 @@ def read_trace(
     (a truncation warning says so); one with no complete event to report before the cut is a `TraceError`.
     `step_range`: the name of the host ranges that mark steps (`events.mark_step_ranges`; ``--step-range``); a
     warning when the file has none. Only a regular file is read (`readers.regular`): a FIFO is refused at once.
+    Names longer than `NAME_MATCH_MAX_CHARS` are cut to it (a warning counts them).
     """
     path = Path(path)
     if kind := not_regular(path):
@@ -122,6 +124,11 @@ def read_trace(
         raise TraceError(
             path, "the document ends early (truncated file?), with no complete event to report before the cut"
         )
+    cut = cut_long_names(read.events, ("name", "op"), NAME_MATCH_MAX_CHARS) + cut_long_names(
+        read.ops, ("name",), NAME_MATCH_MAX_CHARS
+    )
+    if cut:  # before any analysis matches a rule's pattern in them
+        read.warnings[LONG_NAMES] += cut
     if step_range is not None and not mark_step_ranges(read.events, step_range):
         read.warnings[f"{NO_STEP_RANGE}: no host range named {step_range!r}"] += 1
     return read
@@ -135,7 +142,7 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
         if limit is not None:
             limit.check_xspace(path)
         # One process with --jobs 1; else as many as the machine's idle cores allow (`xspace.idle_cores`).
-        return read_xspace(path, jobs=None if jobs > 1 else 1)
+        return read_xspace(path, jobs=None if jobs > 1 else 1, limit=limit)
     if name.endswith(JSON_SUFFIXES):
         jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)

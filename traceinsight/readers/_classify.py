@@ -29,14 +29,18 @@ from traceinsight.rules import (
 T = TypeVar("T")
 
 # Kineto: "Memcpy HtoD (Pageable -> Device)"; ROCm writes "(Host -> Device)".
-_KINETO_MEMORY = re.compile(r"\(\s*([A-Za-z][A-Za-z ]*?)\s*->\s*([A-Za-z][A-Za-z ]*?)\s*\)")
+_KINETO_MEMORY = re.compile(  # words and the spaces between them, possessively: linear in a hostile name
+    r"\(\s*+([A-Za-z](?:[A-Za-z]| ++(?=[A-Za-z]))*+)\s*+->\s*+([A-Za-z](?:[A-Za-z]| ++(?=[A-Za-z]))*+)\s*+\)"
+)
 # XSpace / XProf: "kind_src:pageable kind_dst:device size:4096 dest:0 async:1".
 _DETAILS_SRC = re.compile(r"(?:^|\s)kind_src:(\w+)")
 _DETAILS_DST = re.compile(r"(?:^|\s)kind_dst:(\w+)")
 # Numbers are matched strictly (ASCII digits, at most 18 so they fit int64), so a damaged
 # stat string never makes int() or float() raise: it simply does not match.
 _DETAILS_BYTES = re.compile(r"(?:^|\s)(?:size|num_bytes):([0-9]{1,18})(?![0-9])")
-_DETAILS_OCCUPANCY = re.compile(r"(?:^|\s)occ_pct:([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?!\S)")
+_DETAILS_OCCUPANCY = re.compile(  # possessive: a digit after the number fails `(?!\S)` whatever the split
+    r"(?:^|\s)occ_pct:([+-]?(?:[0-9]++(?:\.[0-9]*+)?+|\.[0-9]++)(?:[eE][+-]?[0-9]++)?+)(?!\S)"
+)
 _STEP_NUMBER = re.compile(r"[0-9]{1,18}")
 _MEMORY_WORDS = {
     "pageable": "pageable",

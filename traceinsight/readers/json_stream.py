@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from traceinsight.errors import truncation_warning
-from traceinsight.limits import MemoryLimit
+from traceinsight.limits import STREAM_BUFFER_FACTOR, MemoryLimit
 from traceinsight.parallel import worker_pool
 from traceinsight.readers.json_events import (
     Event,
@@ -119,6 +119,7 @@ class TraceStream:
         self._header = b""
         self._read = 0  # bytes of JSON read into the buffer so far
         self._exact = False  # whether the last chunk decoded needed exact ts
+        self._blanks = 0  # blanks dropped before the first event
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
         self._blocks = self._text.blocks(self.chunk_bytes)
@@ -148,7 +149,7 @@ class TraceStream:
                 have += len(block)
                 self._read += len(block)
                 if self.limit is not None and have > 2 * self.chunk_bytes:  # one event (or blank) longer than that
-                    self.limit.check(self.path, have)
+                    self.limit.check(self.path, have * STREAM_BUFFER_FACTOR)
         self._buf = b"".join(parts)
 
     def _position(self, offset: int) -> int:
@@ -163,7 +164,7 @@ class TraceStream:
             if self._eof:
                 raise StreamFallback
             start = max(0, len(self._buf) - 4096)  # a key cut at the block end is found again
-            self._fill(len(self._buf) + self.chunk_bytes)
+            self._fill(_grown(len(self._buf), self.chunk_bytes))
         key, events_start, self.top = found
         self._header, self._buf = self._buf[:key], self._buf[events_start:]
         self.done = self._position(0)
@@ -178,6 +179,14 @@ class TraceStream:
     def _next_chunk(self) -> tuple[list[Event], bool]:
         """Decode the next chunk of events."""
         while True:
+            if not self._eof and self._buf[:1].isspace():  # blanks before the first event (a bomb of them)
+                kept = self._buf.lstrip()
+                self._blanks += len(self._buf) - len(kept)
+                self._buf = kept
+                self._check_span(self._blanks)  # let go, yet a bomb all the same: stopped as it inflates
+                if not self._buf:
+                    self._fill(self.chunk_bytes)
+                    continue
             if self._eof:
                 cuts: Iterator[tuple[int, int]] = iter([(len(self._buf), len(self._buf))])
             else:
@@ -201,7 +210,7 @@ class TraceStream:
                     self._buf = self._buf[next_start:]
                 return chunk
             else:
-                self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
+                self._fill(_grown(len(self._buf), self.chunk_bytes))  # an event longer than the buffer
 
     def _last_chunk(self, at: int) -> tuple[list[Event], bool]:
         """The array closes just before byte `at` of the buffer: its last events, then the keys after it. Or,
@@ -296,6 +305,11 @@ class TraceStream:
             if events:
                 yield convert(events, exact)
 
+    def _check_span(self, size: int) -> None:
+        """Refuse a chunk (one event, or blanks) of `size` bytes that the limit could not hold decoded."""
+        if self.limit is not None and size > 2 * self.chunk_bytes:
+            self.limit.check(self.path, size * STREAM_BUFFER_FACTOR)
+
     def _result(self, future: Future[tuple[R, Counter[str], bool] | None], end: int) -> R:
         outcome = future.result()
         if outcome is None:
@@ -316,7 +330,7 @@ class TraceStream:
                 self._buf = self._buf[cut[1] :]
                 yield piece, end
             elif not self._eof:
-                self._fill(len(self._buf) + self.chunk_bytes)  # an event longer than the buffer
+                self._fill(_grown(len(self._buf), self.chunk_bytes))  # an event longer than the buffer
 
     def _ranges(self) -> Iterator[tuple[ByteRange, int]]:
         """Byte ranges of a plain file, each up to the last cut point before its end, with that end; the file's
@@ -324,7 +338,9 @@ class TraceStream:
         start = self._position(0)
         with open_regular(self.path) as file:
             size = os.fstat(file.fileno()).st_size
-            while (cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size)) is not None:
+            while (
+                cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size, self._check_span)
+            ) is not None:
                 yield ByteRange(str(self.path), start, cut[0]), cut[0]
                 start = cut[1]
                 if self._text.on_bytes is not None:
@@ -368,12 +384,23 @@ def _last_event_end(text: bytes) -> int:
     return int(ends[-1]) + 1 if len(ends) else 0
 
 
-def _cut_before(fd: int, start: int, end: int, size: int) -> tuple[int, int] | None:
+def _grown(have: int, chunk_bytes: int) -> int:
+    """The buffer size to read on to when `have` bytes hold no cut point: twice as much, so that an event (or a
+    run of blanks) of n bytes costs the searches and copies of a buffer O(n) in all, not O(n**2 / chunk)."""
+    return max(2 * have, have + chunk_bytes)
+
+
+def _cut_before(
+    fd: int, start: int, end: int, size: int, check: Callable[[int], None] | None = None
+) -> tuple[int, int] | None:
     """The last cut point (end of a chunk, start of the next) in bytes [start, end) of a file, else past
-    `end` for an event longer than a chunk; None when the rest of the file from `start` is the last chunk."""
+    `end` for an event longer than a chunk; None when the rest of the file from `start` is the last chunk.
+    `check(n)` is told the size of a chunk before n bytes of it are read (the memory limit)."""
     look = _CUT_LOOKBEHIND
     while end < size:
         back = min(look, end - start)
+        if check is not None:
+            check(end - start)
         window = os.pread(fd, back, end - back)
         cut = next(_cut_points(window), None)
         if cut is not None:

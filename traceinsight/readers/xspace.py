@@ -61,6 +61,7 @@ from typing import Any
 
 from traceinsight.errors import TraceError
 from traceinsight.events import TraceRead
+from traceinsight.limits import MemoryLimit
 from traceinsight.parallel import (
     Claims,
     Parcel,
@@ -91,19 +92,22 @@ def _space_class() -> Any:
     return xplane_schema.get_message_class(pool.FindMessageTypeByName(f"{package}.XSpace"))
 
 
-def read_xspace(path: Path, data: bytes | None = None, jobs: int | None = None) -> TraceRead:
+def read_xspace(
+    path: Path, data: bytes | None = None, jobs: int | None = None, limit: MemoryLimit | None = None
+) -> TraceRead:
     """Read one ``.xplane.pb`` (or its bytes, when the caller already has them) into a `TraceRead`.
 
     `jobs`: processes reading its runs of lines. By default, for a large file (`PARALLEL_MIN_BYTES` of lines)
     read from disk by a process that forks its workers and is not itself a worker (`forks_workers`: its pool
     uses the cores already), the cores the machine leaves idle (`idle_cores`); else one: a worker started
-    otherwise would import and walk it all anew.
+    otherwise would import and walk it all anew. `limit`: a TraceError as soon as its planes, lines and metadata
+    would not fit (`xspace_wire.walk_space`).
     """
     path = Path(path)
     with Source(path, data) as source:
         if not source.size:
             raise TraceError(path, "not an XSpace protobuf (empty file)")
-        layout = walk_space(source)
+        layout = walk_space(source, limit)
         if not layout.planes and layout.used_bytes == source.size:
             raise TraceError(path, "not an XSpace protobuf (no planes)")
         file = SpaceFile(path, layout)

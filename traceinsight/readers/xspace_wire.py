@@ -35,6 +35,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError
 
 from traceinsight.errors import TraceError
+from traceinsight.limits import MemoryLimit
 from traceinsight.readers import xplane_schema
 from traceinsight.readers.regular import open_regular
 
@@ -231,19 +232,27 @@ class SpaceLayout:
     used_bytes: int  # up to the end of its last whole field: the file's size, unless it was cut short
 
 
-def walk_space(source: Source) -> SpaceLayout:
+_CHECK_PLANES = 4096  # planes walked between memory checks: a check costs little, a plane 700 bytes
+
+
+def walk_space(source: Source, limit: MemoryLimit | None = None) -> SpaceLayout:
     """The layout of the XSpace in `source`, stopping at a field cut short by the end of the file.
 
     A plane within the file that is not valid protobuf is a TraceError, as is a
-    file that is not protobuf at all.
+    file that is not protobuf at all. `limit`: a TraceError as soon as the planes, lines and metadata walked
+    would not fit (`MemoryLimit.check_xspace_layout`), checked every `_CHECK_PLANES` planes and at the end.
     """
     planes: list[PlaneLayout] = []
     other: list[tuple[int, int]] = []
-    used = 0
+    used = lines = metadata = 0
     try:
         for field in _fields(source, 0, source.size):
             if field.number == _SPACE_PLANES and field.wire == _DELIMITED:
                 planes.append(_walk_plane(source, field.body, field.end))
+                lines += len(planes[-1].lines)
+                metadata += field.end - field.body - sum(size for _, size in planes[-1].lines)
+                if limit is not None and (len(planes) % _CHECK_PLANES == 0 or len(planes[-1].lines) > _CHECK_PLANES):
+                    limit.check_xspace_layout(source.path, len(planes), lines, metadata)
             else:
                 other.append((field.start, field.end))
             used = field.end
@@ -251,6 +260,8 @@ def walk_space(source: Source) -> SpaceLayout:
         pass  # the file ends inside this field: what came before is whole
     except _Corrupt as exc:
         raise TraceError(source.path, NOT_XSPACE) from exc
+    if limit is not None:
+        limit.check_xspace_layout(source.path, len(planes), lines, metadata)
     return SpaceLayout(planes, _parse(source, xplane_schema.XSpace(), other), used)
 
 

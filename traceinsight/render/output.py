@@ -172,8 +172,8 @@ def _signals_held() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)
 
 
 def _text_writer(text: str) -> Callable[[BinaryIO], None]:
