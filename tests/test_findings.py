@@ -16,6 +16,7 @@ from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.step_model import Stall, fix
 from traceinsight.events import DeviceInfo, Profile, make_op_table
 from traceinsight.findings import RULES, STALL, Finding, Rule, find_bottlenecks
+from traceinsight.render.format import markdown_text
 from traceinsight.render.html import render_html
 from traceinsight.render.markdown import render_markdown
 from traceinsight.render.terminal import render_terminal
@@ -263,7 +264,7 @@ def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
     (b,) = [b for b in report.bottlenecks if b.id == TOY]
     assert b.recommendations == ["Do the toy fix."] and b.projection.saving_ns > 0
     assert TOY in render_terminal(report)
-    assert TOY in render_markdown(report)
+    assert markdown_text(TOY) in render_markdown(report)  # escaped as every string there: toy\\_stall
     assert TOY in render_html(report, analyzed.analysis)
     with gzip.open(exported, "rt") as f:
         slices = [e for e in json.load(f)["traceEvents"] if e.get("name") == TOY]

@@ -255,7 +255,7 @@ def test_a_cache_entry_nested_300_deep_is_a_miss(logdir, stores, report_cache):
     cache = ReportCache(report_cache)
     run = run_named(logdir, "quick")
     cache.put(report_key(logdir, run.run), typed_report(run=run.name))
-    (entry,) = report_cache.glob("*.json")
+    (entry,) = cache.entries.glob("*.json")
     doc = json.loads(entry.read_text())
     doc["report"]["meta"]["versions"] = nested(300)  # reads back, but cannot be written out again
     entry.write_text(json.dumps(doc))
