@@ -35,7 +35,7 @@ from typing import Any
 from traceinsight import __version__
 from traceinsight.gating import ExpressionError, change, lookup
 from traceinsight.result import PART_WORDS, Bottleneck, Device, Projection, RunProjection, RunReport
-from traceinsight.rules import BREAKDOWN, COMPUTE_CLASSES, KERNEL_CLASSES
+from traceinsight.rules import BREAKDOWN, COMPUTE_CLASSES, KERNEL_CLASSES, NAME_MATCH_MAX_CHARS
 
 SCHEMA = "traceinsight.diff/1"
 UP, DOWN = "up", "down"
@@ -114,7 +114,9 @@ DEVICE_METRICS: tuple[Metric, ...] = (
 _RETURN_TYPE = re.compile(r"^void\s+")
 _INNERMOST_GROUP = re.compile(r"<[^<>()]*>|\([^<>()]*\)")
 _UNCLOSED_GROUP = re.compile(r"[<(].*$")
-_NUMBERED_SUFFIX = re.compile(r"(?:[_.](?:0x[0-9a-fA-F]+|\d+|(?=[0-9a-f]*\d)[0-9a-f]{8,}))+$")
+# One numbered suffix's token, after its `_` or `.` (`_without_numbered_suffixes` walks them from the end: a
+# pattern of repeated suffixes anchored only at `$` is tried from every position, quadratic on a long name).
+_SUFFIX_TOKEN = re.compile(r"0x[0-9a-fA-F]+|\d+|(?=[0-9a-f]*\d)[0-9a-f]{8,}")
 _SPACES = re.compile(r"\s+")
 _EMPTY_SCOPE = re.compile(r"(?:::)+")
 
@@ -133,16 +135,29 @@ def normalise_kernel_name(name: str) -> str:
 
     Tile sizes inside a name (``volta_sgemm_128x64_nt``) stay: they tell different kernels apart.
     Kernels that differ only in what goes are summed together. A name that would become
-    empty is kept as it is.
+    empty is kept as it is. Only the first `NAME_MATCH_MAX_CHARS` are looked at, as the readers cut names for
+    every pattern (a saved report's names come from anyone).
     """
+    name = name[:NAME_MATCH_MAX_CHARS]
     text = _RETURN_TYPE.sub("", name.strip())
     previous = None
     while previous != text:
         previous, text = text, _INNERMOST_GROUP.sub("", text)
     text = _UNCLOSED_GROUP.sub("", text)
-    text = _NUMBERED_SUFFIX.sub("", text.strip())
+    text = _without_numbered_suffixes(text.strip())
     text = _EMPTY_SCOPE.sub("::", _SPACES.sub(" ", text)).strip(" :")
     return text or name
+
+
+def _without_numbered_suffixes(text: str) -> str:
+    """`text` without its trailing run of numbered suffixes (``_3``, ``.12``, ``_0x1a2b``, hex hashes), found
+    from the end, token by token: linear in the name."""
+    end = len(text)
+    while (cut := max(text.rfind("_", 0, end), text.rfind(".", 0, end))) >= 0 and _SUFFIX_TOKEN.fullmatch(
+        text, cut + 1, end
+    ):
+        end = cut
+    return text[:end]
 
 
 def _value(node: Any, path: str) -> Any:
