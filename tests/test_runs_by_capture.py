@@ -88,6 +88,9 @@ def test_files_without_a_clock_beside_several_captures_are_a_run_of_their_own():
     undated = next(g for g in groups if g[0] == [0, 1])
     assert "without a wall clock" in undated[2]
     assert len(group_captures([CaptureStamp(rank=0), CaptureStamp(rank=1)])) == 1  # none has one: together
+    # Two undated files of one process (two servers' request traces, both pid 0) are no ranks of one run.
+    one_process = group_captures([CaptureStamp(pid=0), CaptureStamp(pid=0), CaptureStamp(7 * S, 8 * S, pid=5)])
+    assert sorted(g[0] for g in one_process) == [[0], [1], [2]]
 
 
 def test_overlapping_files_that_do_not_say_who_made_them_are_joined_with_a_warning():

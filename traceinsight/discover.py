@@ -195,6 +195,12 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return shared >= 0 and (shorter <= 0 or shared >= RUN_OVERLAP_MIN_SHARE * shorter)
 
 
+def _distinct(stamps: list[CaptureStamp], files: list[int]) -> bool:
+    """Whether no two of `files` say they come from one process (those that say nothing never clash)."""
+    known = [p for i in files if (p := stamps[i].process) is not None]
+    return len(set(known)) == len(known)
+
+
 def _who(stamps: list[CaptureStamp]) -> str:
     """'ranks 0, 1', 'hosts a, b' or 'processes 12, 13': what tells the files' processes apart."""
     for word, values in (
@@ -227,9 +233,8 @@ def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | No
             window = here
     groups: list[tuple[list[int], str | None, str | None]] = []
     for members in clusters:
-        processes = [stamps[i].process for i in members]
-        known = [p for p in processes if p is not None]
-        if len(set(known)) < len(known):  # one process twice at once: copies of one capture
+        known = [p for i in members if (p := stamps[i].process) is not None]
+        if not _distinct(stamps, members):  # one process twice at once: copies of one capture
             copies = f"{len(members)} files overlap in time but come from one process (copies of one capture?)"
             groups.extend(([i], "one of " + copies, copies + ": each read as a run of its own") for i in members)
         elif len(members) > 1:
@@ -239,11 +244,14 @@ def group_captures(stamps: list[CaptureStamp]) -> list[tuple[list[int], str | No
         else:
             groups.append((members, None, None))
     untimed = [i for i in range(len(stamps)) if i not in windows]
-    if untimed and len(clusters) == 1 and len(groups) == 1:  # one capture here: nothing to tell them apart from
-        members, why, doubt = groups[0]
+    if untimed and len(clusters) == 1 and len(groups) == 1 and _distinct(stamps, groups[0][0] + untimed):
+        members, why, doubt = groups[0]  # one capture here, whose ranks they may be: nothing says otherwise
         joined = f"{len(untimed)} of {len(stamps)} files without a wall clock read with the folder's one capture"
         doubt = f"{doubt}; {joined}" if doubt else joined
         groups = [(sorted(members + untimed), why or f"{len(stamps)} files in one folder: one run", doubt)]
+    elif untimed and not _distinct(stamps, untimed):  # one process's files, nothing to order them: each a run
+        apart = f"{len(untimed)} files without a wall clock, from one process: each read as a run of its own"
+        groups.extend(([i], "no wall clock in the files", apart) for i in untimed)
     elif untimed:
         doubt = (
             f"{len(untimed)} files without a wall clock: read as one run, though nothing says they are one capture"

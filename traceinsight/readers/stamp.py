@@ -130,7 +130,9 @@ def _xspace_stamp(path: Path) -> CaptureStamp:
     with Source(path) as source:
         layout = walk_space(source)
     task = next((plane_stats(p.plane) for p in layout.planes if p.plane.name == "Task Environment"), {})
-    host = next(iter(layout.space.hostnames), None) or path.name[: -len(".xplane.pb")]
+    # XProf writes one file per host into a session's folder, named by the host: the name tells the hosts apart
+    # (a renamed copy keeps the `hostnames` it was captured on).
+    host = path.name[: -len(".xplane.pb")]
     start, stop = task.get("profile_start_time"), task.get("profile_stop_time")
     if not (isinstance(start, int) and _EPOCH_NS_MIN <= start < _EPOCH_NS_MAX):
         return CaptureStamp(host=host)
