@@ -128,7 +128,7 @@ def _host_and_rank(db: sqlite3.Connection) -> tuple[str | None, int | None]:
     """The profiled machine's name and the process's rank, as the launcher's environment gave it to nsys
     (``TARGET_INFO_SYSTEM_ENV``: ``Hostname``; ``DeviceEnvironment``, NUL-separated ``NAME=value`` pairs, read as
     bytes: the environment need not be UTF-8). None where the export does not say."""
-    if not {"name", "value"} <= {row[1] for row in db.execute(f"PRAGMA table_info({SYSTEM_ENV})")}:
+    if not {"name", "value"} <= _columns(db, SYSTEM_ENV):
         return None, None
     rows = dict(
         db.execute(
@@ -208,9 +208,9 @@ def _read_export(path: Path, named: Path, limit: MemoryLimit | None) -> TraceRea
     try:
         with _open(path) as db:
             export = _Export(db, named)
-            export.check_schema()
+            rows = export.checked_rows()
             if limit is not None:
-                limit.check_events(named, export.rows())
+                limit.check_events(named, rows)
             return export.read()
     except sqlite3.DatabaseError as error:
         raise TraceError(named, f"not a readable SQLite database ({error})") from None
@@ -253,6 +253,11 @@ def _open(path: Path) -> Iterator[sqlite3.Connection]:
         yield db
 
 
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    """The columns of `table` (empty when there is no such table)."""
+    return {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+
+
 def _tables(db: sqlite3.Connection) -> set[str]:
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
@@ -273,9 +278,7 @@ class _Export:
 
     def columns(self, table: str) -> set[str]:
         """The columns of `table` (empty when the export has no such table)."""
-        if table not in self.tables:
-            return set()
-        return {row[1] for row in self.db.execute(f'PRAGMA table_info("{table}")')}
+        return _columns(self.db, table) if table in self.tables else set()
 
     def query(self, sql: str) -> pd.DataFrame:
         return pd.read_sql_query(sql, self.db)
@@ -297,9 +300,10 @@ class _Export:
         distinct, inverse = np.unique(ids, return_inverse=True)
         return _spread(self.strings.reindex(distinct).to_numpy(), inverse)
 
-    def check_schema(self) -> None:
-        """Refuse an export whose tables lack the columns their rows need (another schema version), and one with
-        no row to read: a report of nothing would look like an idle GPU."""
+    def checked_rows(self) -> int:
+        """`rows`, once the export is known to be readable: refuse one whose tables lack the columns their rows
+        need (another schema version), and one with no row to read (a report of nothing would look like an idle
+        GPU)."""
         version = self._export_info().get("export_schema_version")
         said = f" (export schema {version})" if version else ""
         for table, needed in _REQUIRED_COLUMNS.items():
@@ -308,8 +312,9 @@ class _Export:
                 raise TraceError(
                     self.path, f"wrong schema{said}: {table} has no {', '.join(missing)} column (not an nsys export?)"
                 )
-        if not self.rows():
+        if not (rows := self.rows()):
             raise TraceError(self.path, f"an Nsight Systems export with no kernel, copy, runtime or NVTX rows{said}")
+        return rows
 
     def read(self) -> TraceRead:
         gpus = self._gpus()
