@@ -831,6 +831,9 @@ FLOPS_HOW_TO = {
     "pytorch": "profile with `torch.profiler.profile(record_shapes=True)` (or `with_flops=True`)",
     "tensorflow": "TensorFlow GPU traces carry no op FLOPs; XLA on TPU records them",
     "jax": "JAX GPU traces carry no op FLOPs; XLA on TPU records them",
+    # No framework's ops (an Nsight Systems export of a CUDA program, a home-grown tracer): no op shapes to count.
+    "unknown": "the trace names no framework ops with shapes to count them from (a PyTorch run: profile with "
+    "`record_shapes=True`)",
 }
 
 # --------------------------------------------------------------------------- collectives (analysis/collectives.py)

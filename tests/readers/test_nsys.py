@@ -160,6 +160,8 @@ def test_end_to_end_report_of_the_cloverleaf_export(tmp_path: Path) -> None:
     assert document["inputs"][0]["format"] == "nsys"
     assert document["bottlenecks"], "the report has findings"
     assert document["devices"][0]["kernels"]["count"] == 1312
+    # A CUDA program's export names no framework: no PyTorch profiler advice for its missing FLOPs.
+    assert document["framework"] == "unknown" and "torch.profiler" not in document["compute"]["note"]
 
 
 @pytest.mark.parametrize("name", sorted(MIRRORED))

@@ -528,5 +528,5 @@ def _not_counted(ops: pd.DataFrame, costs: pd.DataFrame | None) -> dict[str, int
 
 
 def _note(profile: Profile) -> str:
-    how = FLOPS_HOW_TO.get(profile.framework, FLOPS_HOW_TO["pytorch"])
+    how = FLOPS_HOW_TO.get(profile.framework, FLOPS_HOW_TO["unknown"])
     return f"FLOPs not in the trace: {how}"
