@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceinsight.errors import TraceError
+from traceinsight.readers import XSPACE_SUFFIX
 from traceinsight.readers.json_files import FileText
 from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, capture_window
 from traceinsight.readers.regular import open_regular
@@ -58,7 +59,7 @@ def capture_stamp(path: Path, window: bool = True) -> CaptureStamp:
     be its head's last event."""
     name = path.name.lower()
     try:
-        if name.endswith(".xplane.pb"):
+        if name.endswith(XSPACE_SUFFIX):
             return _xspace_stamp(path)
         if name.endswith((SQLITE_SUFFIX, REPORT_SUFFIX)):
             if name.endswith(REPORT_SUFFIX):  # exported only when read
@@ -132,7 +133,7 @@ def _xspace_stamp(path: Path) -> CaptureStamp:
     task = next((plane_stats(p.plane) for p in layout.planes if p.plane.name == "Task Environment"), {})
     # XProf writes one file per host into a session's folder, named by the host: the name tells the hosts apart
     # (a renamed copy keeps the `hostnames` it was captured on).
-    host = path.name[: -len(".xplane.pb")]
+    host = path.name[: -len(XSPACE_SUFFIX)]
     start, stop = task.get("profile_start_time"), task.get("profile_stop_time")
     if not (isinstance(start, int) and _EPOCH_NS_MIN <= start < _EPOCH_NS_MAX):
         return CaptureStamp(host=host)
