@@ -222,6 +222,17 @@ BLOCKING_COPY_CALLS = frozenset(
     }
 )
 BLOCKING_HOST_OPS = BLOCKING_COPY_CALLS | {"aten::item", "aten::_local_scalar_dense"}
+# Critical path (`analysis/critical_path.py`): device work that starts this long after both its launch and the work
+# before it on its stream waited for something else: the work on another stream of its device that ended last before
+# it (a ``cudaStreamWaitEvent``). Kernels queued behind one another start within a few microseconds of the one before
+# (HTA counts kernel-to-kernel delays up to 1.5 ms as overhead, `KERNEL_KERNEL_DELAY_THRESHOLD_US`, which hides such
+# waits); a launch into an empty queue reaches the device in 5-20 us on the A100 / H100 traces of ../shared.
+CROSS_STREAM_WAIT_MIN_NS = 10_000
+# Critical path: an interval of the step's thread with no traced child at least this long, through half of which an op
+# of another thread of the process ran and ended inside it, is the step's thread waiting for that op: DDP's backward
+# range waiting for gloo's all-reduce on its worker thread (sample_traces/distributed: 5-35 ms), the main thread
+# waiting for autograd's device thread (kineto/resnet50_*). Shorter overlaps are threads running side by side.
+THREAD_WAIT_MIN_NS = 500_000
 # A blocking call is a *wait* (its time is the device's other work, not its own copy) when it lasts at least this
 # long and this many times its own device work (the copy with its correlation id).
 WAIT_MIN_NS = 1_000_000

@@ -62,12 +62,12 @@ def _depths(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return np.clip(depth, 0, _DEPTH_LIMIT)
 
 
-def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Each op's time minus its direct children's (rows sorted by thread, then start, longest first)."""
-    dur = (ends - starts).astype(np.int64)
+def nesting_parents(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each op's parent, the op it runs directly inside on its thread, as a row position; -1 for a top-level op
+    (rows sorted by thread, then start, longest first). Found level by level, one vectorised search a level."""
     depth = _depths(thread, starts, ends)
-    children = np.zeros(len(dur), np.int64)
-    order = np.arange(len(dur))
+    parent = np.full(len(starts), -1, np.int64)
+    order = np.arange(len(starts))
     for d in range(1, int(depth.max(initial=0)) + 1):
         parents = order[depth == d - 1]
         kids = order[depth == d]
@@ -79,7 +79,17 @@ def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
         same = (
             (thread[candidate] == thread[kids]) & (starts[candidate] <= starts[kids]) & (ends[candidate] >= ends[kids])
         )
-        np.add.at(children, candidate[same], dur[kids[same]])
+        parent[kids[same]] = candidate[same]
+    return parent
+
+
+def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each op's time minus its direct children's (rows sorted by thread, then start, longest first)."""
+    dur = (ends - starts).astype(np.int64)
+    parent = nesting_parents(thread, starts, ends)
+    children = np.zeros(len(dur), np.int64)
+    nested = parent >= 0
+    np.add.at(children, parent[nested], dur[nested])
     return np.clip(dur - children, 0, None)
 
 

@@ -1,0 +1,727 @@
+"""The critical path of each step: the chain of work, across host threads, device streams and ranks, that the step
+could not have ended sooner than, and what it is made of.
+
+The dependency graph is what the trace records:
+- a host thread's ops in order, with nesting (at each instant the innermost op running is the thread's work);
+- launch -> device work, by correlation id (CUDA and HIP launches, ``cuLaunchKernel(Ex)``, copies, a graph
+  launch for each of its nodes);
+- device work in stream order;
+- a kernel that starts after both its launch and its stream's previous work waited for another stream of its
+  device (``cudaStreamWaitEvent``): the work there that ended last before it;
+- a blocking call (``*Synchronize``, a blocking copy, `rules.BLOCKING_HOST_OPS`) -> the device work that ended
+  last inside it;
+- a collective -> the rank that arrived last (`stitch`), where the run has several ranks.
+
+The path is found backward from each step's end, always to the dependency that arrived last (a last-arrival
+walk). Each edge's weight is the time between its ends, so every chain through the graph is at most as long as
+the step and the walk's chain is exactly as long: it is the longest path, without building the edges one by
+one. Each node's predecessor is found for all nodes at once (vectorised); only following the chain is a loop,
+one cheap step per node on the path.
+
+Each input is walked where it is read (`input_walks`: the pieces from its steps' ends and from each of its
+collectives back to the collective before), so a run analysed in processes joins its ranks' pieces (`stitch`)
+as one read whole does.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.collectives import Collectives
+from traceinsight.analysis.host_ops import nesting_parents
+from traceinsight.analysis.kernel_classes import kernel_classes
+from traceinsight.analysis.steps import Steps
+from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, blocking_mask, kind_mask
+from traceinsight.rules import (
+    COLLECTIVE_HOST_PATTERN,
+    COLLECTIVE_KERNEL_PATTERN,
+    CROSS_STREAM_WAIT_MIN_NS,
+    GRAPH_LAUNCH,
+    KERNEL_LAUNCH,
+    THREAD_WAIT_MIN_NS,
+    WAIT_MIN_NS,
+)
+
+# What a stretch of the path is, and the group a breakdown reports it under.
+PATH_PARTS: dict[str, str] = {
+    "cpu_op": "cpu",  # a framework op, a user range or a Python function runs on the host
+    "runtime": "cpu",  # a runtime call other than a launch (allocations, event records)
+    "host_gap": "cpu",  # host time between traced ops on the step's thread (Python, untraced work)
+    "sync": "cpu",  # a blocking call returning after the device work it waited for ended
+    "launch": "launch",  # a launch call, and its launch to the start of its device work
+    "compute": "gpu_compute",  # a kernel (its class in `kernel_class`)
+    "copy": "copy",  # a memcpy or memset
+    "collective_transfer": "collective",  # a collective, every rank in
+    "rank_wait": "rank_wait",  # a collective waiting for a rank the trace does not hold (single-rank trace)
+    "input_wait": "input",  # the training loop waiting for its input data
+    "kernel_gap": "idle",  # device work waiting for the work before it on its stream, beyond its end
+    "blocked": "idle",  # a blocking call waiting for device work the trace does not hold
+    "idle": "idle",  # nothing the trace holds runs (before the first work the walk can reach)
+}
+PARTS = tuple(PATH_PARTS)
+GROUPS = ("cpu", "launch", "gpu_compute", "copy", "collective", "rank_wait", "input", "idle")
+_CODE = {name: code for code, name in enumerate(PARTS)}
+
+_NONE = -1  # no predecessor in the trace: the rest of the step down to its start is idle
+_TO_MAIN = -2  # an idle moment of a thread other than the step's: the step's thread at that instant
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """One input's dependency graph, as arrays over nodes: the host threads' intervals (between consecutive starts
+    and ends of their ops, each owned by the innermost op running), then the device work rows. A node is entered
+    at an instant and holds the path from its `start` to that instant; from its start the path goes to `pred`,
+    resuming at `arrive` (the edge's own time, [arrive, start], is `edge_part`). Lists, not arrays: the walk
+    reads one element at a time."""
+
+    start: list[int]
+    start_raw: list[int]  # the interval's own start (a wait's node begins where what it waited for ended)
+    pred_raw: list[int]  # the interval's predecessor on its own thread (entered before the wait ended)
+    part_raw: list[int]  # and its part then
+    end: list[int]
+    part: list[int]  # codes of PARTS
+    edge_part: list[int]
+    pred: list[int]  # a node, or _NONE / _TO_MAIN
+    arrive: list[int]
+    collective: list[int]  # the start of the collective row the node belongs to; -1 for other nodes
+    name: np.ndarray  # name codes (into `names`), -1 none
+    kernel_class: np.ndarray  # codes into `classes`, -1 for host nodes
+    resource: np.ndarray  # the thread (host nodes) or -(stream + 2) (device nodes)
+    device_nodes: np.ndarray  # positions of the device nodes
+    main_starts: list[int]  # the step thread's nodes' starts, in order (entering it at an instant)
+    main_nodes: list[int]
+    names: list[str]
+    classes: list[str]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The path from one instant back to where it needs another rank (a collective), or to its floor: arrays of
+    its stretches, latest first, in its input's codes."""
+
+    start: np.ndarray
+    end: np.ndarray
+    part: np.ndarray
+    name: np.ndarray
+    kernel_class: np.ndarray
+    resource: np.ndarray
+    stop_ns: int  # where it stopped
+    collective_ns: int | None  # it stopped at the collective that started then (its `Arrival.arrival_ns`)
+    collective_name: int = -1  # that collective's name code, and where it ran
+    collective_resource: int = -1
+
+
+@dataclass(frozen=True)
+class InputWalks:
+    """One input's pieces: from each of its steps' ends, and from each of its collectives' starts back."""
+
+    steps: list[Piece]
+    collectives: dict[int, Piece]  # by the collective's start (an `Arrival.arrival_ns`)
+    names: list[str]
+    classes: list[str]
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The run's steps' critical paths: each step's time, every nanosecond in one stretch of its path."""
+
+    step_ids: list[int]
+    step_ns: np.ndarray
+    parts: dict[str, np.ndarray]  # ns per step, by `PARTS`
+    # One row per stretch: step (position in the run's steps), start_ns, end_ns, part, group, kernel_class, name,
+    # input_id, resource (a host thread, or -(stream + 2) for a device stream).
+    segments: pd.DataFrame
+    crossings: np.ndarray  # per step, how many times the path moves to another rank
+
+    @property
+    def total_ns(self) -> int:
+        return int(self.step_ns.sum())
+
+    def group_ns(self) -> dict[str, np.ndarray]:
+        """ns per step by breakdown group (`GROUPS`)."""
+        grouped = {g: np.zeros(len(self.step_ns), np.int64) for g in GROUPS}
+        for part, ns in self.parts.items():
+            grouped[PATH_PARTS[part]] += ns
+        return grouped
+
+    def shares(self) -> dict[str, float]:
+        """Each group's share of the steps' time."""
+        total = self.total_ns
+        return {g: float(ns.sum()) / total if total else 0.0 for g, ns in self.group_ns().items()}
+
+
+def input_walks(events: pd.DataFrame, steps: Steps) -> InputWalks:
+    """One input's walks (`events`: its rows alone; `steps`: its own steps)."""
+    graph = _graph(events)
+    step_pieces = []
+    for step in steps.items:
+        end = step.start_ns + step.dur_ns
+        node, at = _step_end_node(graph, end, steps.device is None)
+        head = [(-1, at, end, _CODE["idle"])] if at < end else []
+        step_pieces.append(_chase(graph, node, at, step.start_ns, head))
+    pieces = {}
+    starts = [s.start_ns for s in steps.items]
+    lowest = min(graph.start, default=0)
+    for node in _first_of_each_collective(graph):
+        begin = graph.collective[node]
+        # Back to the start of the step before the one it is in: another rank's step may begin a little earlier.
+        at = bisect.bisect_right(starts, begin) - 2
+        pieces[begin] = _from_collective(graph, node, starts[at] if at >= 0 else lowest)
+    return InputWalks(step_pieces, pieces, graph.names, graph.classes)
+
+
+def _first_of_each_collective(graph: _Graph) -> list[int]:
+    """The first node of each collective row (a host collective's first interval; a collective kernel's row)."""
+    seen: set[int] = set()
+    first = []
+    for node, begin in enumerate(graph.collective):
+        if begin >= 0 and begin not in seen:
+            seen.add(begin)
+            first.append(node)
+    return first
+
+
+def _graph(events: pd.DataFrame) -> _Graph:
+    """The input's nodes and each node's predecessor, found for all nodes at once."""
+    names = DistinctNames(events)
+    classes = kernel_classes(events)
+    host = _host_nodes(events, names)
+    device = _device_nodes(events, names, classes)
+    offset = len(host["start"])
+    # A device node's launch edge goes to the launch call's first interval (entered at its start, it passes the
+    # path on to whatever ran before it on its thread).
+    launch_row = device.pop("launch_row")
+    launch_node = np.where(launch_row >= 0, host["first_interval"][np.maximum(launch_row, 0)], _NONE)
+    is_launch = device["pred"] == -3
+    device["pred"] = np.where(
+        is_launch, launch_node, np.where(device["pred"] >= 0, device["pred"] + offset, device["pred"])
+    )
+    device["pred_raw"] = device["pred"]
+    main = _main_thread(events, host)
+    on_main = np.flatnonzero(host["thread"] == main) if main is not None else np.zeros(0, np.int64)
+    other = host["thread"] != main if main is not None else np.ones(len(host["start"]), bool)
+    # Long idle moments of other threads (and their beginnings) pass the path to the step's thread at that instant;
+    # short ones between their ops are their own untraced work (an engine's dispatch between its ops).
+    gap = other & (host["owner"] < 0) & (host["end"] - host["interval_start"] >= THREAD_WAIT_MIN_NS)
+    host["start"] = np.where(gap, host["end"], host["start"])
+    host["start_raw"] = host["start"].copy()
+    host["arrive"] = np.where(gap, host["end"], host["arrive"])
+    host["pred"] = np.where(other & ((host["pred"] == _NONE) | gap), _TO_MAIN, host["pred"])
+    host["pred_raw"] = host["pred"].copy()
+    host["part_raw"] = host["part"].copy()
+    # A blocking call's last interval waits for the device work that ended last inside it; a long wait of the step's
+    # thread for another thread, for that thread's op that ended last inside it.
+    waited = _waited_work(host, device)
+    synced = waited >= 0
+    ended = device["end"][np.maximum(waited, 0)] if len(device["end"]) else host["start"]
+    host["start"] = np.where(synced, ended, host["start"])
+    host["pred"] = np.where(synced, waited + offset, host["pred"])
+    woken = np.where(synced, -1, _thread_waits(host, other))
+    host["start"] = np.where(woken >= 0, host["end"][np.maximum(woken, 0)], host["start"])
+    host["pred"] = np.where(woken >= 0, woken, host["pred"])
+    host["part"] = np.where(woken >= 0, _CODE["sync"], host["part"])
+    host["arrive"] = np.where(synced | (woken >= 0), host["start"], host["arrive"])
+    blocked_long = host["blocking_last"] & ~synced & (host["owner_dur"] >= WAIT_MIN_NS)
+    host["part"] = np.where(blocked_long, _CODE["blocked"], host["part"])
+
+    def both(key: str) -> list[int]:
+        return np.concatenate([host[key], device[key]]).astype(np.int64).tolist()
+
+    main_starts = host["interval_start"][on_main]
+    return _Graph(
+        start=both("start"),
+        start_raw=both("start_raw"),
+        pred_raw=both("pred_raw"),
+        part_raw=both("part_raw"),
+        end=both("end"),
+        part=both("part"),
+        edge_part=both("edge_part"),
+        pred=both("pred"),
+        arrive=both("arrive"),
+        collective=both("collective"),
+        name=np.concatenate([host["name"], device["name"]]),
+        kernel_class=np.concatenate([np.full(offset, -1, np.int8), device["kernel_class"]]),
+        resource=np.concatenate([host["thread"], -(device["stream"] + 2)]),
+        device_nodes=np.arange(offset, offset + len(device["start"])),
+        main_starts=main_starts.tolist(),
+        main_nodes=on_main.tolist(),
+        names=names.names,
+        classes=[str(c) for c in classes.categories],
+    )
+
+
+def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
+    """The host threads' intervals: between each pair of consecutive instants at which an op of the thread starts
+    or ends, owned by the innermost op then running (-1 between top-level ops), and their predecessors (the
+    interval before on the thread)."""
+    rows = np.flatnonzero(events["device"].isna().to_numpy() & (events["dur_ns"].to_numpy() > 0))
+    thread_ids = events["thread"].to_numpy()[rows]
+    threads, thread = np.unique(thread_ids, return_inverse=True)
+    start = events["ts_ns"].to_numpy()[rows]
+    end = start + events["dur_ns"].to_numpy()[rows]
+    order = np.lexsort((start - end, start, thread))
+    rows, thread, start, end = rows[order], thread[order], start[order], end[order]
+    parent = nesting_parents(thread, start, end)
+    # Every instant at which something starts or ends on a thread, once.
+    b_thread = np.concatenate([thread, thread])
+    b_time = np.concatenate([start, end])
+    o = np.lexsort((b_time, b_thread))
+    b_thread, b_time = b_thread[o], b_time[o]
+    distinct = np.r_[True, (np.diff(b_thread) != 0) | (np.diff(b_time) != 0)]
+    b_thread, b_time = b_thread[distinct], b_time[distinct]
+    same = b_thread[:-1] == b_thread[1:]
+    i_thread, i_start, i_end = b_thread[:-1][same], b_time[:-1][same], b_time[1:][same]
+    # The innermost op running in each interval: the last to start at or before it, or the first of its
+    # enclosing ops that has not ended.
+    owner = _last_at_or_before(thread, start, i_thread, i_start)
+    while True:
+        ended = owner >= 0
+        ended[ended] = end[owner[ended]] <= i_start[ended]
+        if not ended.any():
+            break
+        owner[ended] = parent[owner[ended]]
+    owned = owner >= 0
+    row_of = np.where(owned, rows[np.maximum(owner, 0)], -1)
+    part = _host_parts(events, names, rows, owner, row_of)
+    blocking_row = blocking_mask(events) | _pageable_copy_calls(events)
+    blocking_last = owned & blocking_row[np.maximum(row_of, 0)] & (end[np.maximum(owner, 0)] == i_end)
+    collective_row = names.rows(COLLECTIVE_HOST_PATTERN)
+    collective = np.where(owned & collective_row[np.maximum(row_of, 0)], start[np.maximum(owner, 0)], -1)
+    part = np.where(collective >= 0, _CODE["collective_transfer"], part)
+    n = len(i_start)
+    first_of_thread = np.r_[True, i_thread[1:] != i_thread[:-1]] if n else np.zeros(0, bool)
+    pred = np.where(first_of_thread, _NONE, np.arange(n) - 1)
+    # Each op's first interval (a launch's: where its device work's launch edge goes).
+    first_interval = np.full(len(events), _NONE, np.int64)
+    at = _last_at_or_before(i_thread, i_start, thread, start)
+    first_interval[rows] = at
+    name_codes = events["name"].cat.codes.to_numpy()
+    return {
+        "start": i_start.copy(),
+        "interval_start": i_start,
+        "end": i_end,
+        "part": part,
+        "edge_part": np.full(n, _CODE["idle"], np.int8),
+        "pred": pred,
+        "arrive": i_start.copy(),
+        "collective": collective,
+        "name": np.where(owned, name_codes[np.maximum(row_of, 0)], -1),
+        "thread": threads[i_thread],
+        "owner": owner,
+        "owner_dur": np.where(owned, end[np.maximum(owner, 0)] - start[np.maximum(owner, 0)], 0),
+        "owner_start": np.where(owned, start[np.maximum(owner, 0)], 0),
+        "blocking_last": blocking_last,
+        "first_interval": first_interval,
+    }
+
+
+def _pageable_copy_calls(events: pd.DataFrame) -> np.ndarray:
+    """Host calls that launched a copy from or to pageable memory: whatever their name, they return only once the
+    copy is done, after the work queued before it on its stream (CUDA runtime API, "API synchronization behavior":
+    ``cudaMemcpyAsync`` of pageable memory is synchronous), so they wait for the device like a sync."""
+    device = events["device"].notna().to_numpy()
+    pageable = device & kind_mask(events, "memcpy") & (events["src_memory"] == "pageable").to_numpy()
+    correlation = events["correlation"].to_numpy()
+    wanted = correlation[pageable & (correlation >= 0)]
+    return ~device & (correlation >= 0) & np.isin(correlation, wanted)
+
+
+def _host_parts(
+    events: pd.DataFrame, names: DistinctNames, rows: np.ndarray, owner: np.ndarray, row_of: np.ndarray
+) -> np.ndarray:
+    """The part of each host interval, told by its owner: a launch, a blocking call, an input wait, a runtime call,
+    another op; untraced host time between ops (and inside a step marker alone)."""
+    n = len(events)
+    launches = names.rows(KERNEL_LAUNCH.pattern) | names.rows(GRAPH_LAUNCH.pattern)
+    correlation = events["correlation"].to_numpy()
+    device = events["device"].notna().to_numpy()
+    host_correlated = ~device & (correlation >= 0) & np.isin(correlation, correlation[device & (correlation >= 0)])
+    launches |= host_correlated
+    code = np.full(n + 1, _CODE["cpu_op"], np.int8)  # the last slot: no owner
+    code[:n][kind_mask(events, "runtime")] = _CODE["runtime"]
+    code[:n][launches] = _CODE["launch"]
+    code[:n][kind_mask(events, "input_wait")] = _CODE["input_wait"]
+    code[:n][kind_mask(events, "step")] = _CODE["host_gap"]
+    code[:n][blocking_mask(events) | _pageable_copy_calls(events)] = _CODE["sync"]
+    code[n] = _CODE["host_gap"]
+    return code[np.where(row_of >= 0, row_of, n)]
+
+
+def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Categorical) -> dict[str, Any]:
+    """The device work rows, in stream order, each with the dependency that arrived last: the work before it on
+    its stream, its launch, or (when it started later than both) work on another stream of its device."""
+    rows = np.flatnonzero(kind_mask(events, *DEVICE_WORK_KINDS) & events["device"].notna().to_numpy())
+    device_codes = events["device"].cat.codes.to_numpy()[rows]
+    stream = events["stream"].to_numpy()[rows]
+    start = events["ts_ns"].to_numpy()[rows]
+    end = start + events["dur_ns"].to_numpy()[rows]
+    order = np.lexsort((start, stream, device_codes))
+    rows, device_codes, stream, start, end = rows[order], device_codes[order], stream[order], start[order], end[order]
+    n = len(rows)
+    none = np.iinfo(np.int64).min
+    # The work before it on its stream.
+    same_stream = np.r_[False, (device_codes[1:] == device_codes[:-1]) & (stream[1:] == stream[:-1])]
+    by_stream = np.where(same_stream, np.minimum(np.r_[0, end[:-1]], start), none)
+    # Its launch: the host row with its correlation id.
+    launch_row, launched = _launch_rows(events, rows)
+    by_launch = np.where(launch_row >= 0, np.minimum(launched, start), none)
+    # Work on another stream of its device that ended last before it, when it started later than both.
+    latest_end, latest_node = _latest_end_before(device_codes, start, end)
+    known = np.maximum(by_stream, by_launch)
+    by_other = np.where(
+        (latest_node >= 0)
+        & (latest_end > known)
+        & (start - np.maximum(known, start.min(initial=0)) > CROSS_STREAM_WAIT_MIN_NS),
+        latest_end,
+        none,
+    )
+    choice = np.argmax(np.stack([by_stream, by_other, by_launch]), axis=0)  # ties: the device's own order first
+    arrive = np.choose(choice, [by_stream, by_other, by_launch]) if n else np.zeros(0, np.int64)
+    previous = np.arange(n) - 1
+    pred = np.choose(choice, [previous, latest_node, np.full(n, -3)]) if n else np.zeros(0, np.int64)
+    nothing = arrive == none
+    pred = np.where(nothing, _NONE, pred)
+    arrive = np.where(nothing, start, arrive)
+    edge = np.where(choice == 2, _CODE["launch"], _CODE["kernel_gap"]).astype(np.int8)
+    copies = kind_mask(events, "memcpy", "memset")[rows]
+    collective = names.rows(COLLECTIVE_KERNEL_PATTERN)[rows] & ~copies
+    part = np.where(copies, _CODE["copy"], np.where(collective, _CODE["collective_transfer"], _CODE["compute"]))
+    return {
+        "start": start,
+        "start_raw": start,
+        "end": end,
+        "part_raw": part.astype(np.int8),
+        "part": part.astype(np.int8),
+        "edge_part": edge,
+        "pred": pred,
+        "arrive": arrive,
+        "collective": np.where(collective, start, -1),
+        "name": events["name"].cat.codes.to_numpy()[rows],
+        "kernel_class": np.asarray(classes.codes)[rows].astype(np.int8),
+        "stream": stream,
+        "launch_row": np.where(choice == 2, launch_row, -1),
+    }
+
+
+def _launch_rows(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For device rows `rows`, the host row that launched each (same correlation id) and its start; -1 none."""
+    correlation = events["correlation"].to_numpy()
+    host = np.flatnonzero(events["device"].isna().to_numpy() & (correlation >= 0))
+    found = np.full(len(rows), -1, np.int64)
+    if not len(host) or not len(rows):
+        return found, np.zeros(len(rows), np.int64)
+    host = host[np.argsort(correlation[host], kind="stable")]
+    keys = correlation[host]
+    wanted = correlation[rows]
+    at = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
+    hit = (wanted >= 0) & (keys[at] == wanted)
+    found[hit] = host[at[hit]]
+    return found, np.where(hit, events["ts_ns"].to_numpy()[np.maximum(found, 0)], 0)
+
+
+def _latest_end_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the latest end at or before its start of any row of its device (any stream), and that row."""
+    n = len(start)
+    latest = np.full(n, np.iinfo(np.int64).min, np.int64)
+    node = np.full(n, -1, np.int64)
+    for d in np.unique(device).tolist():
+        mine = np.flatnonzero(device == d)
+        by_end = mine[np.argsort(end[mine], kind="stable")]
+        at = np.searchsorted(end[by_end], start[mine], side="right") - 1
+        ok = at >= 0
+        latest[mine[ok]] = end[by_end[at[ok]]]
+        node[mine[ok]] = by_end[at[ok]]
+    return latest, node
+
+
+def _last_at_or_before(place: np.ndarray, start: np.ndarray, wanted: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per query (`wanted` place, instant `at`), the last row of (place, start)-sorted rows of that place starting
+    at or before it; -1 none."""
+    found = np.full(len(at), -1, np.int64)
+    for p in np.unique(wanted).tolist():
+        lo, hi = np.searchsorted(place, p, side="left"), np.searchsorted(place, p, side="right")
+        queries = np.flatnonzero(wanted == p)
+        pos = lo + np.searchsorted(start[lo:hi], at[queries], side="right") - 1
+        found[queries] = np.where(pos >= lo, pos, -1)
+    return found
+
+
+def _waited_work(host: dict[str, Any], device: dict[str, Any]) -> np.ndarray:
+    """For each host interval that ends a blocking call, the device node that ended last inside it; -1 none."""
+    found = np.full(len(host["start"]), -1, np.int64)
+    wanted = np.flatnonzero(host["blocking_last"])
+    if not len(wanted) or not len(device["end"]):
+        return found
+    by_end = np.argsort(device["end"], kind="stable")
+    ends = device["end"][by_end]
+    at = np.searchsorted(ends, host["end"][wanted], side="right") - 1
+    ok = at >= 0
+    ok[ok] = ends[at[ok]] > host["start"][wanted[ok]]
+    found[wanted[ok]] = by_end[at[ok]]
+    return found
+
+
+def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
+    """For each interval of the step's thread at least `THREAD_WAIT_MIN_NS` long, the interval of another thread
+    that ended last inside it, when that thread ran ops through at least half of it (the step's thread waiting for
+    it: DDP's backward for gloo's all-reduce, ``loss.backward()`` for autograd's device thread); -1 none."""
+    found = np.full(len(host["end"]), -1, np.int64)
+    start, end, thread = host["interval_start"], host["end"], host["thread"]
+    wanted = np.flatnonzero(~other & (end - start >= THREAD_WAIT_MIN_NS))
+    candidates = np.flatnonzero(other & (host["owner"] >= 0))
+    if not len(wanted) or not len(candidates):
+        return found
+    candidates = candidates[np.argsort(end[candidates], kind="stable")]
+    at = np.searchsorted(end[candidates], end[wanted], side="right") - 1
+    which = candidates[np.maximum(at, 0)]
+    ok = (at >= 0) & (end[which] > start[wanted])
+    # How long the candidate's thread ran ops within the interval: its running total of owned time, at both ends.
+    owned_ns = np.where(host["owner"] >= 0, end - start, 0)
+    total = np.concatenate([[0], np.cumsum(owned_ns)])
+
+    def ran_until(x: np.ndarray) -> np.ndarray:
+        pos = _last_at_or_before(thread, start, thread[which], x)  # the thread's interval holding x (sorted order)
+        inside = np.clip(x - start[np.maximum(pos, 0)], 0, owned_ns[np.maximum(pos, 0)])
+        return np.where(pos >= 0, total[np.maximum(pos, 0)] + inside, 0)
+
+    ran = ran_until(end[wanted]) - ran_until(start[wanted])
+    ok &= 2 * ran >= end[wanted] - start[wanted]
+    found[wanted[ok]] = which[ok]
+    return found
+
+
+def _main_thread(events: pd.DataFrame, host: dict[str, Any]) -> int | None:
+    """The thread the steps run on: the step markers', else the one whose ops cover the most time."""
+    if not len(host["start"]):
+        return None
+    steps = kind_mask(events, "step") & events["device"].isna().to_numpy()
+    if steps.any():
+        threads = events["thread"].to_numpy()[steps]
+        durations = events["dur_ns"].to_numpy()[steps]
+    else:
+        owned = host["owner"] >= 0
+        threads = host["thread"][owned]
+        durations = (host["end"] - host["interval_start"])[owned]
+    ids, codes = np.unique(threads, return_inverse=True)
+    return int(ids[np.argmax(np.bincount(codes, weights=durations))])
+
+
+def _step_end_node(graph: _Graph, end: int, host_first: bool) -> tuple[int, int]:
+    """Where a step's path begins, walking back: the step thread's interval that ends at its end (host steps),
+    else the device work that ran last before it; and the instant it is entered at."""
+    if host_first and graph.main_nodes:
+        at = bisect.bisect_left(graph.main_starts, end) - 1
+        if at >= 0:
+            node = graph.main_nodes[at]
+            return node, min(end, graph.end[node])
+    nodes = graph.device_nodes
+    if not len(nodes):
+        return _NONE, end
+    starts = np.asarray(graph.start, np.int64)[nodes]
+    reached = np.minimum(np.asarray(graph.end, np.int64)[nodes], end)
+    reached = np.where(starts < end, reached, np.iinfo(np.int64).min)
+    best = int(np.argmax(reached))
+    if reached[best] == np.iinfo(np.int64).min:
+        return _NONE, end
+    return int(nodes[best]), int(reached[best])
+
+
+def _chase(graph: _Graph, node: int, at: int, floor: int, head: list[tuple[int, int, int, int]] | None = None) -> Piece:
+    """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective. `head`: stretches
+    (node, start, end, part) that come before, latest first."""
+    start, part, edge_part = graph.start, graph.part, graph.edge_part
+    pred, arrive, collective = graph.pred, graph.arrive, graph.collective
+    start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
+    seg_node, seg_start, seg_end, seg_part = [], [], [], []
+    for n, s, e, p in head or ():
+        if e > max(s, floor):
+            seg_node.append(n), seg_start.append(max(s, floor)), seg_end.append(e), seg_part.append(p)
+    t = at
+    stop, collective_node = floor, -1
+    for _ in range(4 * len(start) + 4):  # each turn goes back in time or to a node entered at its end: bounded
+        if t <= floor:
+            break
+        if node < 0:
+            seg_node.append(-1), seg_start.append(floor), seg_end.append(t), seg_part.append(_CODE["idle"])
+            break
+        if collective[node] >= 0:
+            stop, collective_node = t, node
+            break
+        s, p, arrived, own = start[node], pred[node], arrive[node], part[node]
+        if t < s and start_raw[node] < s:  # entered before what it waited for ended: its own thread's time
+            s, p, arrived, own = start_raw[node], pred_raw[node], start_raw[node], part_raw[node]
+        s = min(s, t)
+        low = max(s, floor)
+        if t > low:
+            seg_node.append(node), seg_start.append(low), seg_end.append(t), seg_part.append(own)
+        if s <= floor:
+            break
+        a = min(arrived, s)
+        if a < s:
+            seg_node.append(node), seg_start.append(max(a, floor)), seg_end.append(s), seg_part.append(edge_part[node])
+        node, t = _resolved(graph, p, a), a
+    nodes = np.asarray(seg_node, np.int64)
+    named = nodes >= 0
+    safe = np.maximum(nodes, 0)
+    return Piece(
+        start=np.asarray(seg_start, np.int64),
+        end=np.asarray(seg_end, np.int64),
+        part=np.asarray(seg_part, np.int8),
+        name=np.where(named, graph.name[safe] if len(nodes) else -1, -1).astype(np.int64),
+        kernel_class=np.where(named, graph.kernel_class[safe] if len(nodes) else -1, -1).astype(np.int8),
+        resource=np.where(named, graph.resource[safe] if len(nodes) else -1, -1).astype(np.int64),
+        stop_ns=stop,
+        collective_ns=collective[collective_node] if collective_node >= 0 else None,
+        collective_name=int(graph.name[collective_node]) if collective_node >= 0 else -1,
+        collective_resource=int(graph.resource[collective_node]) if collective_node >= 0 else -1,
+    )
+
+
+def _resolved(graph: _Graph, pred: int, at: int) -> int:
+    """A predecessor as a node: `_TO_MAIN` becomes the step thread's node running at `at`."""
+    if pred != _TO_MAIN:
+        return pred
+    i = bisect.bisect_left(graph.main_starts, at) - 1
+    return graph.main_nodes[i] if i >= 0 else _NONE
+
+
+def _from_collective(graph: _Graph, node: int, floor: int) -> Piece:
+    """The path back from a collective's start: what it waited for before it could begin on this rank."""
+    s = graph.start[node]
+    a = min(graph.arrive[node], s)
+    head = [(node, a, s, graph.edge_part[node])] if a < s else []
+    return _chase(graph, _resolved(graph, graph.pred[node], a), a, floor, head)
+
+
+def stitch(walks: list[InputWalks], steps: Steps, collectives: Collectives) -> CriticalPath:
+    """The run's steps' paths: each step's piece, and at each collective it reaches, the piece of the rank that
+    arrived last (a single-rank trace: the collective's wait for the ranks it does not hold is `rank_wait`)."""
+    if not steps.items or steps.input_id >= len(walks) or not walks[steps.input_id].steps:
+        return empty_path()
+    last: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for instance in collectives.instances:
+        latest = max(instance.arrivals, key=lambda a: a.arrival_ns)
+        for a in instance.arrivals:
+            last[(a.input_id, a.arrival_ns)] = (latest.input_id, latest.arrival_ns, a.wait_ns)
+    single = collectives.scope == "single_rank"
+    columns: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("step", "start", "end", "part", "name", "kernel_class", "resource", "input")
+    }
+    crossings = np.zeros(len(steps.items), np.int64)
+
+    def add(k: int, input_id: int, piece_or_rows: Piece | tuple[int, int, int, int, int], floor: int) -> None:
+        if isinstance(piece_or_rows, Piece):
+            p = piece_or_rows
+            keep = p.end > np.maximum(p.start, floor)
+            arrays = (
+                np.maximum(p.start, floor)[keep],
+                p.end[keep],
+                p.part[keep],
+                p.name[keep],
+                p.kernel_class[keep],
+                p.resource[keep],
+            )
+        else:
+            s, e, part, name, resource = piece_or_rows
+            if e <= max(s, floor):
+                return
+            arrays = (
+                np.array([max(s, floor)]),
+                np.array([e]),
+                np.array([part], np.int8),
+                np.array([name]),
+                np.array([-1], np.int8),
+                np.array([resource]),
+            )
+        count = len(arrays[0])
+        columns["step"].append(np.full(count, k, np.int32))
+        for key, values in zip(("start", "end", "part", "name", "kernel_class", "resource"), arrays, strict=True):
+            columns[key].append(values)
+        columns["input"].append(np.full(count, input_id, np.int16))
+
+    for k, step in enumerate(steps.items):
+        floor = step.start_ns
+        input_id = steps.input_id
+        piece: Piece | None = walks[input_id].steps[k]
+        for _ in range(100_000):
+            assert piece is not None
+            add(k, input_id, piece, floor)
+            if piece.collective_ns is None:
+                if piece.stop_ns > floor:
+                    add(k, input_id, (floor, piece.stop_ns, _CODE["idle"], -1, -1), floor)
+                break
+            begin, t = piece.collective_ns, piece.stop_ns
+            name, resource = piece.collective_name, piece.collective_resource
+            latest = last.get((input_id, begin))
+            if latest is not None and not single and latest[0] != input_id and latest[1] > begin:
+                add(k, input_id, (latest[1], t, _CODE["collective_transfer"], name, resource), floor)
+                input_id, begin = latest[0], latest[1]
+                crossings[k] += 1
+            elif latest is not None and single and latest[2] > 0:
+                waited = min(begin + latest[2], t)
+                add(k, input_id, (waited, t, _CODE["collective_transfer"], name, resource), floor)
+                add(k, input_id, (begin, waited, _CODE["rank_wait"], name, resource), floor)
+            else:
+                add(k, input_id, (begin, t, _CODE["collective_transfer"], name, resource), floor)
+            if begin <= floor:
+                break
+            piece = walks[input_id].collectives.get(begin)
+            if piece is None:
+                add(k, input_id, (floor, begin, _CODE["idle"], -1, -1), floor)
+                break
+    return _path(walks, steps, columns, crossings)
+
+
+def _path(
+    walks: list[InputWalks], steps: Steps, columns: dict[str, list[np.ndarray]], crossings: np.ndarray
+) -> CriticalPath:
+    """The path's table and per-step parts from the stitched stretches (names and classes made run-wide)."""
+    joined = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in columns.items()}
+    # Names: each input's codes into one list of the run's names.
+    every = [name for w in walks for name in w.names]
+    offsets = np.cumsum([0] + [len(w.names) for w in walks])
+    codes = (
+        np.where(joined["name"] >= 0, offsets[joined["input"].astype(np.int64)] + joined["name"], -1)
+        if len(every)
+        else joined["name"]
+    )
+    unique_codes, unique = pd.factorize(pd.Index(every)) if every else (np.zeros(0, np.int64), pd.Index([]))
+    name_codes = np.where(codes >= 0, unique_codes[np.maximum(codes, 0)] if len(every) else -1, -1)
+    classes = walks[steps.input_id].classes
+    part_codes = joined["part"].astype(np.int8)
+    segments = pd.DataFrame(
+        {
+            "step": joined["step"].astype(np.int32),
+            "start_ns": joined["start"].astype(np.int64),
+            "end_ns": joined["end"].astype(np.int64),
+            "part": pd.Categorical.from_codes(part_codes, categories=PARTS),
+            "group": pd.Categorical.from_codes(
+                np.array([GROUPS.index(PATH_PARTS[p]) for p in PARTS], np.int8)[part_codes], categories=GROUPS
+            ),
+            "kernel_class": pd.Categorical.from_codes(joined["kernel_class"].astype(np.int8), categories=classes),
+            "name": pd.Categorical.from_codes(name_codes.astype(np.int64), categories=unique),
+            "input_id": joined["input"].astype(np.int16),
+            "resource": joined["resource"].astype(np.int64),
+        }
+    )
+    count = len(steps.items)
+    dur = segments["end_ns"].to_numpy() - segments["start_ns"].to_numpy()
+    table = np.zeros((count, len(PARTS)), np.int64)
+    np.add.at(table, (segments["step"].to_numpy(), part_codes), dur)
+    return CriticalPath(
+        step_ids=[s.id for s in steps.items],
+        step_ns=np.array([s.dur_ns for s in steps.items], np.int64),
+        parts={p: table[:, i] for i, p in enumerate(PARTS)},
+        segments=segments,
+        crossings=crossings,
+    )
+
+
+def empty_path() -> CriticalPath:
+    """The path of a run without steps."""
+    return _path([InputWalks([], {}, [], [])], Steps("none", "", 0, []), {}, np.zeros(0, np.int64))
