@@ -20,7 +20,9 @@ HTA works in whole microseconds (fractional-us timestamps are rounded: start up,
 figures are its microseconds x 1000. ``step_ns`` is the window HTA clips to (the first row, in its data frame's
 order, whose name *contains* the annotation: hta/analyzers/critical_path_analysis.py:1554-1585, repeated here to
 say which event it was); ``path_weight_ns`` is the sum of the path edges' weights (``duration`` in the
-breakdown); ``path_span_ns`` is the time from the path's first node to its last.
+breakdown); ``path_span_ns`` is the time from the path's first node to its last; ``edge_types`` gives, per HTA
+edge type on the path, its edges' count, weight and the time they cover (end node's ts minus begin node's:
+zero-weight edges cover time too, which is why the weight falls short of the span).
 
 Run from the repository root: ``python -m benchmarks.hta_critical_path [--hta-python PY] [--out OUT]
 [TRACE[#N] ...]``; the defaults write benchmarks/data/hta_critical_path.json from the traces in DEFAULT_TRACES
@@ -143,8 +145,15 @@ try:
     result["path_edges"] = len(edges)
     result["shares"] = {str(k): round(float(v), 3) for k, v in shares.items()}
     by_type = edges.groupby("type").duration.agg(["count", "sum"])
-    result["edge_types"] = {t: {"count": int(r["count"]), "weight_ns": int(r["sum"]) * 1000}
-                            for t, r in by_type.iterrows()}
+    # The time each edge type covers (its end node's ts minus its begin node's): zero-weight edges cover time too.
+    covered = {}
+    for e in graph.critical_path_edges_set:
+        gap = graph.node_list[e.end].ts - graph.node_list[e.begin].ts
+        covered[e.type.value] = covered.get(e.type.value, 0) + int(gap)
+    result["edge_types"] = {
+        t: {"count": int(r["count"]), "weight_ns": int(r["sum"]) * 1000, "covers_ns": covered[t] * 1000}
+        for t, r in by_type.iterrows()
+    }
     attributed = edges.dropna(subset=["event_idx"])
     per_event = attributed.groupby(["event_idx", "bound_by"]).duration.sum()
     top = per_event.sort_values(ascending=False, kind="stable").head(top_events)

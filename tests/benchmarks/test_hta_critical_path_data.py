@@ -46,6 +46,17 @@ def test_entry_is_an_error_or_a_breakdown_that_adds_up(path: str) -> None:
     # The path's weight is its edges' weights, type by type; each share is that weight's part by bound_by.
     assert sum(kind["weight_ns"] for kind in entry["edge_types"].values()) == weight
     assert sum(kind["count"] for kind in entry["edge_types"].values()) == entry["path_edges"]
+    # The path is a chain of nodes, so the time its edges cover adds up to its span; only dependency edges weigh
+    # nothing, delay edges weigh what they cover, and op/kernel spans less when blocking calls are zeroed.
+    kinds = entry["edge_types"]
+    assert sum(kind["covers_ns"] for kind in kinds.values()) == entry["path_span_ns"]
+    for name, kind in kinds.items():
+        if name in ("critical_path_dependency", "critical_path_sync_dependency"):
+            assert kind["weight_ns"] == 0
+        elif name in ("critical_path_kernel_kernel_delay", "critical_path_kernel_launch_delay"):
+            assert kind["weight_ns"] == kind["covers_ns"]
+        else:
+            assert kind["weight_ns"] <= kind["covers_ns"] + kind["count"] * 1000  # zeroed edges may cover -1 us
     launch = entry["edge_types"].get("critical_path_kernel_launch_delay", {"weight_ns": 0})["weight_ns"]
     assert entry["shares"].get("gpu_kernel_launch_overhead", 0.0) == pytest.approx(100 * launch / weight, abs=0.01)
     gaps = entry["edge_types"].get("critical_path_kernel_kernel_delay", {"weight_ns": 0})["weight_ns"]
