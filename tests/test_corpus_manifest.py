@@ -100,3 +100,18 @@ def test_data_file_matches_its_pinned_sha256(entry):
     data = path.read_bytes()
     assert len(data) == entry["bytes"]
     assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+
+
+CRITICAL_PATH_GROUPS = {"cpu", "launch", "gpu_compute", "copy", "collective", "rank_wait", "input", "idle"}
+
+
+def test_critical_path_labels_use_the_group_vocabulary():
+    """Every critical-path label (corpus and shared traces) names known groups, never one both ways, with a reason."""
+    shared = json.loads((ROOT / "corpus" / "labels_shared_paths.json").read_text())["traces"]
+    labelled = {k: v for k, v in LABELS.items() if "critical_path_acceptable" in v} | shared
+    assert len(labelled) >= 30
+    for key, label in labelled.items():
+        acceptable, must_not = set(label["critical_path_acceptable"]), set(label["critical_path_must_not"])
+        assert acceptable <= CRITICAL_PATH_GROUPS and must_not <= CRITICAL_PATH_GROUPS, key
+        assert not acceptable & must_not, key
+        assert label["critical_path_reason"] and label["critical_path_figures"], key
