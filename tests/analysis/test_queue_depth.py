@@ -21,7 +21,8 @@ queue_depth = importlib.import_module("traceinsight.analysis.queue_depth")  # th
 
 # Launches at 0, 10, 20 us (5 us each); their kernels run 100 us each back to back from 30 us. Depth: 1 on
 # [0, 10), 2 on [10, 20), 3 on [20, 130), 2 on [130, 230), 1 on [230, 330), then 0.
-THREE = [launch(0, 5, 1), launch(10, 5, 2), launch(20, 5, 3)] + [kernel(30 + 100 * i, 100, corr=i + 1) for i in range(3)]
+THREE = [launch(0, 5, 1), launch(10, 5, 2), launch(20, 5, 3)]
+THREE += [kernel(30 + 100 * i, 100, corr=i + 1) for i in range(3)]
 
 
 def test_depth_profile_over_the_launches_span() -> None:
@@ -83,12 +84,14 @@ def _raw_queue_means(path: str) -> tuple[float, float, int]:
     """On the largest stream of a Kineto trace, from its raw JSON: the time-weighted mean over the ProfilerStep
     ranges of (our) launches outstanding until their device work ends, and of HTA's queue length (dropped when the
     work starts), and the stream."""
-    events = json.loads(gzip.open(path).read())["traceEvents"]
+    with gzip.open(path) as file:
+        events = json.loads(file.read())["traceEvents"]
+    launch_names = ("cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
     calls = {}
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
-            if e["name"].startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync")):
-                calls.setdefault(e["args"]["correlation"], e["ts"])
+        runtime = e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+        if runtime and "correlation" in e.get("args", {}) and e["name"].startswith(launch_names):
+            calls.setdefault(e["args"]["correlation"], e["ts"])
     work: dict[int, list[tuple[float, float, float]]] = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
