@@ -107,6 +107,12 @@ COMPILED_STEP = {"pytorch": "torch.compile", "tensorflow": "tf.function", "jax":
 
 _PT_LOADER = "DataLoader(dataset, batch_size=..., num_workers=8{pin}, persistent_workers=True)"
 _BIGGER_BATCH_LAUNCH = "Use a bigger batch so each kernel does more work per launch."
+# launch_bound's evidence names the small-kernel sequence every step repeats at the highest launch cost.
+_REPEATED_SEQUENCE = Tip(
+    "Every step repeats the small kernels {sequence}{sequence_ops}: fuse them, or capture them in a graph, so the "
+    "sequence costs one launch instead of one per kernel.",
+    when="top_sequence",
+)
 _BIGGER_BATCH_DISPATCH = "Use a bigger batch so each op does more work per dispatch."
 _BIGGER_BATCH_BLOCKS = "Use a bigger batch (if memory allows) so kernels launch enough blocks to fill every SM."
 _LR_SCALING = "Scale the learning rate with the batch (linear, or square-root, rule with a warm-up)."
@@ -283,6 +289,7 @@ TABLE: tuple[Row, ...] = (
         "pytorch",
         "any",
         (
+            _REPEATED_SEQUENCE,
             Tip("Fuse small ops: `model = torch.compile(model)`.", skip_if=(("torch_compile", True),)),
             Tip(
                 'Capture the step in CUDA graphs: `torch.compile(model, mode="reduce-overhead")`, or '
@@ -297,6 +304,7 @@ TABLE: tuple[Row, ...] = (
         "tensorflow",
         "any",
         (
+            _REPEATED_SEQUENCE,
             Tip(
                 "Run the step as a graph: `@tf.function` on the step function (no per-op Python dispatch).",
                 skip_if=(("graph", True),),
@@ -314,6 +322,7 @@ TABLE: tuple[Row, ...] = (
         "jax",
         "any",
         (
+            _REPEATED_SEQUENCE,
             "`jax.jit` the whole step, not its pieces, so XLA fuses it into few kernels.",
             "Run several steps per call with `jax.lax.scan`, and use a bigger batch.",
         ),
@@ -964,8 +973,11 @@ def advise(rule: str, analysis: Analysis, evidence: dict[str, Any], cc: tuple[in
     """The rule's advice for the run (its framework, workload and server, the settings already in place, the GPU's
     compute capability `cc`), in the table's order; a tip for the slowest tf.data stage first."""
     seen = {**analysis.settings.input, **analysis.settings.run}
+    ops = evidence.get("top_sequence_ops")
     context = {
         "function": evidence.get("slowest_function") or "the map function",
+        "sequence": evidence.get("top_sequence") or "",
+        "sequence_ops": f", issued by `{ops}`" if ops else "",
         "batch_factor": f"{evidence.get('batch_factor_assumed', DEFAULT_BATCH_FACTOR):g}",
     }
 

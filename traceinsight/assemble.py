@@ -19,8 +19,11 @@ from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_to
 from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.graphs import GraphReplays as GraphReplaysAnalysis
+from traceinsight.analysis.kernel_sequences import KernelSequences as KernelSequencesAnalysis
 from traceinsight.analysis.kernels import KernelStats
 from traceinsight.analysis.ledger import IDLE_PARTS, KERNEL_PARTS
+from traceinsight.analysis.queue_depth import QueueDepth as QueueDepthAnalysis
+from traceinsight.analysis.queue_depth import StreamQueue as StreamQueueAnalysis
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.analysis.waits import Waits as WaitsAnalysis
 from traceinsight.findings import Findings, evaluate
@@ -37,6 +40,8 @@ from traceinsight.result import (
     Input,
     InputPipeline,
     Kernels,
+    KernelSequence,
+    KernelSequences,
     LaunchDelay,
     Ledger,
     LedgerDevice,
@@ -45,6 +50,7 @@ from traceinsight.result import (
     Memory,
     Memset,
     Meta,
+    QueueDepth,
     Rank,
     Ranks,
     RankSteps,
@@ -52,6 +58,7 @@ from traceinsight.result import (
     Step,
     Steps,
     StragglerRank,
+    StreamQueue,
     Totals,
     Waits,
     Window,
@@ -310,6 +317,37 @@ def _graph_replays(g: GraphReplaysAnalysis) -> GraphReplays:
     )
 
 
+def _stream_queue(q: StreamQueueAnalysis) -> StreamQueue:
+    return StreamQueue(
+        device=q.device,
+        stream=q.stream,
+        launches=q.launches,
+        mean_depth=round(q.mean_depth, 3),
+        max_depth=q.max_depth,
+        drained_share=round(q.drained_share, 4),
+        full_share=round(q.full_share, 4),
+        found_depth_p50=q.found_depth_p50,
+        series_ts_ns=q.series_ts_ns.tolist(),
+        series_depth=q.series_depth.tolist(),
+    )
+
+
+def _queue_depth(q: QueueDepthAnalysis) -> QueueDepth:
+    return QueueDepth(
+        limit=q.limit, devices=[_stream_queue(d) for d in q.devices], streams=[_stream_queue(s) for s in q.streams]
+    )
+
+
+def _kernel_sequences(k: KernelSequencesAnalysis | None) -> KernelSequences:
+    if k is None:
+        return KernelSequences()
+    return KernelSequences(
+        steps=k.steps,
+        small_threshold_ns=k.small_threshold_ns,
+        items=[KernelSequence(**{**asdict(s), "per_step": round(s.per_step, 3)}) for s in k.items],
+    )
+
+
 def _waits(w: WaitsAnalysis) -> Waits:
     return Waits(
         count=w.count,
@@ -461,6 +499,8 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         capture=_capture(a.capture),
         input_pipeline=_input_pipeline(a),
         graph_replays=_graph_replays(a.graphs),
+        queue_depth=_queue_depth(a.queue_depth),
+        kernel_sequences=_kernel_sequences(a.kernel_sequences),
         waits=_waits(a.waits),
         ranks=_ranks(a),
         compute=a.compute.summary,

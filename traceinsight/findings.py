@@ -22,6 +22,7 @@ so far. Severity is the cost as a share of the step: >= 20 % high, >= 5 % medium
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -40,6 +41,7 @@ from traceinsight.rules import (
     BUSY_SHARE_EFFICIENCY_FIRST,
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
+    DRAINED_QUEUE_FOUND_DEPTH,
     DRAINED_QUEUE_LAUNCH_DELAY_NS,
     EFFICIENCY_BUSY_MIN,
     EFFICIENCY_MAX_TRANSFER_SHARE,
@@ -51,6 +53,7 @@ from traceinsight.rules import (
     HIGH_INPUT_FRACTION,
     HIGH_SEVERITY,
     INPUT_FIX_PARALLELISM,
+    LISTED_SEQUENCES,
     LOW_MFU_MAX,
     LOW_SEVERITY,
     MAX_BATCH_FACTOR,
@@ -74,6 +77,7 @@ from traceinsight.rules import (
 )
 
 SEVERITIES = ("low", "medium", "high")
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 
 
 def _pct(fraction: float) -> str:
@@ -189,10 +193,56 @@ def _host_gap_evidence(a: Analysis) -> dict[str, Any]:
     }
 
 
+def _step_devices(a: Analysis) -> list[str]:
+    return [u.id for u in a.devices if u.input_id == a.steps.input_id]
+
+
 def _drained_queue(a: Analysis) -> bool:
-    """Kernels start right after their launch: the host, not the device, sets the pace."""
+    """The device takes each launch as soon as the host makes it: the host, not the device, sets the pace. Judged
+    by the depth a launch finds on its stream where launches are joined to their device work, else by the median
+    delay from a launch's end to its kernel's start."""
+    found = a.queue_depth.found_depth_p50(_step_devices(a))
+    if found is not None:
+        return found <= DRAINED_QUEUE_FOUND_DEPTH
     delay = _launch_delay_p50(a)
     return delay is not None and delay <= DRAINED_QUEUE_LAUNCH_DELAY_NS
+
+
+def _short_kernel_name(name: str) -> str:
+    """A kernel's function name without its return type, namespaces, template arguments and parameters."""
+    bare = name.replace("(anonymous namespace)", "")
+    while (stripped := _TEMPLATE_ARGS.sub("", bare)) != bare:  # innermost <...> first: as deep as the nesting
+        bare = stripped
+    words = bare.split("(", 1)[0].split()
+    return words[-1].rsplit("::", 1)[-1] if words else name[:60]
+
+
+def _sequence_evidence(a: Analysis) -> dict[str, Any]:
+    """The launch queue's figures and the small-kernel sequences every step repeats (fusion / graph candidates)."""
+    devices = _step_devices(a)
+    found = a.kernel_sequences.items[:LISTED_SEQUENCES] if a.kernel_sequences else []
+    listed = [
+        {
+            "kernels": " > ".join(_short_kernel_name(n) for n in s.names),
+            "per_step": round(s.per_step, 2),
+            "launch_ns": s.launch_ns,
+            "kernel_ns": s.kernel_ns,
+            "op_stack": " > ".join(s.op_stack) or None,
+        }
+        for s in found
+    ]
+    top = listed[0] if listed else None
+    drained = a.queue_depth.drained_share(devices)
+    return {
+        "queue_drained_share": None if drained is None else round(drained, 4),
+        "launch_found_depth_p50": a.queue_depth.found_depth_p50(devices),
+        "repeated_sequences": listed or None,
+        # What the advice names (`advice.py`): the top sequence's kernels, and the ops that issue them.
+        "top_sequence": f"{top['kernels']} ({len(found[0].names)} kernels, {top['per_step']:g} times a step)"
+        if top
+        else None,
+        "top_sequence_ops": top["op_stack"] if top else None,
+    }
 
 
 def _host_fix(a: Analysis) -> Fix:
@@ -207,7 +257,7 @@ def _launch_bound(a: Analysis) -> Finding | None:
         return None
     if _small_kernel_share(a) < SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND or not _drained_queue(a):
         return None
-    return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a))
+    return Finding({**_host_gap_evidence(a), **_sequence_evidence(a)}, _host_fix(a), claims=_launch_claims(a))
 
 
 def _launch_claims(a: Analysis) -> dict[str, np.ndarray]:
@@ -671,9 +721,10 @@ RULES: tuple[Rule, ...] = (
         "launch_bound",
         "Launch-bound: many small kernels, the host cannot launch them fast enough",
         f"HTA host-wait rule (launch ended after the GPU went idle), >= {_pct(SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND)} of "
-        "the kernels launched one by one under the small-kernel threshold, a drained launch queue (median launch "
-        f"delay <= {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us), and graph replays carrying < {_pct(MOST)} of the "
-        "kernel time",
+        "the kernels launched one by one under the small-kernel threshold, a drained launch queue (the median launch "
+        f"finds <= {DRAINED_QUEUE_FOUND_DEPTH} launch queued or running on its stream; without launches joined to "
+        f"their kernels, median launch delay <= {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us), and graph replays "
+        f"carrying < {_pct(MOST)} of the kernel time",
         _launch_bound,
     ),
     Rule(
@@ -681,7 +732,8 @@ RULES: tuple[Rule, ...] = (
         "Host-bound: Python / CPU work between launches keeps the GPU waiting",
         f"HTA host-wait rule (launch ended after the GPU went idle), < {_pct(SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND)} of "
         "the kernels launched one by one under the small-kernel threshold, or a deep launch queue (median launch "
-        f"delay > {DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us); with no accelerator, the step outside the host's ops",
+        f"finds > {DRAINED_QUEUE_FOUND_DEPTH} launch queued, else median launch delay > "
+        f"{DRAINED_QUEUE_LAUNCH_DELAY_NS / 1000:g} us); with no accelerator, the step outside the host's ops",
         _host_bound,
     ),
     Rule(

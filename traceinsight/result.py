@@ -588,6 +588,52 @@ class GraphReplays:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StreamQueue:
+    """One device stream's launch queue over its input's steps (`analysis/queue_depth.py`); stream -1: all of the
+    device's streams together (depth 0: the device drained)."""
+
+    device: str
+    stream: int
+    launches: int
+    mean_depth: float
+    max_depth: int
+    drained_share: float  # share of step time with nothing queued or running: the device waits on the host
+    full_share: float  # share of step time at the launch queue's limit (`QueueDepth.limit`)
+    found_depth_p50: float | None = None  # the median depth a launch found on its stream when it began
+    series_ts_ns: list[int] = field(default_factory=list)  # the deepest queue in each bin, from its start
+    series_depth: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueDepth:
+    limit: int = 0  # pending launches a stream holds before the host blocks (0: a report from before)
+    devices: list[StreamQueue] = field(default_factory=list)
+    streams: list[StreamQueue] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelSequence:
+    """Small kernels that run in this order in every step (`analysis/kernel_sequences.py`): a fusion or CUDA graph
+    candidate."""
+
+    names: list[str]
+    device: str
+    stream: int
+    count: int
+    per_step: float
+    kernel_ns: int
+    launch_ns: int
+    op_stack: list[str] = field(default_factory=list)  # host ops around the first kernel's launch, outermost first
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelSequences:
+    steps: int = 0
+    small_threshold_ns: int = 0
+    items: list[KernelSequence] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Waits:
     count: int = 0
     total_ns: int = 0
@@ -746,6 +792,8 @@ class RunReport:
     capture: Capture | None = None  # None: a report from before capture kinds
     input_pipeline: InputPipeline
     graph_replays: GraphReplays = field(default_factory=GraphReplays)
+    queue_depth: QueueDepth = field(default_factory=QueueDepth)
+    kernel_sequences: KernelSequences = field(default_factory=KernelSequences)
     waits: Waits = field(default_factory=Waits)
     ranks: Ranks | None = None  # None with a single input
     compute: ComputeEfficiency = field(default_factory=ComputeEfficiency)

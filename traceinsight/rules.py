@@ -659,6 +659,18 @@ GRAPH_LAUNCH = NamePattern(re.compile(r"^(?:cuda|cu|hip)GraphLaunch"), ("graphla
 KERNEL_LAUNCH = NamePattern(
     re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel"), ("\ncu", "\nhip")
 )
+# An asynchronous copy or memset put on a stream (``cudaMemcpyAsync``, ``cuMemcpyHtoDAsync_v2``, ``cudaMemsetAsync``,
+# ``cuMemsetD32Async``, ``hipMemcpyWithStream``): with kernel and graph launches, the calls HTA counts into a stream's
+# queue (`get_runtime_launch_events_mask` in hta/common/trace_symbol_table.py).
+ASYNC_COPY_LAUNCH = NamePattern(
+    re.compile(r"^(?:cuda|cu|hip)Mem(?:cpy|set)\w*Async|^hipMemcpyWithStream"), ("\ncu", "\nhip")
+)
+# Pending launches a stream holds before the next launch call blocks the host. CUDA does not document it; HTA takes
+# 1024 (`CUDA_MAX_LAUNCH_QUEUE_PER_STREAM` in hta/common/constants.py: "1022 - 1024 cause blocking") and users
+# measured about 1000 (forums.developer.nvidia.com/t/cuda-stream-are-blocked-when-luanch-lots-of-kernels-1000/68937).
+LAUNCH_QUEUE_LIMIT = 1024
+# Queue depth's time series: at most this many points per stream (a chart's width; each the bin's deepest queue).
+QUEUE_SERIES_POINTS = 500
 
 # --------------------------------------------------------------------------- bottleneck rules (findings.py)
 
@@ -671,6 +683,16 @@ SMALL_KERNEL_SHARE_FOR_LAUNCH_BOUND = 0.5
 # A drained launch queue: kernels start this soon after their launch returns. Longer median delays mean the host
 # is ahead of the device (a deep queue), which is not launch-bound whatever the kernel sizes.
 DRAINED_QUEUE_LAUNCH_DELAY_NS = 50_000
+# The same judged from the launch queue (`analysis/queue_depth.py`), where launches are joined to their device work:
+# drained when the median launch finds at most this many launches queued or running on its stream (at most the one
+# running: the device takes each launch as soon as it comes). The share of step time at depth 0 does not tell launch
+# overhead from other host work (input-bound resnet50_num_workers_0 in ../shared/traces/kineto: 41 %; launch-bound
+# hta/amd_trace: 26 %, corpus switchtransformers_a100_python_stacks: 7 %); the depth a launch finds does (0 on every
+# launch-bound trace of ../shared/traces and the corpus; 14 and more on the others), so it is the test and the
+# drained share is evidence.
+DRAINED_QUEUE_FOUND_DEPTH = 1
+# launch_bound names this many of the repeated small-kernel sequences (`analysis/kernel_sequences.py`) as evidence.
+LISTED_SEQUENCES = 3
 # Tensor Cores count as unused when they run less than this share of eligible kernel time.
 TENSOR_CORE_UNUSED_SHARE = 0.1
 # NVIDIA Ampere's compute capability: from here on Tensor Cores take bf16 and TF32 (A100 data sheet), so mixed

@@ -25,8 +25,10 @@ from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.graphs import GraphReplays, graph_replays
 from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
+from traceinsight.analysis.kernel_sequences import KernelSequences, kernel_sequences
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
 from traceinsight.analysis.ledger import DeviceLedger, Ledger, with_collective_waits
+from traceinsight.analysis.queue_depth import NO_QUEUES, QueueDepth, launched_work, queue_depth
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, input_ledger, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
@@ -62,6 +64,10 @@ class Analysis:
     # Kernel launches beyond the device work the trace holds, or (with no device work at all) the GPUs it lists:
     # device events cut off (a truncated file, a CUPTI buffer that overflowed), so the run is not CPU-only.
     device_events_cut: int = 0
+    # Launches outstanding per stream over each input's steps (the evidence of a drained queue).
+    queue_depth: QueueDepth = NO_QUEUES
+    # Small-kernel sequences every step of the run repeats (fusion / CUDA graph candidates).
+    kernel_sequences: KernelSequences | None = None
 
     @property
     def device_not_recorded(self) -> bool:
@@ -116,6 +122,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     has_events = not events.empty
     input_steps = _input_steps(events, len(profile.inputs), steps)
     waits = blocking_waits(events, usages, work, len(profile.inputs))
+    launched = launched_work(events)
     return Analysis(
         profile=profile,
         window_start_ns=int(events["ts_ns"].min()) if has_events else None,
@@ -139,6 +146,8 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         compute=_compute(profile, usages, steps),
         collectives=collectives(profile),
         device_events_cut=_device_events_cut(profile, work),
+        queue_depth=queue_depth(launched, input_steps),
+        kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
         other_ledgers=[
             d
             for other in input_steps
@@ -286,6 +295,11 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         compute=parts[run_input].compute,
         collectives=collectives(profile),  # its events: what each input kept for it (`rows_collectives_read`)
         device_events_cut=sum(p.device_events_cut for p in parts),
+        queue_depth=QueueDepth(
+            [replace(q, device=device(i, q.device)) for i, p in enumerate(parts) for q in p.queue_depth.streams],
+            [replace(q, device=device(i, q.device)) for i, p in enumerate(parts) for q in p.queue_depth.devices],
+        ),
+        kernel_sequences=_prefixed_sequences(parts[run_input].kernel_sequences, lambda d: device(run_input, d)),
         other_ledgers=[
             replace(d, device=device(i, d.device))
             for i, p in enumerate(parts)
@@ -299,6 +313,13 @@ def _prefixed_ledger(model: StepModel, device: Callable[[str], str]) -> StepMode
     """The step model with its ledger's devices named as the merged run names them."""
     ledger = model.ledger
     return replace(model, ledger=replace(ledger, devices=[replace(d, device=device(d.device)) for d in ledger.devices]))
+
+
+def _prefixed_sequences(found: KernelSequences | None, device: Callable[[str], str]) -> KernelSequences | None:
+    """The step input's sequences with their devices named as the merged run names them."""
+    if found is None:
+        return None
+    return replace(found, items=[replace(q, device=device(q.device)) for q in found.items])
 
 
 def _merged_replays(parts: list[GraphReplays]) -> GraphReplays:
