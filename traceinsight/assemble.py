@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import numpy as np
+import pandas as pd
 
 from traceinsight import __version__
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.capture import Capture as CaptureAnalysis
 from traceinsight.analysis.collectives import CollectiveInstance, RankCollectives, transfers_in
 from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_totals
+from traceinsight.analysis.critical_path import PARTS as PATH_PARTS
+from traceinsight.analysis.critical_path import CriticalPath
 from traceinsight.analysis.device_memory import DeviceMemory
 from traceinsight.analysis.gaps import DeviceGaps
 from traceinsight.analysis.graphs import GraphReplays as GraphReplaysAnalysis
@@ -33,6 +36,7 @@ from traceinsight.result import (
     CollectiveGroup,
     CollectivesSummary,
     Copies,
+    CriticalPathSummary,
     Device,
     Gaps,
     GraphReplays,
@@ -50,6 +54,8 @@ from traceinsight.result import (
     Memory,
     Memset,
     Meta,
+    PathItem,
+    PathStep,
     QueueDepth,
     Rank,
     Ranks,
@@ -70,6 +76,8 @@ from traceinsight.rules import (
     DEVICE_NOT_RECORDED,
     MIN_STEADY_STEPS,
 )
+
+TOP_PATH_ITEMS = 15  # the ops, calls and kernels a report lists with their time on the critical path
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -348,6 +356,51 @@ def _kernel_sequences(k: KernelSequencesAnalysis | None) -> KernelSequences:
     )
 
 
+def _critical_path(path: CriticalPath) -> CriticalPathSummary:
+    count = len(path.step_ns)
+    if not count:
+        return CriticalPathSummary()
+    groups = path.group_ns()
+    shares = path.shares()
+    segments = path.segments
+    lengths = segments["end_ns"].to_numpy() - segments["start_ns"].to_numpy()
+    compute = (segments["part"] == "compute").to_numpy()
+    by_class = segments[compute].assign(ns=lengths[compute]).groupby("kernel_class", observed=True)["ns"].sum() // count
+    top = (
+        segments.assign(ns=lengths)
+        .groupby(["name", "part", "input_id", "kernel_class"], observed=True, dropna=False)["ns"]
+        .sum()
+        .sort_values(ascending=False)
+        .head(TOP_PATH_ITEMS)
+    )
+    return CriticalPathSummary(
+        steps=[
+            PathStep(
+                id=step_id,
+                step_ns=int(path.step_ns[k]),
+                groups={g: int(ns[k]) for g, ns in groups.items() if ns[k]},
+                crossings=int(path.crossings[k]),
+            )
+            for k, step_id in enumerate(path.step_ids)
+        ],
+        shares={g: round(v, 4) for g, v in shares.items() if v},
+        dominant=max(shares, key=lambda g: shares[g]) if path.total_ns else None,
+        per_step_ns={p: int(path.parts[p].sum()) // count for p in PATH_PARTS if path.parts[p].any()},
+        compute_by_class_ns={str(c): int(ns) for c, ns in by_class.items() if ns},
+        crossings=int(path.crossings.sum()),
+        top=[
+            PathItem(
+                name="(nothing traced)" if pd.isna(name) else str(name),
+                part=str(part),
+                input=int(input_id),
+                kernel_class=None if pd.isna(kernel_class) else str(kernel_class),
+                ns_per_step=int(ns) // count,
+            )
+            for (name, part, input_id, kernel_class), ns in top.items()
+        ],
+    )
+
+
 def _waits(w: WaitsAnalysis) -> Waits:
     return Waits(
         count=w.count,
@@ -501,6 +554,7 @@ def assemble(a: Analysis, findings: Findings) -> RunReport:
         graph_replays=_graph_replays(a.graphs),
         queue_depth=_queue_depth(a.queue_depth),
         kernel_sequences=_kernel_sequences(a.kernel_sequences),
+        critical_path=_critical_path(a.critical_path),
         waits=_waits(a.waits),
         ranks=_ranks(a),
         compute=a.compute.summary,

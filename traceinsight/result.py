@@ -634,6 +634,38 @@ class KernelSequences:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PathItem:
+    """An op, a call or a kernel on the critical path, with its time there (`analysis/critical_path.py`)."""
+
+    name: str
+    part: str  # `critical_path.PARTS`: cpu_op, launch, compute, copy, collective_transfer, sync, ...
+    input: int  # the input (rank) it ran on
+    kernel_class: str | None = None
+    ns_per_step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathStep:
+    id: int
+    step_ns: int  # the step, and the path's length (equal by construction, checked by the tests)
+    groups: dict[str, int]  # ns on the path by group: cpu, launch, gpu_compute, copy, collective, rank_wait, ...
+    crossings: int  # times the path moved to another rank
+
+
+@dataclass(frozen=True, kw_only=True)
+class CriticalPathSummary:
+    """The chain of work, across threads, streams and ranks, each step could not have ended sooner than."""
+
+    steps: list[PathStep] = field(default_factory=list)
+    shares: dict[str, float] = field(default_factory=dict)  # each group's share of the steps' time
+    dominant: str | None = None  # the group with the most path time (None without steps)
+    per_step_ns: dict[str, int] = field(default_factory=dict)  # mean ns a step by part
+    compute_by_class_ns: dict[str, int] = field(default_factory=dict)  # mean ns a step of kernels, by class
+    crossings: int = 0  # moves to another rank, in all
+    top: list[PathItem] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Waits:
     count: int = 0
     total_ns: int = 0
@@ -794,6 +826,7 @@ class RunReport:
     graph_replays: GraphReplays = field(default_factory=GraphReplays)
     queue_depth: QueueDepth = field(default_factory=QueueDepth)
     kernel_sequences: KernelSequences = field(default_factory=KernelSequences)
+    critical_path: CriticalPathSummary = field(default_factory=CriticalPathSummary)
     waits: Waits = field(default_factory=Waits)
     ranks: Ranks | None = None  # None with a single input
     compute: ComputeEfficiency = field(default_factory=ComputeEfficiency)

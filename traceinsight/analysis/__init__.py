@@ -19,6 +19,7 @@ from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
 from traceinsight.analysis.collectives import Collectives, collectives, waits_in
 from traceinsight.analysis.compute import Compute, compute_efficiency
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
+from traceinsight.analysis.critical_path import CriticalPath, InputWalks, input_walks, stitch
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
@@ -68,6 +69,8 @@ class Analysis:
     queue_depth: QueueDepth = NO_QUEUES
     # Small-kernel sequences every step of the run repeats (fusion / CUDA graph candidates).
     kernel_sequences: KernelSequences | None = None
+    # Each input's critical-path pieces (from its steps' ends and its collectives' starts), joined by `critical_path`.
+    walks: list[InputWalks] = field(default_factory=list)
 
     @property
     def device_not_recorded(self) -> bool:
@@ -97,6 +100,12 @@ class Analysis:
         """The step model's ledger with the collective part split into the step input's waiting inside collectives
         (`collective_waits`) and transfer: every per-step figure is read from it."""
         return with_collective_waits(self.step_model.ledger, self.collective_waits)
+
+    @cached_property
+    def critical_path(self) -> CriticalPath:
+        """The run's steps' critical paths: the step input's pieces, joined across ranks where they meet a
+        collective another rank arrived at last."""
+        return stitch(self.walks, self.steps, self.collectives)
 
     @property
     def device_ledgers(self) -> list[DeviceLedger]:
@@ -148,6 +157,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         device_events_cut=_device_events_cut(profile, work),
         queue_depth=queue_depth(launched, input_steps),
         kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
+        walks=[input_walks(rows_of_input(events, i), s) for i, s in enumerate(input_steps)] if has_events else [],
         other_ledgers=[
             d
             for other in input_steps
@@ -300,6 +310,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
             [replace(q, device=device(i, q.device)) for i, p in enumerate(parts) for q in p.queue_depth.devices],
         ),
         kernel_sequences=_prefixed_sequences(parts[run_input].kernel_sequences, lambda d: device(run_input, d)),
+        walks=[w for p in parts for w in p.walks],
         other_ledgers=[
             replace(d, device=device(i, d.device))
             for i, p in enumerate(parts)

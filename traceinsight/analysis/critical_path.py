@@ -244,7 +244,7 @@ def _graph(events: pd.DataFrame) -> _Graph:
         pred=both("pred"),
         arrive=both("arrive"),
         collective=both("collective"),
-        name=np.concatenate([host["name"], device["name"]]),
+        name=_used_codes(names, np.concatenate([host["name"], device["name"]])),
         kernel_class=np.concatenate([np.full(offset, -1, np.int8), device["kernel_class"]]),
         resource=np.concatenate([host["thread"], -(device["stream"] + 2)]),
         device_nodes=np.arange(offset, offset + len(device["start"])),
@@ -253,6 +253,13 @@ def _graph(events: pd.DataFrame) -> _Graph:
         names=names.names,
         classes=[str(c) for c in classes.categories],
     )
+
+
+def _used_codes(names: DistinctNames, codes: np.ndarray) -> np.ndarray:
+    """Name category codes as positions in `names.names` (the names the input uses); -1 stays."""
+    position = np.full(names.count + 1, -1, np.int64)  # the last slot: code -1
+    position[names.used] = np.arange(len(names.used))
+    return position[codes]
 
 
 def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
@@ -272,7 +279,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     b_time = np.concatenate([start, end])
     o = np.lexsort((b_time, b_thread))
     b_thread, b_time = b_thread[o], b_time[o]
-    distinct = np.r_[True, (np.diff(b_thread) != 0) | (np.diff(b_time) != 0)]
+    distinct = np.r_[True, (np.diff(b_thread) != 0) | (np.diff(b_time) != 0)] if len(b_time) else np.zeros(0, bool)
     b_thread, b_time = b_thread[distinct], b_time[distinct]
     same = b_thread[:-1] == b_thread[1:]
     i_thread, i_start, i_end = b_thread[:-1][same], b_time[:-1][same], b_time[1:][same]
