@@ -232,6 +232,8 @@ CROSS_STREAM_WAIT_MIN_NS = 10_000
 # of another thread of the process ran and ended inside it, is the step's thread waiting for that op: DDP's backward
 # range waiting for gloo's all-reduce on its worker thread (sample_traces/distributed: 5-35 ms), the main thread
 # waiting for autograd's device thread (kineto/resnet50_*). Shorter overlaps are threads running side by side.
+# Also the step's thread's untraced stretches this long while the device ran through half of them: waits no call
+# names (DeepSeek's expert-parallel dispatch spinning on a flag its kernels write: 22.7 ms, corpus deepseek_v3).
 THREAD_WAIT_MIN_NS = 500_000
 # A blocking call is a *wait* (its time is the device's other work, not its own copy) when it lasts at least this
 # long and this many times its own device work (the copy with its correlation id).

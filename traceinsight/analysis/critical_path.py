@@ -37,6 +37,7 @@ from traceinsight.analysis.host_ops import nesting_parents
 from traceinsight.analysis.kernel_classes import kernel_classes
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, blocking_mask, kind_mask
+from traceinsight.intervals import union
 from traceinsight.rules import (
     COLLECTIVE_HOST_PATTERN,
     COLLECTIVE_KERNEL_PATTERN,
@@ -225,7 +226,13 @@ def _graph(events: pd.DataFrame) -> _Graph:
     host["start"] = np.where(woken >= 0, host["end"][np.maximum(woken, 0)], host["start"])
     host["pred"] = np.where(woken >= 0, woken, host["pred"])
     host["part"] = np.where(woken >= 0, _CODE["sync"], host["part"])
-    host["arrive"] = np.where(synced | (woken >= 0), host["start"], host["arrive"])
+    # Else, a long untraced stretch of the step's thread while the device ran through most of it: a wait the trace
+    # does not name (a spin on a flag the device writes, a query loop), for the device work that ended last in it.
+    spun = np.where(synced | (woken >= 0), -1, _untraced_device_waits(host, device, other))
+    host["start"] = np.where(spun >= 0, device["end"][np.maximum(spun, 0)] if len(device["end"]) else 0, host["start"])
+    host["pred"] = np.where(spun >= 0, spun + offset, host["pred"])
+    host["part"] = np.where(spun >= 0, _CODE["sync"], host["part"])
+    host["arrive"] = np.where(synced | (woken >= 0) | (spun >= 0), host["start"], host["arrive"])
     blocked_long = host["blocking_last"] & ~synced & (host["owner_dur"] >= WAIT_MIN_NS)
     host["part"] = np.where(blocked_long, _CODE["blocked"], host["part"])
 
@@ -296,6 +303,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     row_of = np.where(owned, rows[np.maximum(owner, 0)], -1)
     part = _host_parts(events, names, rows, owner, row_of)
     blocking_row = blocking_mask(events) | _pageable_copy_calls(events)
+    untraced_owner = kind_mask(events, "step", "annotation", "python", "other")
     blocking_last = owned & blocking_row[np.maximum(row_of, 0)] & (end[np.maximum(owner, 0)] == i_end)
     collective_row = names.rows(COLLECTIVE_HOST_PATTERN)
     collective = np.where(owned & collective_row[np.maximum(row_of, 0)], start[np.maximum(owner, 0)], -1)
@@ -322,6 +330,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
         "owner": owner,
         "owner_dur": np.where(owned, end[np.maximum(owner, 0)] - start[np.maximum(owner, 0)], 0),
         "owner_start": np.where(owned, start[np.maximum(owner, 0)], 0),
+        "untraced": ~owned | untraced_owner[np.maximum(row_of, 0)],
         "blocking_last": blocking_last,
         "first_interval": first_interval,
     }
@@ -499,6 +508,26 @@ def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     ran = ran_until(end[wanted]) - ran_until(start[wanted])
     ok &= 2 * ran >= end[wanted] - start[wanted]
     found[wanted[ok]] = which[ok]
+    return found
+
+
+def _untraced_device_waits(host: dict[str, Any], device: dict[str, Any], other: np.ndarray) -> np.ndarray:
+    """For each interval of the step's thread at least `THREAD_WAIT_MIN_NS` long that no op of its own fills (the
+    thread alone, a step marker, a user range, a Python function), the device node that ended last inside it, when
+    the device ran work through at least half of it; -1 none."""
+    found = np.full(len(host["end"]), -1, np.int64)
+    start, end = host["interval_start"], host["end"]
+    wanted = np.flatnonzero(~other & host["untraced"] & (end - start >= THREAD_WAIT_MIN_NS))
+    if not len(wanted) or not len(device["end"]):
+        return found
+    by_end = np.argsort(device["end"], kind="stable")
+    ends = device["end"][by_end]
+    at = np.searchsorted(ends, end[wanted], side="right") - 1
+    ok = at >= 0
+    ok[ok] = ends[at[ok]] > start[wanted[ok]]
+    busy = union(device["start"], device["end"]).covered_between(start[wanted], end[wanted])
+    ok &= 2 * busy >= end[wanted] - start[wanted]
+    found[wanted[ok]] = by_end[np.maximum(at, 0)][ok]
     return found
 
 
