@@ -157,7 +157,7 @@ def _read_and_analyze(
     """One input read and analyzed alone (`merge_analyses` puts the run together), without its event table but for
     the rows the cross-rank view reads."""
     read = read_input(path, base, limit=limit, step_range=step_range)
-    analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns).without_events()
+    analysis = analyze(merge_reads([read]), small_kernel_ns=small_kernel_ns, alone=False).without_events()
     # What goes back is the results and the few rows the cross-rank view of collectives reads, not the table.
     kept = rows_collectives_read(read.events, 1)
     return replace(read, events=read.events[kept].reset_index(drop=True)), analysis

@@ -117,9 +117,10 @@ class Analysis:
         return replace(self, profile=replace(self.profile, events=self.profile.events.iloc[:0]))
 
 
-def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) -> Analysis:
+def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, alone: bool | None = None) -> Analysis:
     """Every analysis over one profile: over its steady part alone when one-time costs fill the window and steps
-    follow them (`capture.classify_capture`)."""
+    follow them (`capture.classify_capture`). `alone`: the profile is the run's only rank (by default, when it has
+    one input; False for one input of several analysed apart, whose critical-path pieces are joined later)."""
     profile, captures, work = _steady_part(profile)
     events = profile.events
     work = device_work(events) if work is None else work  # what each device analysis starts from, found once
@@ -131,6 +132,8 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
     has_events = not events.empty
     input_steps = _input_steps(events, len(profile.inputs), steps)
     waits = blocking_waits(events, usages, work, len(profile.inputs))
+    found = collectives(profile)
+    alone = len(profile.inputs) <= 1 if alone is None else alone
     launched = launched_work(events)
     return Analysis(
         profile=profile,
@@ -153,11 +156,11 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
         graphs=graph_replays(events, work),
         waits=waits,
         compute=_compute(profile, usages, steps),
-        collectives=collectives(profile),
+        collectives=found,
         device_events_cut=_device_events_cut(profile, work),
         queue_depth=queue_depth(launched, input_steps),
         kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
-        walks=[input_walks(rows_of_input(events, i), s) for i, s in enumerate(input_steps)] if has_events else [],
+        walks=_walks(events, input_steps, found, alone),
         other_ledgers=[
             d
             for other in input_steps
@@ -168,6 +171,15 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS) ->
             ).devices
         ],
     )
+
+
+def _walks(events: pd.DataFrame, input_steps: list[Steps], found: Collectives, alone: bool) -> list[InputWalks]:
+    """Each input's critical-path pieces. A run's only rank walks through its collectives (their waits for the ranks
+    the trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
+    if events.empty:
+        return []
+    waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
+    return [input_walks(rows_of_input(events, i), s, waits) for i, s in enumerate(input_steps)]
 
 
 def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:

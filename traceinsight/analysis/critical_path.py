@@ -156,23 +156,26 @@ class CriticalPath:
         return {g: float(ns.sum()) / total if total else 0.0 for g, ns in self.group_ns().items()}
 
 
-def input_walks(events: pd.DataFrame, steps: Steps) -> InputWalks:
-    """One input's walks (`events`: its rows alone; `steps`: its own steps)."""
+def input_walks(events: pd.DataFrame, steps: Steps, alone: dict[int, int] | None = None) -> InputWalks:
+    """One input's walks (`events`: its rows alone; `steps`: its own steps). `alone`: the input is the run's only
+    rank, and these are its collectives' waits for the ranks the trace does not hold, by their start (each
+    collective's time is split into that wait and its transfer where the path passes it; no piece stops there)."""
     graph = _graph(events)
     step_pieces = []
     for step in steps.items:
         end = step.start_ns + step.dur_ns
         node, at = _step_end_node(graph, end, steps.device is None)
         head = [(-1, at, end, _CODE["idle"])] if at < end else []
-        step_pieces.append(_chase(graph, node, at, step.start_ns, head))
+        step_pieces.append(_chase(graph, node, at, step.start_ns, head, alone))
     pieces = {}
-    starts = [s.start_ns for s in steps.items]
-    lowest = min(graph.start, default=0)
-    for node in _first_of_each_collective(graph):
-        begin = graph.collective[node]
-        # Back to the start of the step before the one it is in: another rank's step may begin a little earlier.
-        at = bisect.bisect_right(starts, begin) - 2
-        pieces[begin] = _from_collective(graph, node, starts[at] if at >= 0 else lowest)
+    if alone is None:
+        starts = [s.start_ns for s in steps.items]
+        lowest = min(graph.start, default=0)
+        for node in _first_of_each_collective(graph):
+            begin = graph.collective[node]
+            # Back to the start of the step before the one it is in: another rank's step may begin a little earlier.
+            at = bisect.bisect_right(starts, begin) - 2
+            pieces[begin] = _from_collective(graph, node, starts[at] if at >= 0 else lowest)
     return InputWalks(step_pieces, pieces, graph.names, graph.classes)
 
 
@@ -292,7 +295,14 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     i_thread, i_start, i_end = b_thread[:-1][same], b_time[:-1][same], b_time[1:][same]
     # The innermost op running in each interval: the last to start at or before it, or the first of its
     # enclosing ops that has not ended.
-    owner = _last_at_or_before(thread, start, i_thread, i_start)
+    # The innermost op of each interval: the op that starts where it starts (the last of those, in start-then-longest
+    # order), else the parent of the outermost op that ends there; damaged nesting is climbed below.
+    owner = np.full(len(i_start), -1, np.int64)
+    at_end = _last_at_or_before(i_thread, i_start, thread, end)
+    ends_here = np.flatnonzero((at_end >= 0) & (i_start[np.maximum(at_end, 0)] == end))[::-1]  # outermost last
+    owner[at_end[ends_here]] = parent[ends_here]
+    at_start = _last_at_or_before(i_thread, i_start, thread, start)
+    owner[at_start] = np.arange(len(start))
     while True:
         ended = owner >= 0
         ended[ended] = end[owner[ended]] <= i_start[ended]
@@ -567,9 +577,16 @@ def _step_end_node(graph: _Graph, end: int, host_first: bool) -> tuple[int, int]
     return int(nodes[best]), int(reached[best])
 
 
-def _chase(graph: _Graph, node: int, at: int, floor: int, head: list[tuple[int, int, int, int]] | None = None) -> Piece:
-    """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective. `head`: stretches
-    (node, start, end, part) that come before, latest first."""
+def _chase(
+    graph: _Graph,
+    node: int,
+    at: int,
+    floor: int,
+    head: list[tuple[int, int, int, int]] | None = None,
+    alone: dict[int, int] | None = None,
+) -> Piece:
+    """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective (not with `alone`,
+    `input_walks`'). `head`: stretches (node, start, end, part) that come before, latest first."""
     start, part, edge_part = graph.start, graph.part, graph.edge_part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
     start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
@@ -586,9 +603,20 @@ def _chase(graph: _Graph, node: int, at: int, floor: int, head: list[tuple[int, 
             seg_node.append(-1), seg_start.append(floor), seg_end.append(t), seg_part.append(_CODE["idle"])
             break
         if collective[node] >= 0:
-            stop, collective_node = t, node
-            break
-        s, p, arrived, own = start[node], pred[node], arrive[node], part[node]
+            if alone is None:
+                stop, collective_node = t, node
+                break
+            waited = min(start[node] + alone.get(collective[node], 0), t)
+            if waited > max(start[node], floor):  # the wait for ranks not in the trace, before the transfer
+                seg_node.append(node), seg_start.append(max(waited, floor)), seg_end.append(t)
+                seg_part.append(part[node])
+                t = waited
+                own_part = _CODE["rank_wait"]
+            else:
+                own_part = part[node]
+        else:
+            own_part = -1
+        s, p, arrived, own = start[node], pred[node], arrive[node], part[node] if own_part < 0 else own_part
         if t < s and start_raw[node] < s:  # entered before what it waited for ended: its own thread's time
             s, p, arrived, own = start_raw[node], pred_raw[node], start_raw[node], part_raw[node]
         s = min(s, t)
@@ -717,7 +745,8 @@ def _path(
     walks: list[InputWalks], steps: Steps, columns: dict[str, list[np.ndarray]], crossings: np.ndarray
 ) -> CriticalPath:
     """The path's table and per-step parts from the stitched stretches (names and classes made run-wide)."""
-    joined = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in columns.items()}
+    keys = ("step", "start", "end", "part", "name", "kernel_class", "resource", "input")
+    joined = {k: np.concatenate(columns[k]) if columns.get(k) else np.zeros(0, np.int64) for k in keys}
     # Names: each input's codes into one list of the run's names.
     every = [name for w in walks for name in w.names]
     offsets = np.cumsum([0] + [len(w.names) for w in walks])
