@@ -6,7 +6,6 @@ the wording and the figures are the same everywhere.
 
 from __future__ import annotations
 
-from traceinsight.analysis.critical_path import PATH_PARTS
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
 from traceinsight.result import Bottleneck, ComputeEfficiency, PathItem, RunReport
@@ -237,7 +236,7 @@ def critical_path_sentence(report: RunReport) -> str | None:
         return None
     shown = sorted((g for g, s in cp.shares.items() if s >= PATH_SENTENCE_MIN_SHARE), key=lambda g: -cp.shares[g])
     shown = shown or [cp.dominant]
-    top = next((i for i in cp.top if PATH_PARTS.get(i.part) == cp.dominant), None)
+    top = next((i for i in cp.top if i.group == cp.dominant), None)
     parts = [
         f"{fmt_pct(cp.shares[g], 0)} {g}" + (f" ({path_item_text(report, top)})" if top and g == cp.dominant else "")
         for g in shown
