@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from traceinsight.api import INVOCATION_FIELDS
 from traceinsight.cli import main
 from traceinsight.errors import TraceError
 from traceinsight.events import COLUMNS, Profile
+from traceinsight.result import CriticalPathSummary
 
 # The run folders under ../shared/traces the other tests read (tests/analysis/test_projections.py finds them);
 # a placeholder when the folder is absent, so the tests skip (or fail under CI) rather than vanish.
@@ -343,3 +345,56 @@ def test_graph_replays_and_waits_frames():
     assert (replays.graph_replays["busy_ns"] <= replays.graph_replays["span_ns"]).all()
     waits = ti.analyze(shared_trace("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")).waits
     assert waits[["name", "outside_trace"]].values.tolist() == [["hipMemcpyWithStream", True]]
+
+
+# --------------------------------------------------------------------------- the critical path
+
+SLEEP_RANK1 = SAMPLE_TRACES / "distributed" / "sleep_rank1"  # rank 1 sleeps ~30 ms a step in `data` (its README)
+
+
+@pytest.fixture(scope="module")
+def straggler() -> ti.Report:
+    return ti.analyze(SLEEP_RANK1)
+
+
+def test_critical_path_covers_each_step_and_runs_through_the_sleeping_rank(straggler: ti.Report) -> None:
+    """Each step's stretches add up to the step (`steps`), and the path runs through rank 1's `data` ops: more than
+    half of it, and at least 90 % of those ops' own time in the raw events (never more than it)."""
+    path = straggler.critical_path
+    steps = straggler.steps.set_index("id")["dur_ns"]
+    assert (path["dur_ns"] == path["end_ns"] - path["start_ns"]).all() and (path["dur_ns"] > 0).all()
+    per_step = path.groupby("step")["dur_ns"].sum()
+    assert list(per_step.index) == list(steps.index)
+    assert ((per_step - steps).abs() <= 1000).all()
+    data = path[(path["input_id"] == 1) & (path["name"] == "data")]
+    assert set(data["input"]) == {"rank 1"} and set(data["resource"].str.split().str[0]) == {"thread"}
+    assert data["dur_ns"].sum() > path["dur_ns"].sum() / 2
+    events = ti.load(SLEEP_RANK1).events
+    raw = int(events.loc[(events["input_id"] == 1) & (events["name"] == "data"), "dur_ns"].sum())
+    assert 0.9 * raw <= data["dur_ns"].sum() <= raw
+
+
+def test_critical_path_breakdown_is_the_path_by_group(straggler: ti.Report) -> None:
+    """One row per step whose group columns sum to the step, each equal to its stretches' sum."""
+    breakdown = straggler.critical_path_breakdown.set_index("id")
+    groups = ["cpu", "launch", "gpu_compute", "copy", "collective", "rank_wait", "input", "idle"]
+    assert list(breakdown.columns) == ["step_ns", "crossings", *groups]
+    assert (breakdown[groups].sum(axis=1) == breakdown["step_ns"]).all()
+    assert (breakdown["step_ns"] == straggler.steps.set_index("id")["dur_ns"]).all()
+    by_group = straggler.critical_path.pivot_table("dur_ns", "step", "group", aggfunc="sum", observed=False)
+    assert (by_group.reindex(columns=groups, fill_value=0).fillna(0).astype(int) == breakdown[groups]).all().all()
+    assert (breakdown["crossings"] >= 1).all()  # every step waits for rank 1 at a collective
+
+
+def test_critical_path_without_steps_keeps_its_columns(straggler: ti.Report) -> None:
+    """A run whose path has no steps (its walks and summary emptied): frames without rows, with their columns."""
+    analyzed = straggler._analyzed
+    empty = ti.Report(
+        replace(
+            analyzed,
+            analysis=replace(analyzed.analysis, walks=[]),
+            report=replace(analyzed.report, critical_path=CriticalPathSummary()),
+        )
+    )
+    assert empty.critical_path.empty and {"dur_ns", "input", "resource"} <= set(empty.critical_path.columns)
+    assert empty.critical_path_breakdown.empty and "cpu" in empty.critical_path_breakdown.columns

@@ -30,6 +30,7 @@ import orjson
 import pandas as pd
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.critical_path import GROUPS as PATH_GROUPS
 from traceinsight.analysis.gaps import CAUSES
 from traceinsight.errors import TraceError
 from traceinsight.events import Profile
@@ -42,7 +43,7 @@ from traceinsight.render.markdown import render_markdown
 from traceinsight.render.meta import add_invocation
 from traceinsight.render.output import relative_link, write_outputs
 from traceinsight.render.terminal import render_terminal
-from traceinsight.render.wording import projection_sentence, verdict_sentence
+from traceinsight.render.wording import input_label, projection_sentence, verdict_sentence
 from traceinsight.result import (
     Bottleneck,
     BottleneckProjection,
@@ -100,6 +101,10 @@ _COLLECTIVE_COLUMNS = (
 )
 _OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
 _RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
+_PATH_COLUMNS = (
+    *("step", "start_ns", "end_ns", "dur_ns", "part", "group", "kernel_class", "name", "input_id", "input"),
+    "resource",
+)
 _CHARTS_MODULE = "traceinsight.render.charts"
 
 
@@ -391,6 +396,46 @@ class Report:
         time first (the JSON's ``compute.ops`` lists the first ones): `calls`, `time_ns` (its kernels'), `flops`,
         `bytes`, `tflops`, `tbps`, `intensity`, `bound`, `roofline_fraction`."""
         return _frame([asdict(o) for o in self.analysis.compute.ops], _OP_COLUMNS)
+
+    @property
+    def critical_path(self) -> pd.DataFrame:
+        """The steps' critical paths (`traceinsight.analysis.critical_path`), one row per stretch, in step order and
+        latest first within a step: `step` (its id), `start_ns`, `end_ns`, `dur_ns`, `part` (cpu_op, launch,
+        compute, copy, collective_transfer, sync, kernel_gap, ...), `group` (the breakdown's: cpu, launch,
+        gpu_compute, copy, collective, rank_wait, input, idle), `kernel_class` (compute stretches), `name` (the op,
+        call or kernel; NaN where nothing traced runs), `input_id` and `input` (its label: 'rank 1', None with one
+        input), `resource` ('thread N', 'stream N', None for idle time). Per step, `dur_ns` sums to the step's
+        `dur_ns` in `steps`."""
+        report = self._analyzed.report
+        if not report.critical_path.steps:
+            return _frame([], _PATH_COLUMNS)
+        path = self.analysis.critical_path
+        segments = path.segments
+        ids = np.asarray(path.step_ids, dtype=np.int64)
+        resource = segments["resource"].to_numpy()
+        input_ids = segments["input_id"].to_numpy()
+        labels = {i: input_label(report, i) for i in np.unique(input_ids).tolist()}
+        frame = segments.assign(
+            step=ids[segments["step"].to_numpy()],
+            dur_ns=segments["end_ns"] - segments["start_ns"],
+            input=[labels[i] for i in input_ids.tolist()],
+            resource=np.select(
+                [resource >= 0, resource <= -2],
+                ["thread " + resource.astype(str), "stream " + (-resource - 2).astype(str)],
+                None,
+            ),
+        )
+        return frame[list(_PATH_COLUMNS)].reset_index(drop=True)
+
+    @property
+    def critical_path_breakdown(self) -> pd.DataFrame:
+        """One row per step: `id`, `step_ns`, `crossings` (moves to another rank), then ns on the critical path by
+        group (cpu, launch, gpu_compute, copy, collective, rank_wait, input, idle), which sum to `step_ns`."""
+        rows = [
+            {"id": s.id, "step_ns": s.step_ns, "crossings": s.crossings, **{g: s.groups.get(g, 0) for g in PATH_GROUPS}}
+            for s in self._analyzed.report.critical_path.steps
+        ]
+        return _frame(rows, ("id", "step_ns", "crossings", *PATH_GROUPS))
 
     # ----------------------------------------------------------------------------------------- documents
 

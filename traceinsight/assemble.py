@@ -368,7 +368,7 @@ def _critical_path(path: CriticalPath) -> CriticalPathSummary:
     by_class = segments[compute].assign(ns=lengths[compute]).groupby("kernel_class", observed=True)["ns"].sum() // count
     top = (
         segments.assign(ns=lengths)
-        .groupby(["name", "part", "input_id", "kernel_class"], observed=True, dropna=False)["ns"]
+        .groupby(["name", "part", "group", "input_id", "kernel_class"], observed=True, dropna=False)["ns"]
         .sum()
         .sort_values(ascending=False)
         .head(TOP_PATH_ITEMS)
@@ -392,11 +392,12 @@ def _critical_path(path: CriticalPath) -> CriticalPathSummary:
             PathItem(
                 name="(nothing traced)" if pd.isna(name) else str(name),
                 part=str(part),
+                group=str(group),
                 input=int(input_id),
                 kernel_class=None if pd.isna(kernel_class) else str(kernel_class),
                 ns_per_step=int(ns) // count,
             )
-            for (name, part, input_id, kernel_class), ns in top.items()
+            for (name, part, group, input_id, kernel_class), ns in top.items()
         ],
     )
 

@@ -639,6 +639,7 @@ class PathItem:
 
     name: str
     part: str  # `critical_path.PARTS`: cpu_op, launch, compute, copy, collective_transfer, sync, ...
+    group: str  # the part's group (`critical_path.GROUPS`): cpu, launch, gpu_compute, copy, collective, ...
     input: int  # the input (rank) it ran on
     kernel_class: str | None = None
     ns_per_step: int

@@ -195,8 +195,8 @@ sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["pandas at start: False", "pandas at the fork: False"]
-    assert painted.read_text() == "pandas in the painter: False, 4 charts"
-    assert (tmp_path / "r.html").read_text().count("<svg") == 4  # the charts it drew are on the page
+    assert painted.read_text() == "pandas in the painter: False, 5 charts"  # the critical path's among them
+    assert (tmp_path / "r.html").read_text().count("<svg") == 5  # the charts it drew are on the page
 
 
 def test_a_tpu_run_says_tpu_util():

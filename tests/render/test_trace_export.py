@@ -26,6 +26,7 @@ from traceinsight.findings import evaluate
 from traceinsight.render.trace_export import (
     BOTTLENECKS_TRACK,
     FINDINGS_PROCESS,
+    PATH_TRACK,
     STEPS_TRACK,
     UTIL_COUNTER,
     gap_track_name,
@@ -311,6 +312,35 @@ def test_collective_waits_are_the_analysis_waits_of_the_exported_steps(tmp_path:
         if any(x.arrival_ns < s.start_ns + s.dur_ns and x.arrival_ns + x.wait_ns > s.start_ns for s in chosen):
             expected[x.rank] += x.wait_ns
     assert written == expected and 0 < expected[0] < sum(x.wait_ns for x in arrivals)
+
+
+def test_critical_path_track_tiles_each_exported_step(tmp_path: Path) -> None:
+    """The critical path track covers each step written exactly (end to end, its slices' durations summing to the
+    step), its slices named after the ops on it; on sleep_rank1 most of it is rank 1's `data` (it sleeps there)."""
+    _, profile = load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")
+    analysis = analyze(profile)
+    chosen = analysis.steps.items[1:4]
+    write_annotated_trace(analysis, evaluate(analysis), tmp_path / "t.json", steps=(chosen[0].id, chosen[-1].id))
+    doc = _load(tmp_path / "t.json")
+    _check_chrome_trace(doc)
+    tracks = Tracks(doc)
+    slices = tracks.track(PATH_TRACK)
+    assert {process for (process, name) in tracks.slices if name == PATH_TRACK} == {FINDINGS_PROCESS}
+    for step in chosen:
+        mine = [e for e in slices if e["args"]["step"] == step.id]
+        starts = [_ns(e["ts"]) for e in mine]
+        ends = [_ns(e["ts"]) + _ns(e["dur"]) for e in mine]
+        assert starts[0] == step.start_ns and ends[-1] == step.start_ns + step.dur_ns
+        assert starts[1:] == ends[:-1]  # end to end: no gap, no overlap
+        assert sum(_ns(e["dur"]) for e in mine) == step.dur_ns
+        # Merged: no two neighbours are the same op of the same input.
+        keys = [(e["name"], e["args"]["part"], e["args"]["input"]) for e in mine]
+        assert all(a != b for a, b in zip(keys, keys[1:], strict=False))
+        data = sum(_ns(e["dur"]) for e in mine if (e["name"], e["args"]["input"]) == ("data", "rank1"))
+        assert data > step.dur_ns / 2
+    assert {e["args"]["step"] for e in slices} == {s.id for s in chosen}
+    assert {e["args"]["group"] for e in slices} <= {"cpu", "collective", "idle"}  # a CPU-only run
+    assert all(e["args"]["part"] == "collective_transfer" for e in slices if e["args"]["group"] == "collective")
 
 
 # --------------------------------------------------------------------------- real traces of each format

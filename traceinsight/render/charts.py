@@ -610,6 +610,59 @@ def mfu_chart(report: RunReport) -> str | None:
         return _svg(fig, hovers)
 
 
+# The critical path's groups (`analysis/critical_path.GROUPS`), in its order, coloured as the step breakdown's
+# parts of the same kind: host work amber, launches purple, device compute green, copies blue, waits warm, idle grey.
+PATH_GROUP_COLOURS = {
+    "cpu": "#f9a825",
+    "launch": "#8e24aa",
+    "gpu_compute": "#2e7d32",
+    "copy": "#1565c0",
+    "collective": "#ab47bc",
+    "rank_wait": "#6a1b9a",
+    "input": "#d84315",
+    "idle": "#bdbdbd",
+}
+_OTHER_GROUP = "#795548"  # a group this chart does not know (a newer analysis)
+
+
+def critical_path_chart(report: RunReport) -> str | None:
+    """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
+    in ms; past `MAX_STEP_BARS` steps, the longest of them (in step order)."""
+    steps = report.critical_path.steps
+    if not steps:
+        return None
+    shown = (
+        sorted(sorted(steps, key=lambda s: -s.step_ns)[:MAX_STEP_BARS], key=lambda s: s.id)
+        if len(steps) > MAX_STEP_BARS
+        else list(steps)
+    )
+    seen = {g for s in shown for g, ns in s.groups.items() if ns}
+    groups = [g for g in PATH_GROUP_COLOURS if g in seen] + sorted(seen - PATH_GROUP_COLOURS.keys())
+    rows = np.arange(len(shown))[::-1]
+    hovers = _Hovers("critical-path")
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(9, 0.9 + min(len(shown), MAX_STEP_BARS) * 0.3))
+        left = np.zeros(len(shown))
+        for group in groups:
+            ns = np.array([s.groups.get(group, 0) for s in shown], np.float64)
+            colour = PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)
+            bars = ax.barh(rows, ns / 1e6, left=left, height=0.7, color=colour, label=group.replace("_", " "))
+            for bar, step, value in zip(bars, shown, ns, strict=True):
+                if value:
+                    share = fmt_pct(value / step.step_ns if step.step_ns else None)
+                    hovers.add(
+                        bar, f"step {step.id}, {group}: {fmt_ns(int(value))} ({share} of {fmt_ns(step.step_ns)})"
+                    )
+            left += ns / 1e6
+        every = _tick_every(len(shown))
+        ax.set_yticks(rows[::every], [str(s.id) for s in shown][::every])
+        ax.set_ylim(-0.5, len(shown) - 0.5)
+        ax.set_ylabel("step" if len(shown) == len(steps) else f"step ({len(shown)} longest of {len(steps)})")
+        ax.set_xlabel("time on the critical path (ms)")
+        ax.legend(ncols=min(len(groups), 4), frameon=False, loc="lower left", bbox_to_anchor=(0, 1))
+        return _svg(fig, hovers)
+
+
 # The ranks chart's measures: (name, colour, what a hover says it is).
 RANK_MEASURES = (
     ("wait", "#d84315", "inside collectives, waiting for later ranks"),
@@ -741,7 +794,7 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
 
 
 def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
-    """One chart ("timeline", "memory", "steps", "gaps", "kernels", "mfu", "roofline", "ranks"), as inline SVG; None
+    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "steps", ..., "critical_path"), as inline SVG; None
     when the run has nothing to show."""
     if name == "timeline":
         return utilisation_timeline(run)
@@ -754,5 +807,6 @@ def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
         "mfu": mfu_chart,
         "roofline": roofline,
         "ranks": ranks_chart,
+        "critical_path": critical_path_chart,
     }
     return charts[name](report)

@@ -41,6 +41,8 @@ from traceinsight.render.wording import (
     MEMORY_WARNINGS,
     capture_sentence,
     coverage_text,
+    critical_path_sentence,
+    input_label,
     input_verdict,
     mfu_text,
     other_warnings,
@@ -100,10 +102,19 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
+    functions += (critical_path_sentence, input_label, path_groups)
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)
     return env
+
+
+def path_groups(report: RunReport) -> list[tuple[str, float, float]]:
+    """The critical path's groups, most time first: (group, share of the steps' time, mean ns a step)."""
+    cp = report.critical_path
+    count = len(cp.steps)
+    ranked = sorted(cp.shares, key=lambda g: -cp.shares[g])
+    return [(g, cp.shares[g], sum(s.groups.get(g, 0) for s in cp.steps) / count) for g in ranked] if count else []
 
 
 def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from traceinsight.render.wording import (
     capture_sentence,
     collectives_sentence,
     compute_sentence,
+    critical_path_sentence,
     input_verdict,
     partial_notes,
     projection_sentence,
@@ -83,6 +84,11 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
         *(
             [f"| collectives | {markdown_text(text.removeprefix('Collectives '))} |"]
             if (text := collectives_sentence(report))
+            else []
+        ),
+        *(
+            [f"| critical path | {markdown_text(path.removeprefix('Critical path: '))} |"]
+            if (path := critical_path_sentence(report))
             else []
         ),
         "",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).
-CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks")
+CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks", "critical_path")
 
 
 class Painter:

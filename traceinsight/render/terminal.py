@@ -11,6 +11,7 @@ from traceinsight.render.wording import (
     capture_sentence,
     collectives_sentence,
     compute_sentence,
+    critical_path_sentence,
     input_verdict,
     other_warnings,
     partial_notes,
@@ -69,6 +70,8 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         lines.append("  " + escape_control(compute))
     if collectives := collectives_sentence(report):
         lines.append("  " + escape_control(collectives))
+    if path := critical_path_sentence(report):
+        lines.append("  " + escape_control(path))
     lines += [paint("  " + escape_control(note), _SEVERITY_COLOUR["high"]) for note in partial_notes(report)]
     if report.devices:
         lines += ["", f"  {'device':<22}{'idle*':>9}{'kernels':>10}{'small':>9}{'H2D':>11}{'H2D bytes':>12}"]

@@ -16,7 +16,10 @@ gzip when the name ends in ``.gz``). It holds:
 * per device a **GPU-Util** counter: the share of each fixed bin (1 ms) in which some kernel runs, in %;
 * a process ``traceinsight`` with a **steps** track (the run's steps) and a **bottlenecks** track: per step, one
   slice per finding that costs that step time (`Findings.step_costs`), starting at the step's start and as long as that
-  cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's); and per input
+  cost, costliest first so they nest; args ``id``, ``rank``, ``severity``, ``saving_ns`` (this step's); a **critical
+  path** track: each step's critical path (`analysis/critical_path.py`), end to end, a slice per stretch (one op's
+  consecutive stretches merged) named after the op, call or kernel on it, args ``part``, ``group``, ``input``,
+  ``step``; and per input
   with collective waits a **collective waits** track (`wait_track_name`): one slice per wait inside a collective for
   later ranks (`analysis/collectives.py`), from the rank's arrival for its wait, named after the collective, args
   ``rank``, ``wait_ns``, ``key`` (the instance: how it was matched across ranks). Waits that overlap (DDP's buckets
@@ -82,10 +85,12 @@ MAX_UTIL_BINS = 100_000  # per device; a longer span gets wider bins
 FINDINGS_PROCESS = "traceinsight"
 STEPS_TRACK = "steps"
 BOTTLENECKS_TRACK = "bottlenecks"
+PATH_TRACK = "critical path"
 UTIL_COUNTER = "GPU-Util"
 HOST_KINDS = ("runtime", "input_wait", "sync", "step")
 _FINDINGS_PID = 1
-_STEPS_TID, _BOTTLENECKS_TID, _WAITS_TID = 1, 2, 3  # _WAITS_TID: the first waits track; one an (input, lane) after
+_STEPS_TID, _BOTTLENECKS_TID, _PATH_TID, _WAITS_TID = 1, 2, 3, 4  # _WAITS_TID: the first waits track; one an
+# (input, lane) after
 _FRACTIONS = np.array([f".{i:03d}" for i in range(1000)], dtype=object)
 _SEP = ",\n"
 _ROW_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "stream", "thread", "name", "correlation", "bytes"]
@@ -206,6 +211,7 @@ def _trace_chunks(
         *_util_counters(analysis, events, layout, windows, util_bin_ns, warnings),
         _step_events(chosen),
         _bottleneck_events(analysis, findings, chosen, warnings),
+        _path_events(analysis, chosen),
         _wait_events(waits, layout),
     ]
     header = '{"displayTimeUnit":"ns","otherData":' + _json({"generator": f"traceinsight {__version__}"})
@@ -313,6 +319,7 @@ class _Layout:
             ("process", _FINDINGS_PID, 0, FINDINGS_PROCESS, 0),
             ("thread", _FINDINGS_PID, _STEPS_TID, STEPS_TRACK, 0),
             ("thread", _FINDINGS_PID, _BOTTLENECKS_TID, BOTTLENECKS_TRACK, 1),
+            ("thread", _FINDINGS_PID, _PATH_TID, PATH_TRACK, 2),
         ]
         lanes = sorted({(w.input_id, w.lane) for w in waits})
         self.waits_tid = {lane: _WAITS_TID + k for k, lane in enumerate(lanes)}
@@ -560,6 +567,43 @@ def _bottleneck_events(analysis: Analysis, findings: Findings, steps: list[Step]
         for s, cost, b in slices
     ]
     return _slices(_BOTTLENECKS_TID, [x[0] for x in slices], [x[2].id for x in slices], [x[1] for x in slices], args)
+
+
+def _path_events(analysis: Analysis, steps: list[Step]) -> str:
+    """The critical path of each step written (`Analysis.critical_path`), a slice per stretch on the critical path
+    track, consecutive stretches of one op (same name, part and input, end to end) merged: they tile each step.
+    Named after the op, call or kernel (else the part: idle time); args ``part``, ``group``, ``input`` (the input's
+    label, ``rank1``), ``step``."""
+    if not steps:
+        return ""
+    position = {s.start_ns: i for i, s in enumerate(analysis.steps.items)}
+    segments = analysis.critical_path.segments
+    segments = segments[np.isin(segments["step"].to_numpy(), [position[s.start_ns] for s in steps])]
+    if segments.empty:
+        return ""
+    segments = segments.sort_values(["step", "start_ns"], kind="stable")
+    step = segments["step"].to_numpy()
+    start, end = segments["start_ns"].to_numpy(), segments["end_ns"].to_numpy()
+    name, part = segments["name"].cat.codes.to_numpy(), segments["part"].cat.codes.to_numpy()
+    input_id = segments["input_id"].to_numpy()
+    same = [step, name, part, input_id]
+    first = np.ones(len(step), bool)
+    first[1:] = np.logical_or.reduce([a[1:] != a[:-1] for a in same]) | (start[1:] != end[:-1])
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:], len(step)) - 1
+    heads_part, heads_name = part[heads], name[heads]
+    part_json = _json_strings(segments["part"].cat.categories)
+    group_json = _json_strings(segments["group"].cat.categories)[segments["group"].cat.codes.to_numpy()[heads]]
+    labels = input_labels(analysis.profile.inputs)
+    inputs = np.unique(input_id)
+    label_json = _json_strings([labels[i] if i < len(labels) else f"input{i}" for i in inputs.tolist()])
+    step_ids = np.array([s.id for s in analysis.steps.items], np.int64)[step[heads]]
+    name_json = np.append(_json_strings(segments["name"].cat.categories), "")[heads_name]
+    name_json = np.where(heads_name >= 0, name_json, part_json[heads_part])
+    args = ['{"part":', part_json[heads_part], ',"group":', group_json, ',"input":']
+    args += [label_json[np.searchsorted(inputs, input_id[heads])], ',"step":', _int_text(step_ids), "}"]
+    ts = start[heads]
+    return _complete_events(str(_FINDINGS_PID), str(_PATH_TID), ts, end[tails] - ts, name_json, args)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
-from traceinsight.result import Bottleneck, ComputeEfficiency, RunReport
+from traceinsight.result import Bottleneck, ComputeEfficiency, PathItem, RunReport
 from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
@@ -20,6 +20,8 @@ MEMORY_WARNINGS = {
     "slack": "reserved far exceeds allocated: fragmentation or caching-allocator slack (`expandable_segments`, "
     "`empty_cache` misuse)",
 }
+# The critical-path line names the groups with at least this share of the path (smaller ones are noise in one line).
+PATH_SENTENCE_MIN_SHARE = 0.01
 
 
 def run_header(report: RunReport) -> list[str]:
@@ -210,3 +212,33 @@ def collectives_sentence(report: RunReport) -> str | None:
     if c.straggler is not None:
         return f"Collectives ({split}): {c.straggler.message}."
     return f"Collectives ({split}): {c.note}."
+
+
+def input_label(report: RunReport, input_id: int) -> str | None:
+    """The input's name in a run of several ('rank 1', else its host or file: `analysis.ranks`); None with one."""
+    if report.ranks is None:
+        return None
+    return next((r.label for r in report.ranks.items if r.input == input_id), f"input {input_id}")
+
+
+def path_item_text(report: RunReport, item: PathItem) -> str:
+    """'data on rank 1: 30.0 ms a step' (no rank with a single input)."""
+    where = input_label(report, item.input)
+    return f"{item.name}{f' on {where}' if where else ''}: {fmt_ns(item.ns_per_step)} a step"
+
+
+def critical_path_sentence(report: RunReport) -> str | None:
+    """What the steps' critical path is made of, in one line: 'Critical path: 87 % cpu (data on rank 1: 30.0 ms a
+    step), 13 % collective.', the groups with at least `PATH_SENTENCE_MIN_SHARE` of it, largest first, the dominant
+    one with its longest item; None without steps."""
+    cp = report.critical_path
+    if not cp.steps or cp.dominant is None:
+        return None
+    shown = sorted((g for g, s in cp.shares.items() if s >= PATH_SENTENCE_MIN_SHARE), key=lambda g: -cp.shares[g])
+    shown = shown or [cp.dominant]
+    top = next((i for i in cp.top if i.group == cp.dominant), None)
+    parts = [
+        f"{fmt_pct(cp.shares[g], 0)} {g}" + (f" ({path_item_text(report, top)})" if top and g == cp.dominant else "")
+        for g in shown
+    ]
+    return f"Critical path: {', '.join(parts)}."
