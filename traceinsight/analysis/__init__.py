@@ -36,7 +36,13 @@ from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
 from traceinsight.errors import is_truncation_warning
 from traceinsight.events import Profile, input_labels, kind_mask, names_matching, rows_of_input, take_rows
-from traceinsight.rules import DEFAULT_SMALL_KERNEL_NS, DEVICE_EVENTS_MISSING_SHARE, KERNEL_LAUNCH, STEADY_MIN_STEPS
+from traceinsight.rules import (
+    CRITICAL_PATH_MAX_EVENTS,
+    DEFAULT_SMALL_KERNEL_NS,
+    DEVICE_EVENTS_MISSING_SHARE,
+    KERNEL_LAUNCH,
+    STEADY_MIN_STEPS,
+)
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, al
 def _walks(events: pd.DataFrame, input_steps: list[Steps], found: Collectives, alone: bool) -> list[InputWalks]:
     """Each input's critical-path pieces. A run's only rank walks through its collectives (their waits for the ranks
     the trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
-    if events.empty:
+    if events.empty or len(events) > CRITICAL_PATH_MAX_EVENTS:
         return []
     waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
     return [input_walks(rows_of_input(events, i), s, waits) for i, s in enumerate(input_steps)]

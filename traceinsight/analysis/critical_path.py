@@ -26,6 +26,7 @@ as one read whole does.
 from __future__ import annotations
 
 import bisect
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,16 +81,16 @@ class _Graph:
     resuming at `arrive` (the edge's own time, [arrive, start], is `edge_part`). Lists, not arrays: the walk
     reads one element at a time."""
 
-    start: list[int]
-    start_raw: list[int]  # the interval's own start (a wait's node begins where what it waited for ended)
-    pred_raw: list[int]  # the interval's predecessor on its own thread (entered before the wait ended)
-    part_raw: list[int]  # and its part then
-    end: list[int]
-    part: list[int]  # codes of PARTS
-    edge_part: list[int]
-    pred: list[int]  # a node, or _NONE / _TO_MAIN
-    arrive: list[int]
-    collective: list[int]  # the start of the collective row the node belongs to; -1 for other nodes
+    start: array
+    start_raw: array  # the interval's own start (a wait's node begins where what it waited for ended)
+    pred_raw: array  # the interval's predecessor on its own thread (entered before the wait ended)
+    part_raw: array  # and its part then
+    end: array
+    part: array  # codes of PARTS
+    edge_part: array
+    pred: array  # a node, or _NONE / _TO_MAIN
+    arrive: array
+    collective: array  # the start of the collective row the node belongs to; -1 for other nodes
     name: np.ndarray  # name codes (into `names`), -1 none
     kernel_class: np.ndarray  # codes into `classes`, -1 for host nodes
     resource: np.ndarray  # the thread (host nodes) or -(stream + 2) (device nodes)
@@ -239,8 +240,9 @@ def _graph(events: pd.DataFrame) -> _Graph:
     blocked_long = host["blocking_last"] & ~synced & (host["owner_dur"] >= WAIT_MIN_NS)
     host["part"] = np.where(blocked_long, _CODE["blocked"], host["part"])
 
-    def both(key: str) -> list[int]:
-        return np.concatenate([host[key], device[key]]).astype(np.int64).tolist()
+    def both(key: str) -> array:
+        # Read one element at a time by the walk: an array of machine ints (8 bytes a node; a list holds an object each)
+        return array("q", np.concatenate([host[key], device[key]]).astype(np.int64).tobytes())
 
     main_starts = host["interval_start"][on_main]
     return _Graph(
