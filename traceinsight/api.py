@@ -419,7 +419,7 @@ class Report:
             step=ids[segments["step"].to_numpy()],
             dur_ns=segments["end_ns"] - segments["start_ns"],
             input=[labels[i] for i in input_ids.tolist()],
-            resource=np.select(
+            resource=np.select(  # type: ignore[call-overload]
                 [resource >= 0, resource <= -2],
                 ["thread " + resource.astype(str), "stream " + (-resource - 2).astype(str)],
                 None,

@@ -592,17 +592,27 @@ def _chase(
     start, part, edge_part = graph.start, graph.part, graph.edge_part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
     start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
-    seg_node, seg_start, seg_end, seg_part = [], [], [], []
+    seg_node: list[int] = []
+    seg_start: list[int] = []
+    seg_end: list[int] = []
+    seg_part: list[int] = []
+
+    def emit(n: int, begin: int, end: int, p: int) -> None:
+        seg_node.append(n)
+        seg_start.append(begin)
+        seg_end.append(end)
+        seg_part.append(p)
+
     for n, s, e, p in head or ():
         if e > max(s, floor):
-            seg_node.append(n), seg_start.append(max(s, floor)), seg_end.append(e), seg_part.append(p)
+            emit(n, max(s, floor), e, p)
     t = at
     stop, collective_node = floor, -1
     for _ in range(4 * len(start) + 4):  # each turn goes back in time or to a node entered at its end: bounded
         if t <= floor:
             break
         if node < 0:
-            seg_node.append(-1), seg_start.append(floor), seg_end.append(t), seg_part.append(_CODE["idle"])
+            emit(-1, floor, t, _CODE["idle"])
             break
         if collective[node] >= 0:
             if alone is None:
@@ -610,8 +620,7 @@ def _chase(
                 break
             waited = min(start[node] + alone.get(collective[node], 0), t)
             if waited > max(start[node], floor):  # the wait for ranks not in the trace, before the transfer
-                seg_node.append(node), seg_start.append(max(waited, floor)), seg_end.append(t)
-                seg_part.append(part[node])
+                emit(node, max(waited, floor), t, part[node])
                 t = waited
                 own_part = _CODE["rank_wait"]
             else:
@@ -624,12 +633,12 @@ def _chase(
         s = min(s, t)
         low = max(s, floor)
         if t > low:
-            seg_node.append(node), seg_start.append(low), seg_end.append(t), seg_part.append(own)
+            emit(node, low, t, own)
         if s <= floor:
             break
         a = min(arrived, s)
         if a < s:
-            seg_node.append(node), seg_start.append(max(a, floor)), seg_end.append(s), seg_part.append(edge_part[node])
+            emit(node, max(a, floor), s, edge_part[node])
         node, t = _resolved(graph, p, a), a
     nodes = np.asarray(seg_node, np.int64)
     named = nodes >= 0
@@ -671,9 +680,9 @@ def stitch(walks: list[InputWalks], steps: Steps, collectives: Collectives) -> C
         return empty_path()
     last: dict[tuple[int, int], tuple[int, int, int]] = {}
     for instance in collectives.instances:
-        latest = max(instance.arrivals, key=lambda a: a.arrival_ns)
+        final = max(instance.arrivals, key=lambda a: a.arrival_ns)
         for a in instance.arrivals:
-            last[(a.input_id, a.arrival_ns)] = (latest.input_id, latest.arrival_ns, a.wait_ns)
+            last[(a.input_id, a.arrival_ns)] = (final.input_id, final.arrival_ns, a.wait_ns)
     single = collectives.scope == "single_rank"
     columns: dict[str, list[np.ndarray]] = {
         k: [] for k in ("step", "start", "end", "part", "name", "kernel_class", "resource", "input")

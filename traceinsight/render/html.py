@@ -102,7 +102,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
-    functions += (critical_path_sentence, input_label, path_groups)
+    functions += (critical_path_sentence, input_label, path_groups)  # type: ignore[assignment]
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)
