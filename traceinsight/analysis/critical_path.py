@@ -36,6 +36,7 @@ import pandas as pd
 from traceinsight.analysis.collectives import Collectives
 from traceinsight.analysis.host_ops import nesting_parents
 from traceinsight.analysis.kernel_classes import kernel_classes
+from traceinsight.analysis.op_kernels import search_pairs
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, blocking_mask, kind_mask
 from traceinsight.intervals import union
@@ -78,8 +79,8 @@ class _Graph:
     """One input's dependency graph, as arrays over nodes: the host threads' intervals (between consecutive starts
     and ends of their ops, each owned by the innermost op running), then the device work rows. A node is entered
     at an instant and holds the path from its `start` to that instant; from its start the path goes to `pred`,
-    resuming at `arrive` (the edge's own time, [arrive, start], is `edge_part`). Lists, not arrays: the walk
-    reads one element at a time."""
+    resuming at `arrive` (the edge's own time, [arrive, start], is `edge_part`). What the walk reads one element
+    at a time is an `array` of machine ints (a list would hold an object a node)."""
 
     start: array
     start_raw: array  # the interval's own start (a wait's node begins where what it waited for ended)
@@ -171,7 +172,8 @@ def input_walks(events: pd.DataFrame, steps: Steps, alone: dict[int, int] | None
     pieces = {}
     if alone is None:
         starts = [s.start_ns for s in steps.items]
-        lowest = min(graph.start, default=0)
+        node_starts = np.frombuffer(graph.start, np.int64)
+        lowest = int(node_starts.min()) if len(node_starts) else 0
         for node in _first_of_each_collective(graph):
             begin = graph.collective[node]
             # Back to the start of the step before the one it is in: another rank's step may begin a little earlier.
@@ -295,15 +297,13 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     b_thread, b_time = b_thread[distinct], b_time[distinct]
     same = b_thread[:-1] == b_thread[1:]
     i_thread, i_start, i_end = b_thread[:-1][same], b_time[:-1][same], b_time[1:][same]
-    # The innermost op running in each interval: the last to start at or before it, or the first of its
-    # enclosing ops that has not ended.
     # The innermost op of each interval: the op that starts where it starts (the last of those, in start-then-longest
     # order), else the parent of the outermost op that ends there; damaged nesting is climbed below.
     owner = np.full(len(i_start), -1, np.int64)
-    at_end = _last_at_or_before(i_thread, i_start, thread, end)
+    at_end = search_pairs(i_thread, i_start, thread, end)
     ends_here = np.flatnonzero((at_end >= 0) & (i_start[np.maximum(at_end, 0)] == end))[::-1]  # outermost last
     owner[at_end[ends_here]] = parent[ends_here]
-    at_start = _last_at_or_before(i_thread, i_start, thread, start)
+    at_start = search_pairs(i_thread, i_start, thread, start)
     owner[at_start] = np.arange(len(start))
     while True:
         ended = owner >= 0
@@ -313,8 +313,8 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
         owner[ended] = parent[owner[ended]]
     owned = owner >= 0
     row_of = np.where(owned, rows[np.maximum(owner, 0)], -1)
-    part = _host_parts(events, names, rows, owner, row_of)
     blocking_row = blocking_mask(events) | _pageable_copy_calls(events)
+    part = _host_parts(events, names, blocking_row, row_of)
     untraced_owner = kind_mask(events, "step", "annotation", "python", "other")
     blocking_last = owned & blocking_row[np.maximum(row_of, 0)] & (end[np.maximum(owner, 0)] == i_end)
     collective_row = names.rows(COLLECTIVE_HOST_PATTERN)
@@ -325,8 +325,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     pred = np.where(first_of_thread, _NONE, np.arange(n) - 1)
     # Each op's first interval (a launch's: where its device work's launch edge goes).
     first_interval = np.full(len(events), _NONE, np.int64)
-    at = _last_at_or_before(i_thread, i_start, thread, start)
-    first_interval[rows] = at
+    first_interval[rows] = at_start
     name_codes = events["name"].cat.codes.to_numpy()
     return {
         "start": i_start.copy(),
@@ -359,9 +358,7 @@ def _pageable_copy_calls(events: pd.DataFrame) -> np.ndarray:
     return ~device & (correlation >= 0) & np.isin(correlation, wanted)
 
 
-def _host_parts(
-    events: pd.DataFrame, names: DistinctNames, rows: np.ndarray, owner: np.ndarray, row_of: np.ndarray
-) -> np.ndarray:
+def _host_parts(events: pd.DataFrame, names: DistinctNames, blocking: np.ndarray, row_of: np.ndarray) -> np.ndarray:
     """The part of each host interval, told by its owner: a launch, a blocking call, an input wait, a runtime call,
     another op; untraced host time between ops (and inside a step marker alone)."""
     n = len(events)
@@ -375,7 +372,7 @@ def _host_parts(
     code[:n][launches] = _CODE["launch"]
     code[:n][kind_mask(events, "input_wait")] = _CODE["input_wait"]
     code[:n][kind_mask(events, "step")] = _CODE["host_gap"]
-    code[:n][blocking_mask(events) | _pageable_copy_calls(events)] = _CODE["sync"]
+    code[:n][blocking] = _CODE["sync"]
     code[n] = _CODE["host_gap"]
     return code[np.where(row_of >= 0, row_of, n)]
 
@@ -467,15 +464,17 @@ def _latest_end_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -
     return latest, node
 
 
-def _last_at_or_before(place: np.ndarray, start: np.ndarray, wanted: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Per query (`wanted` place, instant `at`), the last row of (place, start)-sorted rows of that place starting
-    at or before it; -1 none."""
-    found = np.full(len(at), -1, np.int64)
-    for p in np.unique(wanted).tolist():
-        lo, hi = np.searchsorted(place, p, side="left"), np.searchsorted(place, p, side="right")
-        queries = np.flatnonzero(wanted == p)
-        pos = lo + np.searchsorted(start[lo:hi], at[queries], side="right") - 1
-        found[queries] = np.where(pos >= lo, pos, -1)
+def _last_ended_inside(device: dict[str, Any], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per window [start, end], the device node that ended last in (start, end]; -1 none."""
+    found = np.full(len(end), -1, np.int64)
+    if not len(end) or not len(device["end"]):
+        return found
+    by_end = np.argsort(device["end"], kind="stable")
+    ends = device["end"][by_end]
+    at = np.searchsorted(ends, end, side="right") - 1
+    ok = at >= 0
+    ok[ok] = ends[at[ok]] > start[ok]
+    found[ok] = by_end[at[ok]]
     return found
 
 
@@ -483,14 +482,7 @@ def _waited_work(host: dict[str, Any], device: dict[str, Any]) -> np.ndarray:
     """For each host interval that ends a blocking call, the device node that ended last inside it; -1 none."""
     found = np.full(len(host["start"]), -1, np.int64)
     wanted = np.flatnonzero(host["blocking_last"])
-    if not len(wanted) or not len(device["end"]):
-        return found
-    by_end = np.argsort(device["end"], kind="stable")
-    ends = device["end"][by_end]
-    at = np.searchsorted(ends, host["end"][wanted], side="right") - 1
-    ok = at >= 0
-    ok[ok] = ends[at[ok]] > host["start"][wanted[ok]]
-    found[wanted[ok]] = by_end[at[ok]]
+    found[wanted] = _last_ended_inside(device, host["start"][wanted], host["end"][wanted])
     return found
 
 
@@ -513,7 +505,7 @@ def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     total = np.concatenate([[0], np.cumsum(owned_ns)])
 
     def ran_until(x: np.ndarray) -> np.ndarray:
-        pos = _last_at_or_before(thread, start, thread[which], x)  # the thread's interval holding x (sorted order)
+        pos = search_pairs(thread, start, thread[which], x)  # the thread's interval holding x (sorted order)
         inside = np.clip(x - start[np.maximum(pos, 0)], 0, owned_ns[np.maximum(pos, 0)])
         return np.where(pos >= 0, total[np.maximum(pos, 0)] + inside, 0)
 
@@ -532,14 +524,9 @@ def _untraced_device_waits(host: dict[str, Any], device: dict[str, Any], other: 
     wanted = np.flatnonzero(~other & host["untraced"] & (end - start >= THREAD_WAIT_MIN_NS))
     if not len(wanted) or not len(device["end"]):
         return found
-    by_end = np.argsort(device["end"], kind="stable")
-    ends = device["end"][by_end]
-    at = np.searchsorted(ends, end[wanted], side="right") - 1
-    ok = at >= 0
-    ok[ok] = ends[at[ok]] > start[wanted[ok]]
+    last = _last_ended_inside(device, start[wanted], end[wanted])
     busy = union(device["start"], device["end"]).covered_between(start[wanted], end[wanted])
-    ok &= 2 * busy >= end[wanted] - start[wanted]
-    found[wanted[ok]] = by_end[np.maximum(at, 0)][ok]
+    found[wanted] = np.where(2 * busy >= end[wanted] - start[wanted], last, -1)
     return found
 
 
@@ -570,8 +557,8 @@ def _step_end_node(graph: _Graph, end: int, host_first: bool) -> tuple[int, int]
     nodes = graph.device_nodes
     if not len(nodes):
         return _NONE, end
-    starts = np.asarray(graph.start, np.int64)[nodes]
-    reached = np.minimum(np.asarray(graph.end, np.int64)[nodes], end)
+    starts = np.frombuffer(graph.start, np.int64)[nodes]
+    reached = np.minimum(np.frombuffer(graph.end, np.int64)[nodes], end)
     reached = np.where(starts < end, reached, np.iinfo(np.int64).min)
     best = int(np.argmax(reached))
     if reached[best] == np.iinfo(np.int64).min:

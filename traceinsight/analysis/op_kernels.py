@@ -240,7 +240,7 @@ def _innermost(
         at_level = depth == level
         level_place, level_start, level_end = place[at_level], start[at_level], end[at_level]
         # (place, start) sorted: one search on a combined order of the two
-        at = _search_pairs(level_place, level_start, wanted, ts)
+        at = search_pairs(level_place, level_start, wanted, ts)
         ok = at >= 0
         ok[ok] &= (level_place[at[ok]] == wanted[ok]) & (level_end[at[ok]] >= ts[ok])
         found[ok] = order[at_level][at[ok]]
@@ -262,8 +262,9 @@ def _depths(place: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray
     return np.maximum(depth, 0)
 
 
-def _search_pairs(place: np.ndarray, start: np.ndarray, wanted_place: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Per query, the last position whose (place, start) <= (wanted_place, ts) in lexicographic order, -1."""
+def search_pairs(place: np.ndarray, start: np.ndarray, wanted_place: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Per query, the last position of (place, start)-sorted rows whose (place, start) <= (wanted_place, ts) in
+    lexicographic order and whose place is the query's; -1 none."""
     found = np.full(len(ts), -1, np.int64)
     for p in np.unique(wanted_place).tolist():
         lo, hi = np.searchsorted(place, p, side="left"), np.searchsorted(place, p, side="right")
