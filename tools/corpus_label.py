@@ -393,13 +393,18 @@ def main(argv: list[str] | None = None) -> int:
         if not matches:
             print(f"{entry['id']}: missing (run python -m tools.corpus first)")
             continue
-        result[entry["id"]] = fig = figures(matches[0])
-        print(f"== {entry['id']} ({entry['format']})")
-        for key, value in fig.items():
-            print(f"   {key}: {value}")
+        result[entry["id"]] = shown(f"{entry['id']} ({entry['format']})", figures(matches[0]))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def shown(title: str, fig: dict) -> dict:
+    """`fig`, printed under `title` a figure a line."""
+    print(f"== {title}")
+    for key, value in fig.items():
+        print(f"   {key}: {value}")
+    return fig
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.corpus_label import COLLECTIVE, INPUT_WAIT, classify, covered, load_events, union
+from tools.corpus_label import COLLECTIVE, INPUT_WAIT, classify, covered, load_events, shown, union
 
 LAUNCH = re.compile(
     r"^(cuda|hip)(LaunchKernel|LaunchCooperativeKernel|GraphLaunch|ExtModuleLaunchKernel|ModuleLaunchKernel"
@@ -446,10 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = {}
     for path in args.files:
-        result[str(path)] = fig = figures(path, re.compile(args.steps), args.instance)
-        print(f"== {path}")
-        for key, value in fig.items():
-            print(f"   {key}: {value}")
+        result[str(path)] = shown(str(path), figures(path, re.compile(args.steps), args.instance))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0
