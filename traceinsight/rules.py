@@ -676,6 +676,10 @@ ASYNC_COPY_LAUNCH = NamePattern(
 # 1024 (`CUDA_MAX_LAUNCH_QUEUE_PER_STREAM` in hta/common/constants.py: "1022 - 1024 cause blocking") and users
 # measured about 1000 (forums.developer.nvidia.com/t/cuda-stream-are-blocked-when-luanch-lots-of-kernels-1000/68937).
 LAUNCH_QUEUE_LIMIT = 1024
+# A launch call that finds this many launches of its stream outstanding (queued or running) waits for the device to
+# free a slot (HTA: "1022 - 1024 cause blocking"). hta/ns_resolution_trace: launches find up to 1023, and their calls
+# take 200 us at p90 against 5 us at the median.
+QUEUE_FULL_FOUND_DEPTH = LAUNCH_QUEUE_LIMIT - 2
 # Queue depth's time series: at most this many points per stream (a chart's width; each the bin's deepest queue).
 QUEUE_SERIES_POINTS = 500
 

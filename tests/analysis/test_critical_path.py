@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.analysis.builders import host, kernel, launch, profile
+from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
 from traceinsight.discover import find_runs
 from traceinsight.workflow import analyze_path
@@ -155,3 +156,45 @@ def test_a_rank_that_sleeps_in_its_data_phase_is_on_the_other_ranks_path() -> No
     steps' path crosses to rank 1 and runs through rank 1's data phase. Balanced ranks: it does not."""
     assert _input_share(SAMPLES / "distributed" / "sleep_rank1", 1, "data") > 0.6
     assert _input_share(SAMPLES / "distributed" / "balanced", 1, "data") < 0.05
+
+
+def test_work_queued_long_after_its_launch_waited_for_what_the_trace_does_not_hold() -> None:
+    """A kernel launched at 0 (a 5 us call) with nothing before it on its stream starts at 500 us: 5 + 50 us of it
+    is the launch's cost (`rules.DRAINED_QUEUE_LAUNCH_DELAY_NS`), the other 445 us it sat queued."""
+    rows = [_step(1000), _on(1, launch(0, 5, 1)), _on(1, host("sync", 5, 995, "cudaDeviceSynchronize"))]
+    rows.append(kernel(500, 400, corr=1))
+    assert _parts(rows) == {"sync": 100, "compute": 400, "queued": 445, "launch": 55}
+
+
+def test_python_frames_of_another_thread_are_no_work_the_step_waits_for() -> None:
+    """A progress bar's monitor thread sleeps in a Python frame through the main thread's 1 ms range: the path stays
+    on the main thread."""
+    rows = [
+        _step(1000),
+        _on(1, host("annotation", 0, 1000, "backward")),
+        _on(2, host("python", 10, 980, "threading.py(359): wait")),
+    ]
+    assert _parts(rows) == {"cpu_op": 1000}
+
+
+def _group_shares(relative: str) -> dict[str, float]:
+    path = analyze_path(shared_trace(relative)).analysis.critical_path
+    return path.shares()
+
+
+def test_a_full_launch_queue_makes_the_step_gpu_bound_as_hta_finds() -> None:
+    """hta/ns_resolution_trace: launches find up to 1023 outstanding on their stream and block; HTA 0.5.0 puts
+    97.9 % of step #103's path on GPU compute (benchmarks/data/hta_critical_path.json)."""
+    assert _group_shares("hta/ns_resolution_trace")["gpu_compute"] > 0.9
+
+
+def test_a_graph_replay_of_a_busy_device_is_gpu_bound() -> None:
+    """vllm_decode_full's replay keeps the GPU 99.8 % busy: its path is GPU compute (HTA says 97 % kernel-to-kernel
+    overhead)."""
+    assert _group_shares("inference/vllm_decode_full/graph_execution.json.gz")["gpu_compute"] > 0.95
+
+
+def test_a_copy_blocked_on_work_outside_the_trace_is_idle_not_launch_overhead() -> None:
+    """sglang_decode: hipMemcpyWithStream blocks 463 ms while the device is idle (corpus label: idle)."""
+    shares = _group_shares("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    assert shares["idle"] > 0.9 and shares["launch"] < 0.05

@@ -29,7 +29,7 @@ from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernel_sequences import KernelSequences, kernel_sequences
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
 from traceinsight.analysis.ledger import DeviceLedger, Ledger, with_collective_waits
-from traceinsight.analysis.queue_depth import NO_QUEUES, QueueDepth, launched_work, queue_depth
+from traceinsight.analysis.queue_depth import NO_QUEUES, QueueDepth, blocked_launch_rows, launched_work, queue_depth
 from traceinsight.analysis.settings import Seen, settings_seen
 from traceinsight.analysis.step_model import StepModel, input_ledger, step_model
 from traceinsight.analysis.steps import Steps, device_line_label, find_steps
@@ -166,7 +166,7 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, al
         device_events_cut=_device_events_cut(profile, work),
         queue_depth=queue_depth(launched, input_steps),
         kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
-        walks=_walks(events, input_steps, found, alone),
+        walks=_walks(events, input_steps, launched, found, alone),
         other_ledgers=[
             d
             for other in input_steps
@@ -179,13 +179,17 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, al
     )
 
 
-def _walks(events: pd.DataFrame, input_steps: list[Steps], found: Collectives, alone: bool) -> list[InputWalks]:
+def _walks(
+    events: pd.DataFrame, input_steps: list[Steps], launched: pd.DataFrame, found: Collectives, alone: bool
+) -> list[InputWalks]:
     """Each input's critical-path pieces. A run's only rank walks through its collectives (their waits for the ranks
     the trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
     if events.empty or len(events) > CRITICAL_PATH_MAX_EVENTS:
         return []
     waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
-    return [input_walks(rows_of_input(events, i), s, waits) for i, s in enumerate(input_steps)]
+    blocked = blocked_launch_rows(launched, len(events))
+    ids = events["input_id"].to_numpy()
+    return [input_walks(rows_of_input(events, i), s, blocked[ids == i], waits) for i, s in enumerate(input_steps)]
 
 
 def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:

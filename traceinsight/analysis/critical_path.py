@@ -8,8 +8,8 @@ The dependency graph is what the trace records:
 - device work in stream order;
 - a kernel that starts after both its launch and its stream's previous work waited for another stream of its
   device (``cudaStreamWaitEvent``): the work there that ended last before it;
-- a blocking call (``*Synchronize``, a blocking copy, `rules.BLOCKING_HOST_OPS`) -> the device work that ended
-  last inside it;
+- a blocking call (``*Synchronize``, a blocking copy, `rules.BLOCKING_HOST_OPS`, a copy of pageable memory, a
+  launch into a full queue) -> the device work that ended last inside it;
 - a collective -> the rank that arrived last (`stitch`), where the run has several ranks.
 
 The path is found backward from each step's end, always to the dependency that arrived last (a last-arrival
@@ -44,6 +44,7 @@ from traceinsight.rules import (
     COLLECTIVE_HOST_PATTERN,
     COLLECTIVE_KERNEL_PATTERN,
     CROSS_STREAM_WAIT_MIN_NS,
+    DRAINED_QUEUE_LAUNCH_DELAY_NS,
     GRAPH_LAUNCH,
     KERNEL_LAUNCH,
     THREAD_WAIT_MIN_NS,
@@ -63,12 +64,14 @@ PATH_PARTS: dict[str, str] = {
     "rank_wait": "rank_wait",  # a collective waiting for a rank the trace does not hold (single-rank trace)
     "input_wait": "input",  # the training loop waiting for its input data
     "kernel_gap": "idle",  # device work waiting for the work before it on its stream, beyond its end
+    "queued": "idle",  # device work waiting after its launch, beyond a launch's cost, for what the trace does not hold
     "blocked": "idle",  # a blocking call waiting for device work the trace does not hold
     "idle": "idle",  # nothing the trace holds runs (before the first work the walk can reach)
 }
 PARTS = tuple(PATH_PARTS)
 GROUPS = ("cpu", "launch", "gpu_compute", "copy", "collective", "rank_wait", "input", "idle")
 _CODE = {name: code for code, name in enumerate(PARTS)}
+_HOST_WORK = [_CODE[p] for p in ("cpu_op", "runtime", "host_gap")]  # what a host interval inside an input wait is not
 
 _NONE = -1  # no predecessor in the trace: the rest of the step down to its start is idle
 _TO_MAIN = -2  # an idle moment of a thread other than the step's: the step's thread at that instant
@@ -89,6 +92,8 @@ class _Graph:
     end: array
     part: array  # codes of PARTS
     edge_part: array
+    edge_split: array  # a launch edge's end of launch cost (the call and `DRAINED_QUEUE_LAUNCH_DELAY_NS`): beyond it
+    # the work sat queued for what the trace does not hold; other edges: the node's start (no split)
     pred: array  # a node, or _NONE / _TO_MAIN
     arrive: array
     collective: array  # the start of the collective row the node belongs to; -1 for other nodes
@@ -158,11 +163,14 @@ class CriticalPath:
         return {g: float(ns.sum()) / total if total else 0.0 for g, ns in self.group_ns().items()}
 
 
-def input_walks(events: pd.DataFrame, steps: Steps, alone: dict[int, int] | None = None) -> InputWalks:
-    """One input's walks (`events`: its rows alone; `steps`: its own steps). `alone`: the input is the run's only
-    rank, and these are its collectives' waits for the ranks the trace does not hold, by their start (each
+def input_walks(
+    events: pd.DataFrame, steps: Steps, blocked_launches: np.ndarray, alone: dict[int, int] | None = None
+) -> InputWalks:
+    """One input's walks (`events`: its rows alone; `steps`: its own steps; `blocked_launches`: per row, a launch
+    call that found its stream's queue full, `queue_depth.blocked_launch_rows`). `alone`: the input is the run's
+    only rank, and these are its collectives' waits for the ranks the trace does not hold, by their start (each
     collective's time is split into that wait and its transfer where the path passes it; no piece stops there)."""
-    graph = _graph(events)
+    graph = _graph(events, blocked_launches)
     step_pieces = []
     for step in steps.items:
         end = step.start_ns + step.dur_ns
@@ -193,11 +201,11 @@ def _first_of_each_collective(graph: _Graph) -> list[int]:
     return first
 
 
-def _graph(events: pd.DataFrame) -> _Graph:
+def _graph(events: pd.DataFrame, blocked_launches: np.ndarray) -> _Graph:
     """The input's nodes and each node's predecessor, found for all nodes at once."""
     names = DistinctNames(events)
     classes = kernel_classes(events)
-    host = _host_nodes(events, names)
+    host = _host_nodes(events, names, blocked_launches)
     device = _device_nodes(events, names, classes)
     offset = len(host["start"])
     # A device node's launch edge goes to the launch call's first interval (entered at its start, it passes the
@@ -255,6 +263,7 @@ def _graph(events: pd.DataFrame) -> _Graph:
         end=both("end"),
         part=both("part"),
         edge_part=both("edge_part"),
+        edge_split=both("edge_split"),
         pred=both("pred"),
         arrive=both("arrive"),
         collective=both("collective"),
@@ -276,7 +285,7 @@ def _used_codes(names: DistinctNames, codes: np.ndarray) -> np.ndarray:
     return position[codes]
 
 
-def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
+def _host_nodes(events: pd.DataFrame, names: DistinctNames, blocked_launches: np.ndarray) -> dict[str, Any]:
     """The host threads' intervals: between each pair of consecutive instants at which an op of the thread starts
     or ends, owned by the innermost op then running (-1 between top-level ops), and their predecessors (the
     interval before on the thread)."""
@@ -315,8 +324,12 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
     row_of = np.where(owned, rows[np.maximum(owner, 0)], -1)
     blocking_row = blocking_mask(events) | _pageable_copy_calls(events)
     part = _host_parts(events, names, blocking_row, row_of)
+    blocking_row |= blocked_launches  # a launch into a full queue waits for the device, and stays a launch
     untraced_owner = kind_mask(events, "step", "annotation", "python", "other")
     blocking_last = owned & blocking_row[np.maximum(row_of, 0)] & (end[np.maximum(owner, 0)] == i_end)
+    # Whatever runs inside an input wait (the loader's own Python, a condition wait) is the wait.
+    waiting = _inside_input_waits(kind_mask(events, "input_wait")[rows], thread, start, end, i_thread, i_start, i_end)
+    part = np.where(waiting & np.isin(part, _HOST_WORK), _CODE["input_wait"], part)
     collective_row = names.rows(COLLECTIVE_HOST_PATTERN)
     collective = np.where(owned & collective_row[np.maximum(row_of, 0)], start[np.maximum(owner, 0)], -1)
     part = np.where(collective >= 0, _CODE["collective_transfer"], part)
@@ -333,6 +346,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
         "end": i_end,
         "part": part,
         "edge_part": np.full(n, _CODE["idle"], np.int8),
+        "edge_split": i_start,
         "pred": pred,
         "arrive": i_start.copy(),
         "collective": collective,
@@ -341,10 +355,30 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames) -> dict[str, Any]:
         "owner": owner,
         "owner_dur": np.where(owned, end[np.maximum(owner, 0)] - start[np.maximum(owner, 0)], 0),
         "owner_start": np.where(owned, start[np.maximum(owner, 0)], 0),
-        "untraced": ~owned | untraced_owner[np.maximum(row_of, 0)],
+        "untraced": (~owned | untraced_owner[np.maximum(row_of, 0)]) & ~waiting,
         "blocking_last": blocking_last,
         "first_interval": first_interval,
     }
+
+
+def _inside_input_waits(
+    is_wait: np.ndarray,
+    thread: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    i_thread: np.ndarray,
+    i_start: np.ndarray,
+    i_end: np.ndarray,
+) -> np.ndarray:
+    """Per interval, whether an input wait of its thread spans it (ops sorted by thread then start; `is_wait`: the
+    input waits among them)."""
+    w_thread, w_start, w_end = thread[is_wait], start[is_wait], end[is_wait]
+    reach = w_end.copy()  # per wait, the latest end of its thread's waits that began at or before it
+    for t in np.unique(w_thread).tolist():
+        mine = w_thread == t
+        reach[mine] = np.maximum.accumulate(w_end[mine])
+    at = search_pairs(w_thread, w_start, i_thread, i_start)
+    return (at >= 0) & (reach[np.maximum(at, 0)] >= i_end) if len(w_start) else np.zeros(len(i_start), bool)
 
 
 def _pageable_copy_calls(events: pd.DataFrame) -> np.ndarray:
@@ -393,7 +427,7 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
     same_stream = np.r_[False, (device_codes[1:] == device_codes[:-1]) & (stream[1:] == stream[:-1])]
     by_stream = np.where(same_stream, np.minimum(np.r_[0, end[:-1]], start), none)
     # Its launch: the host row with its correlation id.
-    launch_row, launched = _launch_rows(events, rows)
+    launch_row, launched, launch_dur = _launch_rows(events, rows)
     by_launch = np.where(launch_row >= 0, np.minimum(launched, start), none)
     # Work on another stream of its device that ended last before it, when it started later than both.
     latest_end, latest_node = _latest_end_before(device_codes, start, end)
@@ -412,6 +446,7 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
     nothing = arrive == none
     pred = np.where(nothing, _NONE, pred)
     arrive = np.where(nothing, start, arrive)
+    launch_cost_end = np.minimum(arrive + launch_dur + DRAINED_QUEUE_LAUNCH_DELAY_NS, start)
     edge = np.where(choice == 2, _CODE["launch"], _CODE["kernel_gap"]).astype(np.int8)
     copies = kind_mask(events, "memcpy", "memset")[rows]
     collective = names.rows(COLLECTIVE_KERNEL_PATTERN)[rows] & ~copies
@@ -423,6 +458,7 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
         "part_raw": part.astype(np.int8),
         "part": part.astype(np.int8),
         "edge_part": edge,
+        "edge_split": np.where(choice == 2, launch_cost_end, start),
         "pred": pred,
         "arrive": arrive,
         "collective": np.where(collective, start, -1),
@@ -433,20 +469,22 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
     }
 
 
-def _launch_rows(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For device rows `rows`, the host row that launched each (same correlation id) and its start; -1 none."""
+def _launch_rows(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For device rows `rows`, the host row that launched each (same correlation id), its start and its duration;
+    -1, 0, 0 for none."""
     correlation = events["correlation"].to_numpy()
     host = np.flatnonzero(events["device"].isna().to_numpy() & (correlation >= 0))
     found = np.full(len(rows), -1, np.int64)
     if not len(host) or not len(rows):
-        return found, np.zeros(len(rows), np.int64)
+        return found, np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
     host = host[np.argsort(correlation[host], kind="stable")]
     keys = correlation[host]
     wanted = correlation[rows]
     at = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
     hit = (wanted >= 0) & (keys[at] == wanted)
     found[hit] = host[at[hit]]
-    return found, np.where(hit, events["ts_ns"].to_numpy()[np.maximum(found, 0)], 0)
+    row = np.maximum(found, 0)
+    return found, np.where(hit, events["ts_ns"].to_numpy()[row], 0), np.where(hit, events["dur_ns"].to_numpy()[row], 0)
 
 
 def _latest_end_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -488,12 +526,15 @@ def _waited_work(host: dict[str, Any], device: dict[str, Any]) -> np.ndarray:
 
 def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     """For each interval of the step's thread at least `THREAD_WAIT_MIN_NS` long, the interval of another thread
-    that ended last inside it, when that thread ran ops through at least half of it (the step's thread waiting for
+    that ended last inside it, when that thread ran ops (framework ops, calls and collectives, not ranges or
+    Python frames) through at least half of it (the step's thread waiting for
     it: DDP's backward for gloo's all-reduce, ``loss.backward()`` for autograd's device thread); -1 none."""
     found = np.full(len(host["end"]), -1, np.int64)
     start, end, thread = host["interval_start"], host["end"], host["thread"]
     wanted = np.flatnonzero(~other & (end - start >= THREAD_WAIT_MIN_NS))
-    candidates = np.flatnonzero(other & (host["owner"] >= 0))
+    # Ops at work and collectives, not a thread's frames waiting (a progress bar's monitor sleeping).
+    working = ~host["untraced"] | (host["collective"] >= 0)
+    candidates = np.flatnonzero(other & working)
     if not len(wanted) or not len(candidates):
         return found
     candidates = candidates[np.argsort(end[candidates], kind="stable")]
@@ -501,7 +542,7 @@ def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     which = candidates[np.maximum(at, 0)]
     ok = (at >= 0) & (end[which] > start[wanted])
     # How long the candidate's thread ran ops within the interval: its running total of owned time, at both ends.
-    owned_ns = np.where(host["owner"] >= 0, end - start, 0)
+    owned_ns = np.where(working, end - start, 0)
     total = np.concatenate([[0], np.cumsum(owned_ns)])
 
     def ran_until(x: np.ndarray) -> np.ndarray:
@@ -547,13 +588,13 @@ def _main_thread(events: pd.DataFrame, host: dict[str, Any]) -> int | None:
 
 
 def _step_end_node(graph: _Graph, end: int, host_first: bool) -> tuple[int, int]:
-    """Where a step's path begins, walking back: the step thread's interval that ends at its end (host steps),
-    else the device work that ran last before it; and the instant it is entered at."""
+    """Where a step's path begins, walking back: the step thread's interval running at its end (host steps; a step
+    of device activity alone, whose end the host has left, begins on the device), else the device work that ran
+    last before it; and the instant it is entered at."""
     if host_first and graph.main_nodes:
         at = bisect.bisect_left(graph.main_starts, end) - 1
-        if at >= 0:
-            node = graph.main_nodes[at]
-            return node, min(end, graph.end[node])
+        if at >= 0 and graph.end[graph.main_nodes[at]] >= end:
+            return graph.main_nodes[at], end
     nodes = graph.device_nodes
     if not len(nodes):
         return _NONE, end
@@ -576,7 +617,7 @@ def _chase(
 ) -> Piece:
     """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective (not with `alone`,
     `input_walks`'). `head`: stretches (node, start, end, part) that come before, latest first."""
-    start, part, edge_part = graph.start, graph.part, graph.edge_part
+    start, part = graph.start, graph.part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
     start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
     seg_node: list[int] = []
@@ -625,7 +666,9 @@ def _chase(
             break
         a = min(arrived, s)
         if a < s:
-            emit(node, max(a, floor), s, edge_part[node])
+            for n, b, e, p_ in _edge(graph, node, a, s):
+                if e > max(b, floor):
+                    emit(n, max(b, floor), e, p_)
         node, t = _resolved(graph, p, a), a
     nodes = np.asarray(seg_node, np.int64)
     named = nodes >= 0
@@ -656,8 +699,15 @@ def _from_collective(graph: _Graph, node: int, floor: int) -> Piece:
     """The path back from a collective's start: what it waited for before it could begin on this rank."""
     s = graph.start[node]
     a = min(graph.arrive[node], s)
-    head = [(node, a, s, graph.edge_part[node])] if a < s else []
-    return _chase(graph, _resolved(graph, graph.pred[node], a), a, floor, head)
+    return _chase(graph, _resolved(graph, graph.pred[node], a), a, floor, _edge(graph, node, a, s) if a < s else [])
+
+
+def _edge(graph: _Graph, node: int, a: int, s: int) -> list[tuple[int, int, int, int]]:
+    """The stretches of a node's edge [a, s], latest first: a launch's cost, and beyond it the time its work sat
+    queued (`edge_split`); any other edge whole."""
+    split = min(max(graph.edge_split[node], a), s)
+    queued = [(node, split, s, _CODE["queued"])] if split < s else []
+    return queued + ([(node, a, split, graph.edge_part[node])] if a < split else [])
 
 
 def stitch(walks: list[InputWalks], steps: Steps, collectives: Collectives) -> CriticalPath:

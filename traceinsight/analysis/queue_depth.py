@@ -21,7 +21,14 @@ import pandas as pd
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, names_matching
 from traceinsight.intervals import Intervals, union
-from traceinsight.rules import ASYNC_COPY_LAUNCH, GRAPH_LAUNCH, KERNEL_LAUNCH, LAUNCH_QUEUE_LIMIT, QUEUE_SERIES_POINTS
+from traceinsight.rules import (
+    ASYNC_COPY_LAUNCH,
+    GRAPH_LAUNCH,
+    KERNEL_LAUNCH,
+    LAUNCH_QUEUE_LIMIT,
+    QUEUE_FULL_FOUND_DEPTH,
+    QUEUE_SERIES_POINTS,
+)
 
 _QUEUED_LAUNCH = re.compile("|".join(p.pattern.pattern for p in (KERNEL_LAUNCH, GRAPH_LAUNCH, ASYNC_COPY_LAUNCH)))
 
@@ -151,18 +158,8 @@ def _queues(
 ) -> tuple[list[StreamQueue], np.ndarray]:
     """One record per distinct key: +1 at each launch's start, -1 at its work's end, sorted and summed. Also what
     each launch found queued when it began (under these keys), which `found` (per launch) replaces in the records."""
-    groups, group = np.unique(keys, return_inverse=True)
-    n = len(start)
-    time = np.concatenate([start, end])
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    owner = np.concatenate([group, group])
-    order = np.lexsort((delta, time, owner))  # by group, then time; at one instant ends before starts
-    time, delta, owner = time[order], delta[order], owner[order]
-    # Every group's +1s and -1s cancel, so the running sum over all groups is each group's own.
-    depth = np.cumsum(delta)
-    if found is None:
-        found = np.empty(n, np.int64)
-        found[order[delta > 0]] = depth[delta > 0] - 1  # the launches are the first n of the unsorted arrays
+    groups, group, time, delta, owner, depth, found_here = _running_depth(keys, start, end)
+    found = found_here if found is None else found
     in_steps = windows.covered_between(start, start + 1) > 0
     found_p50 = pd.Series(found[in_steps]).groupby(group[in_steps]).median()
     last = np.r_[owner[1:] != owner[:-1], True]  # a group's last change: depth 0 from there on
@@ -198,6 +195,41 @@ def _queues(
             )
         )
     return records, found
+
+
+def _running_depth(
+    keys: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct key, the queue's depth after each change: +1 at each launch's start, -1 at its work's end,
+    sorted by key then time (the distinct keys, each launch's key index, and the sorted times, changes, their keys
+    and depths); and what each launch found queued or running under its key when it began."""
+    groups, group = np.unique(keys, return_inverse=True)
+    n = len(start)
+    time = np.concatenate([start, end])
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    owner = np.concatenate([group, group])
+    order = np.lexsort((delta, time, owner))  # by group, then time; at one instant ends before starts
+    time, delta, owner = time[order], delta[order], owner[order]
+    # Every group's +1s and -1s cancel, so the running sum over all groups is each group's own.
+    depth = np.cumsum(delta)
+    found = np.empty(n, np.int64)
+    found[order[delta > 0]] = depth[delta > 0] - 1  # the launches are the first n of the unsorted arrays
+    return groups, group, time, delta, owner, depth, found
+
+
+def blocked_launch_rows(launched: pd.DataFrame, rows: int) -> np.ndarray:
+    """Per row of the event table `launched` (`launched_work`) was made from (`rows` of them), whether it is a
+    launch call that found its stream's queue full (`QUEUE_FULL_FOUND_DEPTH` launches outstanding): the call blocks
+    until the device frees a slot, so it waits for the device like a sync."""
+    blocked = np.zeros(rows, bool)
+    if launched.empty:
+        return blocked
+    streams = [launched["input_id"].to_numpy(), launched["device"].cat.codes.to_numpy(), launched["stream"].to_numpy()]
+    keys = pd.MultiIndex.from_arrays(streams).factorize()[0]
+    start = launched["launch_ts"].to_numpy()
+    found = _running_depth(keys, start, np.maximum(launched["work_end"].to_numpy(), start))[6]
+    blocked[launched["launch_row"].to_numpy()[found >= QUEUE_FULL_FOUND_DEPTH]] = True
+    return blocked
 
 
 def _series(time: np.ndarray, depth: np.ndarray, windows: Intervals) -> tuple[np.ndarray, np.ndarray]:
