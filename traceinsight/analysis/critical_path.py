@@ -97,6 +97,7 @@ class _Graph:
     pred: array  # a node, or _NONE / _TO_MAIN
     arrive: array
     collective: array  # the start of the collective row the node belongs to; -1 for other nodes
+    run_head: array  # the first interval of the run a host interval ends (`_run_heads`); a device node: itself
     name: np.ndarray  # name codes (into `names`), -1 none
     kernel_class: np.ndarray  # codes into `classes`, -1 for host nodes
     resource: np.ndarray  # the thread (host nodes) or -(stream + 2) (device nodes)
@@ -267,6 +268,7 @@ def _graph(events: pd.DataFrame, blocked_launches: np.ndarray) -> _Graph:
         pred=both("pred"),
         arrive=both("arrive"),
         collective=both("collective"),
+        run_head=array("q", np.concatenate([_run_heads(host), offset + np.arange(len(device["start"]))]).tobytes()),
         name=_used_codes(names, np.concatenate([host["name"], device["name"]])),
         kernel_class=np.concatenate([np.full(offset, -1, np.int8), device["kernel_class"]]),
         resource=np.concatenate([host["thread"], -(device["stream"] + 2)]),
@@ -276,6 +278,20 @@ def _graph(events: pd.DataFrame, blocked_launches: np.ndarray) -> _Graph:
         names=names.names,
         classes=[str(c) for c in classes.categories],
     )
+
+
+def _run_heads(host: dict[str, Any]) -> np.ndarray:
+    """Per host interval, the first of the run it ends: intervals of one thread each of which passes the path to the
+    one before it, from its own start, with no collective (a walk takes such a run in one slice, `_run`)."""
+    n = len(host["start"])
+    position = np.arange(n)
+    linked = (
+        (host["pred"] == position - 1)
+        & (host["arrive"] == host["start"])
+        & (host["start"] == host["start_raw"])
+        & (host["collective"] < 0)
+    )
+    return np.maximum.accumulate(np.where(linked, 0, position)) if n else np.zeros(0, np.int64)
 
 
 def _used_codes(names: DistinctNames, codes: np.ndarray) -> np.ndarray:
@@ -620,16 +636,24 @@ def _chase(
     start, part = graph.start, graph.part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
     start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
+    run_head = graph.run_head
     seg_node: list[int] = []
     seg_start: list[int] = []
     seg_end: list[int] = []
     seg_part: list[int] = []
+    blocks: list[tuple[np.ndarray, ...]] = []  # stretches taken a run at a time, between the ones taken one by one
 
     def emit(n: int, begin: int, end: int, p: int) -> None:
         seg_node.append(n)
         seg_start.append(begin)
         seg_end.append(end)
         seg_part.append(p)
+
+    def flush() -> None:
+        if seg_node:
+            blocks.append(tuple(np.asarray(x, np.int64) for x in (seg_node, seg_start, seg_end, seg_part)))
+            for column in (seg_node, seg_start, seg_end, seg_part):
+                column.clear()
 
     for n, s, e, p in head or ():
         if e > max(s, floor):
@@ -642,6 +666,12 @@ def _chase(
         if node < 0:
             emit(-1, floor, t, _CODE["idle"])
             break
+        if run_head[node] < node and start[node] <= t:
+            # A run of a thread's intervals, each passing the path to the one before: taken in one slice.
+            flush()
+            block, node, t = _run(graph, node, t, floor)
+            blocks.append(block)
+            continue
         if collective[node] >= 0:
             if alone is None:
                 stop, collective_node = t, node
@@ -670,13 +700,15 @@ def _chase(
                 if e > max(b, floor):
                     emit(n, max(b, floor), e, p_)
         node, t = _resolved(graph, p, a), a
-    nodes = np.asarray(seg_node, np.int64)
+    flush()
+    empty = (np.zeros(0, np.int64),) * 4
+    nodes, starts, ends, parts = (np.concatenate(c) for c in zip(*blocks, strict=True)) if blocks else empty
     named = nodes >= 0
     safe = np.maximum(nodes, 0)
     return Piece(
-        start=np.asarray(seg_start, np.int64),
-        end=np.asarray(seg_end, np.int64),
-        part=np.asarray(seg_part, np.int8),
+        start=starts,
+        end=ends,
+        part=parts.astype(np.int8),
         name=np.where(named, graph.name[safe] if len(nodes) else -1, -1).astype(np.int64),
         kernel_class=np.where(named, graph.kernel_class[safe] if len(nodes) else -1, -1).astype(np.int8),
         resource=np.where(named, graph.resource[safe] if len(nodes) else -1, -1).astype(np.int64),
@@ -685,6 +717,28 @@ def _chase(
         collective_name=int(graph.name[collective_node]) if collective_node >= 0 else -1,
         collective_resource=int(graph.resource[collective_node]) if collective_node >= 0 else -1,
     )
+
+
+def _run(graph: _Graph, node: int, at: int, floor: int) -> tuple[tuple[np.ndarray, ...], int, int]:
+    """The stretches of the intervals from `node` (entered at `at`) back to its run's first one (`run_head`), or to
+    `floor`: (nodes, starts, ends, parts), latest first; and the node and instant the walk goes on from (the run's
+    first interval, entered at its end)."""
+    head = graph.run_head[node]
+    nodes = np.arange(node, head, -1)
+    starts = np.frombuffer(graph.start, np.int64)[nodes]
+    ends = np.frombuffer(graph.end, np.int64)[nodes]
+    ends[0] = at
+    below = np.flatnonzero(starts <= floor)
+    if len(below):  # the floor falls in the run: it ends there
+        cut = below[0] + 1
+        nodes, starts, ends = nodes[:cut], starts[:cut], ends[:cut]
+        starts[-1] = floor
+        goes_on, at_next = _NONE, floor
+    else:
+        goes_on, at_next = head, int(starts[-1])
+    kept = ends > starts
+    parts = np.frombuffer(graph.part, np.int64)[nodes]
+    return (nodes[kept], starts[kept], ends[kept], parts[kept]), goes_on, at_next
 
 
 def _resolved(graph: _Graph, pred: int, at: int) -> int:

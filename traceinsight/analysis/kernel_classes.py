@@ -4,6 +4,8 @@ of copy rows."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -14,8 +16,10 @@ from traceinsight.rules import KERNEL_CLASS_RULES, KERNEL_CLASSES
 _CODE = {name: code for code, name in enumerate(KERNEL_CLASSES)}
 
 
+@lru_cache(maxsize=1 << 16)
 def class_of_name(name: str) -> str:
-    """The class of one kernel name: the first rule it matches, else `other`."""
+    """The class of one kernel name: the first rule it matches, else `other`. Remembered: a report asks the same
+    names several times (kernel stats, compute efficiency, the critical path), and kernel names are long."""
     for kernel_class, pattern in KERNEL_CLASS_RULES:
         if pattern.search(name):
             return kernel_class

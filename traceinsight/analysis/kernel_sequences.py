@@ -112,26 +112,27 @@ def _repeated(
     padded = np.r_[codes, np.zeros(MAX_SEQUENCE, np.int64)].astype(np.uint64)
     kernel_cum = np.cumsum(np.r_[0, dur])
     digest = padded[:n].copy()
+    alive = np.ones(n, bool)  # a window can repeat in every step only if the one a kernel shorter does
     found = []
     for length in range(2, MAX_SEQUENCE + 1):
         with np.errstate(over="ignore"):
             digest = digest * _HASH_BASE + padded[length - 1 : length - 1 + n]
-        valid = np.flatnonzero(remaining >= length)
+        valid = np.flatnonzero((remaining >= length) & alive)
         if not len(valid):
             break
-        frame = pd.DataFrame({"key": digest[valid].view(np.int64), "step": step[valid], "at": valid})
-        frame["launch_ns"] = launch_cum[valid + length] - launch_cum[valid]
-        frame["kernel_ns"] = kernel_cum[valid + length] - kernel_cum[valid]
-        grouped = frame.groupby("key", sort=False).agg(
-            steps=("step", "nunique"),
-            count=("step", "size"),
-            first=("at", "min"),
-            launch_ns=("launch_ns", "sum"),
-            kernel_ns=("kernel_ns", "sum"),
+        keys = digest[valid].view(np.int64)
+        grouped = _windows_by_key(
+            keys,
+            step[valid],
+            valid,
+            launch_cum[valid + length] - launch_cum[valid],
+            kernel_cum[valid + length] - kernel_cum[valid],
         )
         grouped = grouped[(grouped["steps"] == step_count) & (grouped["count"] >= 2)]
         if grouped.empty:
-            continue
+            break
+        alive[:] = False
+        alive[valid[np.isin(keys, grouped.index.to_numpy())]] = True
         found.append(grouped.nlargest(_KEPT_PER_LENGTH, ["launch_ns", "count"]).assign(length=length))
     if not found:
         return pd.DataFrame()
@@ -147,6 +148,30 @@ def _repeated(
         if len(chosen) == TOP_SEQUENCES:
             break
     return ranked.loc[chosen] if chosen else pd.DataFrame()
+
+
+def _windows_by_key(
+    key: np.ndarray, step: np.ndarray, at: np.ndarray, launch_ns: np.ndarray, kernel_ns: np.ndarray
+) -> pd.DataFrame:
+    """The windows of one length grouped by their hash (`key`): in how many distinct steps, how many, the first
+    position, launch and kernel time summed; one row per key, in the order of their first window (one sort, no
+    per-group Python)."""
+    order = np.lexsort((at, step, key))
+    key, step, at = key[order], step[order], at[order]
+    new_key = np.r_[True, key[1:] != key[:-1]]
+    first = np.flatnonzero(new_key)
+    new_step = new_key | np.r_[True, step[1:] != step[:-1]]
+    grouped = pd.DataFrame(
+        {
+            "steps": np.add.reduceat(new_step.astype(np.int64), first),
+            "count": np.diff(np.r_[first, len(key)]),
+            "first": np.minimum.reduceat(at, first),
+            "launch_ns": np.add.reduceat(launch_ns[order], first),
+            "kernel_ns": np.add.reduceat(kernel_ns[order], first),
+        },
+        index=pd.Index(key[first], name="key"),
+    )
+    return grouped.sort_values("first", kind="stable")
 
 
 def _op_finder(events: pd.DataFrame, input_id: int) -> Callable[[int, int], list[str]]:
