@@ -121,22 +121,28 @@ def _repeated(
         if not len(valid):
             break
         keys = digest[valid].view(np.int64)
-        grouped = _windows_by_key(
+        every_step = _in_every_step(
             keys,
             step[valid],
             valid,
             launch_cum[valid + length] - launch_cum[valid],
             kernel_cum[valid + length] - kernel_cum[valid],
+            step_count,
         )
-        grouped = grouped[(grouped["steps"] == step_count) & (grouped["count"] >= 2)]
-        if grouped.empty:
+        if not len(every_step["key"]):
             break
         alive[:] = False
-        alive[valid[np.isin(keys, grouped.index.to_numpy())]] = True
-        found.append(grouped.nlargest(_KEPT_PER_LENGTH, ["launch_ns", "count"]).assign(length=length))
+        alive[valid[np.isin(keys, every_step["key"])]] = True
+        # The costliest by launch time, then count; ties in order of first occurrence (`nlargest` keeping the first).
+        top = np.lexsort((every_step["first"], -every_step["count"], -every_step["launch_ns"]))[:_KEPT_PER_LENGTH]
+        found.append({**{k: v[top] for k, v in every_step.items()}, "length": np.full(len(top), length)})
     if not found:
         return pd.DataFrame()
-    ranked = pd.concat(found).sort_values(["launch_ns", "kernel_ns", "length"], ascending=False, kind="stable")
+    columns = {k: np.concatenate([f[k] for f in found]) for k in found[0]}
+    key = columns.pop("key")
+    ranked = pd.DataFrame(columns, index=pd.Index(key, name="key")).sort_values(
+        ["launch_ns", "kernel_ns", "length"], ascending=False, kind="stable"
+    )
     taken = np.zeros(n, bool)
     chosen = []
     for seq in ranked.itertuples():  # a few hundred candidates at most per length; stops at TOP_SEQUENCES
@@ -150,28 +156,28 @@ def _repeated(
     return ranked.loc[chosen] if chosen else pd.DataFrame()
 
 
-def _windows_by_key(
-    key: np.ndarray, step: np.ndarray, at: np.ndarray, launch_ns: np.ndarray, kernel_ns: np.ndarray
-) -> pd.DataFrame:
-    """The windows of one length grouped by their hash (`key`): in how many distinct steps, how many, the first
-    position, launch and kernel time summed; one row per key, in the order of their first window (one sort, no
-    per-group Python)."""
+def _in_every_step(
+    key: np.ndarray, step: np.ndarray, at: np.ndarray, launch_ns: np.ndarray, kernel_ns: np.ndarray, step_count: int
+) -> dict[str, np.ndarray]:
+    """The windows of one length grouped by their hash (`key`), the groups that occur in every step and twice or
+    more: key, steps, count, first position, launch and kernel time summed, in the order of their first window (one
+    sort, no per-group Python)."""
     order = np.lexsort((at, step, key))
     key, step, at = key[order], step[order], at[order]
     new_key = np.r_[True, key[1:] != key[:-1]]
     first = np.flatnonzero(new_key)
     new_step = new_key | np.r_[True, step[1:] != step[:-1]]
-    grouped = pd.DataFrame(
-        {
-            "steps": np.add.reduceat(new_step.astype(np.int64), first),
-            "count": np.diff(np.r_[first, len(key)]),
-            "first": np.minimum.reduceat(at, first),
-            "launch_ns": np.add.reduceat(launch_ns[order], first),
-            "kernel_ns": np.add.reduceat(kernel_ns[order], first),
-        },
-        index=pd.Index(key[first], name="key"),
-    )
-    return grouped.sort_values("first", kind="stable")
+    grouped = {
+        "key": key[first],
+        "steps": np.add.reduceat(new_step.astype(np.int64), first),
+        "count": np.diff(np.r_[first, len(key)]),
+        "first": np.minimum.reduceat(at, first),
+        "launch_ns": np.add.reduceat(launch_ns[order], first),
+        "kernel_ns": np.add.reduceat(kernel_ns[order], first),
+    }
+    kept = (grouped["steps"] == step_count) & (grouped["count"] >= 2)
+    by_first = np.argsort(grouped["first"][kept], kind="stable")
+    return {k: v[kept][by_first] for k, v in grouped.items()}
 
 
 def _op_finder(events: pd.DataFrame, input_id: int) -> Callable[[int, int], list[str]]:
