@@ -72,6 +72,7 @@ from traceinsight.result import (
 from traceinsight.rules import (
     COLLECTIVES_COUNTS_DIFFER,
     COLLECTIVES_NOT_OVERLAPPING,
+    CRITICAL_PATH_NOT_WALKED,
     DEVICE_EVENTS_CUT,
     DEVICE_NOT_RECORDED,
     MIN_STEADY_STEPS,
@@ -524,6 +525,9 @@ def _warnings(a: Analysis) -> dict[str, int]:
         warnings[COLLECTIVES_COUNTS_DIFFER] = a.collectives.counts_differ
     if a.collectives.not_overlapping:
         warnings[COLLECTIVES_NOT_OVERLAPPING] = a.collectives.not_overlapping
+    not_walked = sum(w.not_walked for w in a.walks)
+    if not_walked:
+        warnings[CRITICAL_PATH_NOT_WALKED] = not_walked
     return warnings
 
 

@@ -228,11 +228,12 @@ BLOCKING_HOST_OPS = BLOCKING_COPY_CALLS | {"aten::item", "aten::_local_scalar_de
 # (HTA counts kernel-to-kernel delays up to 1.5 ms as overhead, `KERNEL_KERNEL_DELAY_THRESHOLD_US`, which hides such
 # waits); a launch into an empty queue reaches the device in 5-20 us on the A100 / H100 traces of ../shared.
 CROSS_STREAM_WAIT_MIN_NS = 10_000
-# The critical path is walked for inputs of at most this many events. Its graph costs about 400 bytes and its walk
-# about 3 us a node today: on the 306 MB Kineto replica (benchmarks/README.md) it took the analysis from 1.6 s to
-# 5.9 s and the 1M-tiny-event file past its memory bound (773 MB against 578 MB), so bigger inputs go without one
-# until the walk jumps whole runs of intervals at once.
+# The critical path is walked for inputs of at most this many events: it costs about 1 us and, while it is built,
+# about 300 bytes an event (benchmarks/README.md: a 40 MB, 134,660-event rank took 0.13 s and 40 MB more), so the
+# 1M-tiny-event file of the memory bound's test and the 306 MB replica go without one; the report says so
+# (`CRITICAL_PATH_NOT_WALKED`: the events of the inputs left out).
 CRITICAL_PATH_MAX_EVENTS = 300_000
+CRITICAL_PATH_NOT_WALKED = "critical_path_not_walked"
 # Critical path: an interval of the step's thread with no traced child at least this long, through half of which an op
 # of another thread of the process ran and ended inside it, is the step's thread waiting for that op: DDP's backward
 # range waiting for gloo's all-reduce on its worker thread (sample_traces/distributed: 5-35 ms), the main thread

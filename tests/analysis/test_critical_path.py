@@ -12,7 +12,10 @@ import pytest
 from tests.analysis.builders import host, kernel, launch, profile
 from tests.conftest import shared_trace
 from traceinsight.analysis import analyze
+from traceinsight.api import load as ti_load
+from traceinsight.assemble import assemble
 from traceinsight.discover import find_runs
+from traceinsight.findings import evaluate
 from traceinsight.workflow import analyze_path
 
 US = 1_000
@@ -198,3 +201,21 @@ def test_a_copy_blocked_on_work_outside_the_trace_is_idle_not_launch_overhead() 
     """sglang_decode: hipMemcpyWithStream blocks 463 ms while the device is idle (corpus label: idle)."""
     shares = _group_shares("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")
     assert shares["idle"] > 0.9 and shares["launch"] < 0.05
+
+
+def test_the_size_bound_is_each_inputs_as_in_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run read in one process walks each input of at most `CRITICAL_PATH_MAX_EVENTS` events, as a worker that
+    reads that input alone does: the bound is not the whole run's (bench_ranks: 8 ranks gave a path with --jobs 2
+    and none with --jobs 1)."""
+    import traceinsight.analysis as analysis
+
+    profile = ti_load(SAMPLES / "distributed" / "sleep_rank1")
+    sizes = np.bincount(profile.events["input_id"].to_numpy())
+    monkeypatch.setattr(analysis, "CRITICAL_PATH_MAX_EVENTS", int(sizes.max()))
+    walks = analyze(profile).walks
+    assert [bool(w.steps) for w in walks] == [True, True]
+    monkeypatch.setattr(analysis, "CRITICAL_PATH_MAX_EVENTS", int(sizes.min()) - 1)
+    result = analyze(profile)
+    assert [bool(w.steps) for w in result.walks] == [False, False]
+    # The report says so: the events of the inputs not walked.
+    assert assemble(result, evaluate(result)).warnings["critical_path_not_walked"] == int(sizes.sum())

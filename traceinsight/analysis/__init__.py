@@ -19,7 +19,7 @@ from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
 from traceinsight.analysis.collectives import Collectives, collectives, waits_in
 from traceinsight.analysis.compute import Compute, compute_efficiency
 from traceinsight.analysis.copies import DeviceCopies, copy_stats
-from traceinsight.analysis.critical_path import CriticalPath, InputWalks, input_walks, stitch
+from traceinsight.analysis.critical_path import NO_WALKS, CriticalPath, InputWalks, input_walks, stitch
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
@@ -182,14 +182,21 @@ def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, al
 def _walks(
     events: pd.DataFrame, input_steps: list[Steps], launched: pd.DataFrame, found: Collectives, alone: bool
 ) -> list[InputWalks]:
-    """Each input's critical-path pieces. A run's only rank walks through its collectives (their waits for the ranks
-    the trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
-    if events.empty or len(events) > CRITICAL_PATH_MAX_EVENTS:
-        return []
+    """Each input's critical-path pieces (none for an input of more than `CRITICAL_PATH_MAX_EVENTS` events, in one
+    process or in a worker alike). A run's only rank walks through its collectives (their waits for the ranks the
+    trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
+    if events.empty:
+        return [NO_WALKS] * len(input_steps)
     waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
     blocked = blocked_launch_rows(launched, len(events))
     ids = events["input_id"].to_numpy()
-    return [input_walks(rows_of_input(events, i), s, blocked[ids == i], waits) for i, s in enumerate(input_steps)]
+    sizes = np.bincount(ids, minlength=len(input_steps))
+    return [
+        input_walks(rows_of_input(events, i), s, blocked[ids == i], waits)
+        if sizes[i] <= CRITICAL_PATH_MAX_EVENTS
+        else replace(NO_WALKS, not_walked=int(sizes[i]))
+        for i, s in enumerate(input_steps)
+    ]
 
 
 def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:
@@ -332,7 +339,7 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
             [replace(q, device=device(i, q.device)) for i, p in enumerate(parts) for q in p.queue_depth.devices],
         ),
         kernel_sequences=_prefixed_sequences(parts[run_input].kernel_sequences, lambda d: device(run_input, d)),
-        walks=[w for p in parts for w in p.walks],
+        walks=[p.walks[0] if p.walks else NO_WALKS for p in parts],  # one an input, in the run's order
         other_ledgers=[
             replace(d, device=device(i, d.device))
             for i, p in enumerate(parts)

@@ -25,8 +25,6 @@ as one read whole does.
 
 from __future__ import annotations
 
-import bisect
-from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,27 +81,28 @@ class _Graph:
     and ends of their ops, each owned by the innermost op running), then the device work rows. A node is entered
     at an instant and holds the path from its `start` to that instant; from its start the path goes to `pred`,
     resuming at `arrive` (the edge's own time, [arrive, start], is `edge_part`). What the walk reads one element
-    at a time is an `array` of machine ints (a list would hold an object a node)."""
+    at a time is a `memoryview` of an int64 array (a list would hold an object a node)."""
 
-    start: array
-    start_raw: array  # the interval's own start (a wait's node begins where what it waited for ended)
-    pred_raw: array  # the interval's predecessor on its own thread (entered before the wait ended)
-    part_raw: array  # and its part then
-    end: array
-    part: array  # codes of PARTS
-    edge_part: array
-    edge_split: array  # a launch edge's end of launch cost (the call and `DRAINED_QUEUE_LAUNCH_DELAY_NS`): beyond it
-    # the work sat queued for what the trace does not hold; other edges: the node's start (no split)
-    pred: array  # a node, or _NONE / _TO_MAIN
-    arrive: array
-    collective: array  # the start of the collective row the node belongs to; -1 for other nodes
-    run_head: array  # the first interval of the run a host interval ends (`_run_heads`); a device node: itself
+    start: memoryview
+    # The nodes that wait (their path begins where what they waited for ended): their interval's own start,
+    # predecessor on its thread and part, for a walk that enters them before the wait ended.
+    own: dict[int, tuple[int, int, int]]
+    end: memoryview
+    part: memoryview  # codes of PARTS
+    edge_part: memoryview
+    # A launch edge's end of launch cost (the call and `DRAINED_QUEUE_LAUNCH_DELAY_NS`): beyond it the work sat queued
+    # for what the trace does not hold; other edges: the node's start (no split).
+    edge_split: memoryview
+    pred: memoryview  # a node, or _NONE / _TO_MAIN
+    arrive: memoryview
+    collective: memoryview  # the start of the collective row the node belongs to; -1 for other nodes
+    run_head: memoryview  # the first interval of the run a host interval ends (`_run_heads`); a device node: itself
     name: np.ndarray  # name codes (into `names`), -1 none
     kernel_class: np.ndarray  # codes into `classes`, -1 for host nodes
     resource: np.ndarray  # the thread (host nodes) or -(stream + 2) (device nodes)
     device_nodes: np.ndarray  # positions of the device nodes
-    main_starts: list[int]  # the step thread's nodes' starts, in order (entering it at an instant)
-    main_nodes: list[int]
+    main_starts: np.ndarray  # the step thread's nodes' starts, in order (entering it at an instant)
+    main_nodes: np.ndarray
     names: list[str]
     classes: list[str]
 
@@ -123,6 +122,20 @@ class Piece:
     collective_ns: int | None  # it stopped at the collective that started then (its `Arrival.arrival_ns`)
     collective_name: int = -1  # that collective's name code, and where it ran
     collective_resource: int = -1
+    # It joined the path of another of its input's pieces (the one from the collective that started at `join_ns`),
+    # from that piece's stretch `join_at` on: the walk from there is that piece's (`_Memo`).
+    join_ns: int | None = None
+    join_at: int = 0
+
+
+@dataclass
+class _Memo:
+    """The nodes the pieces from an input's collectives passed, entered at their end: which piece (by its
+    collective's start) and at which of its stretches. A later piece that enters one of them at its end joins that
+    piece there, so the pieces together walk each node once."""
+
+    piece: np.ndarray  # per node, the piece's collective start; -1 none
+    at: np.ndarray  # per node, the index of its first stretch in that piece
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,10 @@ class InputWalks:
     collectives: dict[int, Piece]  # by the collective's start (an `Arrival.arrival_ns`)
     names: list[str]
     classes: list[str]
+    not_walked: int = 0  # the input's events, when it has more than `rules.CRITICAL_PATH_MAX_EVENTS` (not walked)
+
+
+NO_WALKS = InputWalks([], {}, [], [])  # an input walked for no step
 
 
 @dataclass(frozen=True)
@@ -180,14 +197,14 @@ def input_walks(
         step_pieces.append(_chase(graph, node, at, step.start_ns, head, alone))
     pieces = {}
     if alone is None:
-        starts = [s.start_ns for s in steps.items]
-        node_starts = np.frombuffer(graph.start, np.int64)
+        # Each back to the input's first event, or to where it joins an earlier one (another rank's steps may begin
+        # well before this one's).
+        node_starts = np.asarray(graph.start)
         lowest = int(node_starts.min()) if len(node_starts) else 0
-        for node in _first_of_each_collective(graph):
+        memo = _Memo(np.full(len(node_starts), -1, np.int64), np.zeros(len(node_starts), np.int64))
+        for node in sorted(_first_of_each_collective(graph), key=lambda n: graph.collective[n]):
             begin = graph.collective[node]
-            # Back to the start of the step before the one it is in: another rank's step may begin a little earlier.
-            at = bisect.bisect_right(starts, begin) - 2
-            pieces[begin] = _from_collective(graph, node, starts[at] if at >= 0 else lowest)
+            pieces[begin] = _from_collective(graph, node, lowest, (memo, begin))
     return InputWalks(step_pieces, pieces, graph.names, graph.classes)
 
 
@@ -217,7 +234,6 @@ def _graph(events: pd.DataFrame, blocked_launches: np.ndarray) -> _Graph:
     device["pred"] = np.where(
         is_launch, launch_node, np.where(device["pred"] >= 0, device["pred"] + offset, device["pred"])
     )
-    device["pred_raw"] = device["pred"]
     main = _main_thread(events, host)
     on_main = np.flatnonzero(host["thread"] == main) if main is not None else np.zeros(0, np.int64)
     other = host["thread"] != main if main is not None else np.ones(len(host["start"]), bool)
@@ -248,33 +264,47 @@ def _graph(events: pd.DataFrame, blocked_launches: np.ndarray) -> _Graph:
     host["pred"] = np.where(spun >= 0, spun + offset, host["pred"])
     host["part"] = np.where(spun >= 0, _CODE["sync"], host["part"])
     host["arrive"] = np.where(synced | (woken >= 0) | (spun >= 0), host["start"], host["arrive"])
-    blocked_long = host["blocking_last"] & ~synced & (host["owner_dur"] >= WAIT_MIN_NS)
+    blocked_long = host["blocking_long"] & ~synced
     host["part"] = np.where(blocked_long, _CODE["blocked"], host["part"])
 
-    def both(key: str) -> array:
-        # Read one element at a time by the walk: an array of machine ints (8 bytes a node; a list holds an object each)
-        return array("q", np.concatenate([host[key], device[key]]).astype(np.int64).tobytes())
+    device_nodes = offset + np.arange(len(device["start"]))
+    run_heads = np.concatenate([_run_heads(host), device_nodes])
+    waiting = np.flatnonzero(host["start"] != host["start_raw"])
+    own = dict(
+        zip(
+            waiting.tolist(),
+            zip(
+                host["start_raw"][waiting].tolist(),
+                host["pred_raw"][waiting].tolist(),
+                host["part_raw"][waiting].tolist(),
+                strict=True,
+            ),
+            strict=True,
+        )
+    )
 
-    main_starts = host["interval_start"][on_main]
+    def both(key: str, dtype: type[np.signedinteger[Any]] = np.int64) -> memoryview:
+        # Read one element at a time by the walk: a view of machine ints (no copy; a list would hold an object each).
+        # Each side is let go as it is joined, so the graph's peak is about one copy of it.
+        return np.concatenate([host.pop(key), device.pop(key)]).astype(dtype, copy=False).data
+
     return _Graph(
         start=both("start"),
-        start_raw=both("start_raw"),
-        pred_raw=both("pred_raw"),
-        part_raw=both("part_raw"),
+        own=own,
         end=both("end"),
-        part=both("part"),
-        edge_part=both("edge_part"),
+        part=both("part", np.int8),
+        edge_part=both("edge_part", np.int8),
         edge_split=both("edge_split"),
-        pred=both("pred"),
+        pred=both("pred", np.int32),
         arrive=both("arrive"),
         collective=both("collective"),
-        run_head=array("q", np.concatenate([_run_heads(host), offset + np.arange(len(device["start"]))]).tobytes()),
-        name=_used_codes(names, np.concatenate([host["name"], device["name"]])),
+        run_head=run_heads.astype(np.int32).data,
+        name=_used_codes(names, np.concatenate([host["name"], device["name"]])).astype(np.int32),
         kernel_class=np.concatenate([np.full(offset, -1, np.int8), device["kernel_class"]]),
         resource=np.concatenate([host["thread"], -(device["stream"] + 2)]),
-        device_nodes=np.arange(offset, offset + len(device["start"])),
-        main_starts=main_starts.tolist(),
-        main_nodes=on_main.tolist(),
+        device_nodes=device_nodes,
+        main_starts=host["interval_start"][on_main],
+        main_nodes=on_main,
         names=names.names,
         classes=[str(c) for c in classes.categories],
     )
@@ -322,12 +352,14 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames, blocked_launches: np
     b_thread, b_time = b_thread[distinct], b_time[distinct]
     same = b_thread[:-1] == b_thread[1:]
     i_thread, i_start, i_end = b_thread[:-1][same], b_time[:-1][same], b_time[1:][same]
+    del b_thread, b_time, o, distinct, same  # a big trace's largest temporaries: gone before the intervals' columns
     # The innermost op of each interval: the op that starts where it starts (the last of those, in start-then-longest
     # order), else the parent of the outermost op that ends there; damaged nesting is climbed below.
     owner = np.full(len(i_start), -1, np.int64)
     at_end = search_pairs(i_thread, i_start, thread, end)
     ends_here = np.flatnonzero((at_end >= 0) & (i_start[np.maximum(at_end, 0)] == end))[::-1]  # outermost last
     owner[at_end[ends_here]] = parent[ends_here]
+    del at_end, ends_here
     at_start = search_pairs(i_thread, i_start, thread, start)
     owner[at_start] = np.arange(len(start))
     while True:
@@ -343,6 +375,7 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames, blocked_launches: np
     blocking_row |= blocked_launches  # a launch into a full queue waits for the device, and stays a launch
     untraced_owner = kind_mask(events, "step", "annotation", "python", "other")
     blocking_last = owned & blocking_row[np.maximum(row_of, 0)] & (end[np.maximum(owner, 0)] == i_end)
+    blocking_long = blocking_last & (end[np.maximum(owner, 0)] - start[np.maximum(owner, 0)] >= WAIT_MIN_NS)
     # Whatever runs inside an input wait (the loader's own Python, a condition wait) is the wait.
     waiting = _inside_input_waits(kind_mask(events, "input_wait")[rows], thread, start, end, i_thread, i_start, i_end)
     part = np.where(waiting & np.isin(part, _HOST_WORK), _CODE["input_wait"], part)
@@ -369,10 +402,9 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames, blocked_launches: np
         "name": np.where(owned, name_codes[np.maximum(row_of, 0)], -1),
         "thread": threads[i_thread],
         "owner": owner,
-        "owner_dur": np.where(owned, end[np.maximum(owner, 0)] - start[np.maximum(owner, 0)], 0),
-        "owner_start": np.where(owned, start[np.maximum(owner, 0)], 0),
         "untraced": (~owned | untraced_owner[np.maximum(row_of, 0)]) & ~waiting,
         "blocking_last": blocking_last,
+        "blocking_long": blocking_long,  # a blocking call of at least `WAIT_MIN_NS`
         "first_interval": first_interval,
     }
 
@@ -469,9 +501,7 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
     part = np.where(copies, _CODE["copy"], np.where(collective, _CODE["collective_transfer"], _CODE["compute"]))
     return {
         "start": start,
-        "start_raw": start,
         "end": end,
-        "part_raw": part.astype(np.int8),
         "part": part.astype(np.int8),
         "edge_part": edge,
         "edge_split": np.where(choice == 2, launch_cost_end, start),
@@ -607,15 +637,15 @@ def _step_end_node(graph: _Graph, end: int, host_first: bool) -> tuple[int, int]
     """Where a step's path begins, walking back: the step thread's interval running at its end (host steps; a step
     of device activity alone, whose end the host has left, begins on the device), else the device work that ran
     last before it; and the instant it is entered at."""
-    if host_first and graph.main_nodes:
-        at = bisect.bisect_left(graph.main_starts, end) - 1
-        if at >= 0 and graph.end[graph.main_nodes[at]] >= end:
-            return graph.main_nodes[at], end
+    if host_first and len(graph.main_nodes):
+        at = int(np.searchsorted(graph.main_starts, end, side="left")) - 1
+        if at >= 0 and graph.end[int(graph.main_nodes[at])] >= end:
+            return int(graph.main_nodes[at]), end
     nodes = graph.device_nodes
     if not len(nodes):
         return _NONE, end
-    starts = np.frombuffer(graph.start, np.int64)[nodes]
-    reached = np.minimum(np.frombuffer(graph.end, np.int64)[nodes], end)
+    starts = np.asarray(graph.start)[nodes]
+    reached = np.minimum(np.asarray(graph.end)[nodes], end)
     reached = np.where(starts < end, reached, np.iinfo(np.int64).min)
     best = int(np.argmax(reached))
     if reached[best] == np.iinfo(np.int64).min:
@@ -630,18 +660,22 @@ def _chase(
     floor: int,
     head: list[tuple[int, int, int, int]] | None = None,
     alone: dict[int, int] | None = None,
+    memo: tuple[_Memo, int] | None = None,
 ) -> Piece:
     """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective (not with `alone`,
-    `input_walks`'). `head`: stretches (node, start, end, part) that come before, latest first."""
-    start, part = graph.start, graph.part
+    `input_walks`'). `head`: stretches (node, start, end, part) that come before, latest first. `memo`: the nodes
+    earlier pieces passed and this piece's key: it records its own, and joins an earlier piece where it meets one."""
+    start, end, part = graph.start, graph.end, graph.part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
-    start_raw, pred_raw, part_raw = graph.start_raw, graph.pred_raw, graph.part_raw
+    waits_own = graph.own
     run_head = graph.run_head
     seg_node: list[int] = []
     seg_start: list[int] = []
     seg_end: list[int] = []
     seg_part: list[int] = []
     blocks: list[tuple[np.ndarray, ...]] = []  # stretches taken a run at a time, between the ones taken one by one
+    emitted = 0  # stretches in the blocks
+    join_ns, join_at = None, 0
 
     def emit(n: int, begin: int, end: int, p: int) -> None:
         seg_node.append(n)
@@ -650,8 +684,10 @@ def _chase(
         seg_part.append(p)
 
     def flush() -> None:
+        nonlocal emitted
         if seg_node:
             blocks.append(tuple(np.asarray(x, np.int64) for x in (seg_node, seg_start, seg_end, seg_part)))
+            emitted += len(seg_node)
             for column in (seg_node, seg_start, seg_end, seg_part):
                 column.clear()
 
@@ -666,12 +702,24 @@ def _chase(
         if node < 0:
             emit(-1, floor, t, _CODE["idle"])
             break
+        if memo is not None and t == end[node] and memo[0].piece[node] >= 0:
+            join_ns, join_at = int(memo[0].piece[node]), int(memo[0].at[node])
+            break
         if run_head[node] < node and start[node] <= t:
             # A run of a thread's intervals, each passing the path to the one before: taken in one slice.
             flush()
             block, node, t = _run(graph, node, t, floor)
+            if memo is not None:
+                block, joined = _remembered(graph, memo, block, emitted)
+                if joined is not None:
+                    blocks.append(block)
+                    join_ns, join_at = joined
+                    break
             blocks.append(block)
+            emitted += len(block[0])
             continue
+        if memo is not None and t == end[node]:
+            memo[0].piece[node], memo[0].at[node] = memo[1], emitted + len(seg_node)
         if collective[node] >= 0:
             if alone is None:
                 stop, collective_node = t, node
@@ -686,8 +734,9 @@ def _chase(
         else:
             own_part = -1
         s, p, arrived, own = start[node], pred[node], arrive[node], part[node] if own_part < 0 else own_part
-        if t < s and start_raw[node] < s:  # entered before what it waited for ended: its own thread's time
-            s, p, arrived, own = start_raw[node], pred_raw[node], start_raw[node], part_raw[node]
+        if t < s and node in waits_own:  # entered before what it waited for ended: its own thread's time
+            s, p, own = waits_own[node]
+            arrived = s
         s = min(s, t)
         low = max(s, floor)
         if t > low:
@@ -716,6 +765,8 @@ def _chase(
         collective_ns=collective[collective_node] if collective_node >= 0 else None,
         collective_name=int(graph.name[collective_node]) if collective_node >= 0 else -1,
         collective_resource=int(graph.resource[collective_node]) if collective_node >= 0 else -1,
+        join_ns=join_ns,
+        join_at=join_at,
     )
 
 
@@ -725,8 +776,8 @@ def _run(graph: _Graph, node: int, at: int, floor: int) -> tuple[tuple[np.ndarra
     first interval, entered at its end)."""
     head = graph.run_head[node]
     nodes = np.arange(node, head, -1)
-    starts = np.frombuffer(graph.start, np.int64)[nodes]
-    ends = np.frombuffer(graph.end, np.int64)[nodes]
+    starts = np.asarray(graph.start)[nodes]
+    ends = np.asarray(graph.end)[nodes]
     ends[0] = at
     below = np.flatnonzero(starts <= floor)
     if len(below):  # the floor falls in the run: it ends there
@@ -737,23 +788,41 @@ def _run(graph: _Graph, node: int, at: int, floor: int) -> tuple[tuple[np.ndarra
     else:
         goes_on, at_next = head, int(starts[-1])
     kept = ends > starts
-    parts = np.frombuffer(graph.part, np.int64)[nodes]
+    parts = np.asarray(graph.part)[nodes]
     return (nodes[kept], starts[kept], ends[kept], parts[kept]), goes_on, at_next
+
+
+def _remembered(
+    graph: _Graph, memo: tuple[_Memo, int], block: tuple[np.ndarray, ...], emitted: int
+) -> tuple[tuple[np.ndarray, ...], tuple[int, int] | None]:
+    """A run's stretches (`_run`) as a piece with `emitted` stretches before them takes them: up to the first node an
+    earlier piece passed (entered at its end, as here), then the join; else all, each node recorded as this piece's."""
+    table, key = memo
+    nodes = block[0]
+    whole = block[2] == np.asarray(graph.end)[nodes]  # entered at its end (the run's first may be entered inside)
+    seen = np.flatnonzero(whole & (table.piece[nodes] >= 0))
+    if len(seen):
+        k, node = int(seen[0]), int(nodes[seen[0]])
+        return tuple(column[:k] for column in block), (int(table.piece[node]), int(table.at[node]))
+    table.piece[nodes[whole]] = key
+    table.at[nodes[whole]] = emitted + np.flatnonzero(whole)
+    return block, None
 
 
 def _resolved(graph: _Graph, pred: int, at: int) -> int:
     """A predecessor as a node: `_TO_MAIN` becomes the step thread's node running at `at`."""
     if pred != _TO_MAIN:
         return pred
-    i = bisect.bisect_left(graph.main_starts, at) - 1
-    return graph.main_nodes[i] if i >= 0 else _NONE
+    i = int(np.searchsorted(graph.main_starts, at, side="left")) - 1
+    return int(graph.main_nodes[i]) if i >= 0 else _NONE
 
 
-def _from_collective(graph: _Graph, node: int, floor: int) -> Piece:
+def _from_collective(graph: _Graph, node: int, floor: int, memo: tuple[_Memo, int]) -> Piece:
     """The path back from a collective's start: what it waited for before it could begin on this rank."""
     s = graph.start[node]
     a = min(graph.arrive[node], s)
-    return _chase(graph, _resolved(graph, graph.pred[node], a), a, floor, _edge(graph, node, a, s) if a < s else [])
+    head = _edge(graph, node, a, s) if a < s else []
+    return _chase(graph, _resolved(graph, graph.pred[node], a), a, floor, head, memo=memo)
 
 
 def _edge(graph: _Graph, node: int, a: int, s: int) -> list[tuple[int, int, int, int]]:
@@ -780,12 +849,14 @@ def stitch(walks: list[InputWalks], steps: Steps, collectives: Collectives) -> C
     }
     crossings = np.zeros(len(steps.items), np.int64)
 
-    def add(k: int, input_id: int, piece_or_rows: Piece | tuple[int, int, int, int, int], floor: int) -> None:
+    def add(
+        k: int, input_id: int, piece_or_rows: Piece | tuple[int, int, int, int, int], floor: int, first: int = 0
+    ) -> None:
         if isinstance(piece_or_rows, Piece):
             p = piece_or_rows
-            keep = p.end > np.maximum(p.start, floor)
+            keep = np.flatnonzero(p.end[first:] > np.maximum(p.start[first:], floor)) + first
             arrays = (
-                np.maximum(p.start, floor)[keep],
+                np.maximum(p.start[keep], floor),
                 p.end[keep],
                 p.part[keep],
                 p.name[keep],
@@ -814,9 +885,16 @@ def stitch(walks: list[InputWalks], steps: Steps, collectives: Collectives) -> C
         floor = step.start_ns
         input_id = steps.input_id
         piece: Piece | None = walks[input_id].steps[k]
+        first = 0  # where in the piece the path enters it (a piece joined inside)
         for _ in range(100_000):
             assert piece is not None
-            add(k, input_id, piece, floor)
+            add(k, input_id, piece, floor, first)
+            if len(piece.start) > first and piece.start[-1] <= floor:
+                break  # it reached the step's start
+            if piece.join_ns is not None:  # the rest of its walk is another piece's
+                piece, first = walks[input_id].collectives[piece.join_ns], piece.join_at
+                continue
+            first = 0
             if piece.collective_ns is None:
                 if piece.stop_ns > floor:
                     add(k, input_id, (floor, piece.stop_ns, _CODE["idle"], -1, -1), floor)
@@ -891,4 +969,4 @@ def _path(
 
 def empty_path() -> CriticalPath:
     """The path of a run without steps."""
-    return _path([InputWalks([], {}, [], [])], Steps("none", "", 0, []), {}, np.zeros(0, np.int64))
+    return _path([NO_WALKS], Steps("none", "", 0, []), {}, np.zeros(0, np.int64))
