@@ -189,13 +189,8 @@ def input_walks(
     only rank, and these are its collectives' waits for the ranks the trace does not hold, by their start (each
     collective's time is split into that wait and its transfer where the path passes it; no piece stops there)."""
     graph = _graph(events, blocked_launches)
-    step_pieces = []
-    for step in steps.items:
-        end = step.start_ns + step.dur_ns
-        node, at = _step_end_node(graph, end, steps.device is None)
-        head = [(-1, at, end, _CODE["idle"])] if at < end else []
-        step_pieces.append(_chase(graph, node, at, step.start_ns, head, alone))
     pieces = {}
+    memo = None
     if alone is None:
         # Each back to the input's first event, or to where it joins an earlier one (another rank's steps may begin
         # well before this one's).
@@ -205,6 +200,12 @@ def input_walks(
         for node in sorted(_first_of_each_collective(graph), key=lambda n: graph.collective[n]):
             begin = graph.collective[node]
             pieces[begin] = _from_collective(graph, node, lowest, (memo, begin))
+    step_pieces = []
+    for step in steps.items:  # joining the collectives' pieces where they meet them (recording nothing of their own)
+        end = step.start_ns + step.dur_ns
+        node, at = _step_end_node(graph, end, steps.device is None)
+        head = [(-1, at, end, _CODE["idle"])] if at < end else []
+        step_pieces.append(_chase(graph, node, at, step.start_ns, head, alone, None if memo is None else (memo, None)))
     return InputWalks(step_pieces, pieces, graph.names, graph.classes)
 
 
@@ -660,11 +661,12 @@ def _chase(
     floor: int,
     head: list[tuple[int, int, int, int]] | None = None,
     alone: dict[int, int] | None = None,
-    memo: tuple[_Memo, int] | None = None,
+    memo: tuple[_Memo, int | None] | None = None,
 ) -> Piece:
     """Follow the predecessors from `node` (entered at `at`) down to `floor`, or to a collective (not with `alone`,
     `input_walks`'). `head`: stretches (node, start, end, part) that come before, latest first. `memo`: the nodes
-    earlier pieces passed and this piece's key: it records its own, and joins an earlier piece where it meets one."""
+    earlier pieces passed and this piece's key: it joins an earlier piece where it meets one, and records its own
+    nodes under its key (none without one: a step's piece)."""
     start, end, part = graph.start, graph.end, graph.part
     pred, arrive, collective = graph.pred, graph.arrive, graph.collective
     waits_own = graph.own
@@ -718,7 +720,7 @@ def _chase(
             blocks.append(block)
             emitted += len(block[0])
             continue
-        if memo is not None and t == end[node]:
+        if memo is not None and memo[1] is not None and t == end[node]:
             memo[0].piece[node], memo[0].at[node] = memo[1], emitted + len(seg_node)
         if collective[node] >= 0:
             if alone is None:
@@ -793,7 +795,7 @@ def _run(graph: _Graph, node: int, at: int, floor: int) -> tuple[tuple[np.ndarra
 
 
 def _remembered(
-    graph: _Graph, memo: tuple[_Memo, int], block: tuple[np.ndarray, ...], emitted: int
+    graph: _Graph, memo: tuple[_Memo, int | None], block: tuple[np.ndarray, ...], emitted: int
 ) -> tuple[tuple[np.ndarray, ...], tuple[int, int] | None]:
     """A run's stretches (`_run`) as a piece with `emitted` stretches before them takes them: up to the first node an
     earlier piece passed (entered at its end, as here), then the join; else all, each node recorded as this piece's."""
@@ -804,8 +806,9 @@ def _remembered(
     if len(seen):
         k, node = int(seen[0]), int(nodes[seen[0]])
         return tuple(column[:k] for column in block), (int(table.piece[node]), int(table.at[node]))
-    table.piece[nodes[whole]] = key
-    table.at[nodes[whole]] = emitted + np.flatnonzero(whole)
+    if key is not None:
+        table.piece[nodes[whole]] = key
+        table.at[nodes[whole]] = emitted + np.flatnonzero(whole)
     return block, None
 
 
