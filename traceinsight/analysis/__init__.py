@@ -185,12 +185,12 @@ def _walks(
     """Each input's critical-path pieces (none for an input of more than `CRITICAL_PATH_MAX_EVENTS` events, in one
     process or in a worker alike). A run's only rank walks through its collectives (their waits for the ranks the
     trace does not hold split off); several ranks' pieces stop there, to be joined (`stitch`)."""
-    if events.empty:
-        return [NO_WALKS] * len(input_steps)
-    waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
-    blocked = blocked_launch_rows(launched, len(events))
     ids = events["input_id"].to_numpy()
     sizes = np.bincount(ids, minlength=len(input_steps))
+    if events.empty or not (sizes <= CRITICAL_PATH_MAX_EVENTS).any():
+        return [replace(NO_WALKS, not_walked=int(n)) for n in sizes]
+    waits = {a.arrival_ns: a.wait_ns for i in found.instances for a in i.arrivals} if alone else None
+    blocked = blocked_launch_rows(launched, len(events))
     return [
         input_walks(rows_of_input(events, i), s, blocked[ids == i], waits)
         if sizes[i] <= CRITICAL_PATH_MAX_EVENTS
