@@ -286,16 +286,22 @@ def test_several_inputs_are_processes_of_their_own(tmp_path: Path) -> None:
     assert sum(_ns(g["dur"]) for g in tracks.track(gap_track_name("rank1/GPU:0"))) == rank1.total_ns
 
 
-def test_collective_waits_are_the_analysis_waits_of_the_exported_steps(tmp_path: Path) -> None:
-    """Each rank's waits track holds, per rank, the waits of the analysis that overlap the steps written, a slice
-    each from the arrival; overlapping waits (DDP's buckets) go on further tracks, where none overlaps another."""
+def _straggler_steps_exported(tmp_path: Path, first: int, last: int) -> tuple[Any, list[Any], Tracks]:
+    """sleep_rank1's analysis, its steps [first, last) by position, and the tracks of those steps exported (a valid
+    Chrome trace)."""
     _, profile = load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")
     analysis = analyze(profile)
-    chosen = analysis.steps.items[2:4]
+    chosen = analysis.steps.items[first:last]
     write_annotated_trace(analysis, evaluate(analysis), tmp_path / "t.json", steps=(chosen[0].id, chosen[-1].id))
     doc = _load(tmp_path / "t.json")
     _check_chrome_trace(doc)
-    tracks = Tracks(doc)
+    return analysis, chosen, Tracks(doc)
+
+
+def test_collective_waits_are_the_analysis_waits_of_the_exported_steps(tmp_path: Path) -> None:
+    """Each rank's waits track holds, per rank, the waits of the analysis that overlap the steps written, a slice
+    each from the arrival; overlapping waits (DDP's buckets) go on further tracks, where none overlaps another."""
+    analysis, chosen, tracks = _straggler_steps_exported(tmp_path, 2, 4)
     waits = {name: e for (process, name), e in tracks.slices.items() if name.startswith("collective waits")}
     assert sorted(waits) == [wait_track_name("rank0"), wait_track_name("rank0", 1)]  # rank 1 waits for nobody
     assert {process for (process, name) in tracks.slices if name in waits} == {FINDINGS_PROCESS}
@@ -317,13 +323,7 @@ def test_collective_waits_are_the_analysis_waits_of_the_exported_steps(tmp_path:
 def test_critical_path_track_tiles_each_exported_step(tmp_path: Path) -> None:
     """The critical path track covers each step written exactly (end to end, its slices' durations summing to the
     step), its slices named after the ops on it; on sleep_rank1 most of it is rank 1's `data` (it sleeps there)."""
-    _, profile = load_path(SAMPLE_TRACES / "distributed" / "sleep_rank1")
-    analysis = analyze(profile)
-    chosen = analysis.steps.items[1:4]
-    write_annotated_trace(analysis, evaluate(analysis), tmp_path / "t.json", steps=(chosen[0].id, chosen[-1].id))
-    doc = _load(tmp_path / "t.json")
-    _check_chrome_trace(doc)
-    tracks = Tracks(doc)
+    analysis, chosen, tracks = _straggler_steps_exported(tmp_path, 1, 4)
     slices = tracks.track(PATH_TRACK)
     assert {process for (process, name) in tracks.slices if name == PATH_TRACK} == {FINDINGS_PROCESS}
     for step in chosen:
