@@ -106,6 +106,23 @@ def test_the_step_thread_waiting_for_another_thread_follows_that_thread() -> Non
     assert {p: int(ns[0]) // US for p, ns in path.parts.items() if ns[0]} == {"cpu_op": 950, "sync": 50}
 
 
+def test_the_step_thread_follows_the_thread_that_ran_through_its_wait_not_the_last_short_op() -> None:
+    """A TF function's run on the main thread [0, 1000] while an inter-op thread sits in ``IteratorGetNext``
+    [20, 900] (an input wait) and another thread runs the step's compute [900, 980]: that thread ran for 80 of the
+    1000 us, so the main thread waited for the thread in the input wait (ended at 900), whose wait is the path's
+    880 us of input; the compute thread's last short op alone is not what it waited for."""
+    rows = [
+        _step(1000),
+        _on(1, host("cpu_op", 0, 1000, "KernelAndDeviceFunc::Run")),
+        _on(2, host("input_wait", 20, 880, "IteratorGetNextOp::DoCompute")),
+        _on(3, host("cpu_op", 900, 80, "MatMul")),
+    ]
+    path = analyze(_profile(rows)).critical_path
+    groups = {g: int(ns[0]) // US for g, ns in path.group_ns().items() if ns[0]}
+    # back from 1000: the main thread after the wait ended (100), the wait (880), the main thread before it (20)
+    assert groups == {"cpu": 120, "input": 880}
+
+
 def test_pageable_copy_waits_like_a_sync() -> None:
     """A cudaMemcpyAsync from pageable memory returns after its copy, which ran after the kernel before it."""
     rows = [

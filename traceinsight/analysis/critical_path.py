@@ -573,9 +573,11 @@ def _waited_work(host: dict[str, Any], device: dict[str, Any]) -> np.ndarray:
 
 def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     """For each interval of the step's thread at least `THREAD_WAIT_MIN_NS` long, the interval of another thread
-    that ended last inside it, when that thread ran ops (framework ops, calls and collectives, not ranges or
-    Python frames) through at least half of it (the step's thread waiting for
-    it: DDP's backward for gloo's all-reduce, ``loss.backward()`` for autograd's device thread); -1 none."""
+    that ended last inside it, among the threads that ran ops (framework ops, calls and collectives, not ranges or
+    Python frames) through at least half of it (the step's thread waiting for it: DDP's backward for gloo's
+    all-reduce, ``loss.backward()`` for autograd's device thread, a TF function's run for the inter-op thread
+    blocked in ``IteratorGetNext``; a thread that only finished a short op in it is not what it waited for); -1 none.
+    A loop over the threads that ran such ops (a handful to a pool's size), each vectorised over the intervals."""
     found = np.full(len(host["end"]), -1, np.int64)
     start, end, thread = host["interval_start"], host["end"], host["thread"]
     wanted = np.flatnonzero(~other & (end - start >= THREAD_WAIT_MIN_NS))
@@ -584,22 +586,28 @@ def _thread_waits(host: dict[str, Any], other: np.ndarray) -> np.ndarray:
     candidates = np.flatnonzero(other & working)
     if not len(wanted) or not len(candidates):
         return found
-    candidates = candidates[np.argsort(end[candidates], kind="stable")]
-    at = np.searchsorted(end[candidates], end[wanted], side="right") - 1
-    which = candidates[np.maximum(at, 0)]
-    ok = (at >= 0) & (end[which] > start[wanted])
-    # How long the candidate's thread ran ops within the interval: its running total of owned time, at both ends.
+    # How long a thread ran ops up to an instant: its running total of owned time (intervals sorted by thread, start).
     owned_ns = np.where(working, end - start, 0)
     total = np.concatenate([[0], np.cumsum(owned_ns)])
+    w_start, w_end = start[wanted], end[wanted]
+    best = np.full(len(wanted), np.iinfo(np.int64).min)
+    for t in np.unique(thread[candidates]).tolist():
+        lo, hi = np.searchsorted(thread, t, side="left"), np.searchsorted(thread, t, side="right")
+        mine = candidates[(candidates >= lo) & (candidates < hi)]  # in order: a thread's intervals do not overlap
+        at = np.searchsorted(end[mine], w_end, side="right") - 1
+        which = mine[np.maximum(at, 0)]
+        ok = (at >= 0) & (end[which] > w_start) & (end[which] > best)
+        if not ok.any():
+            continue
 
-    def ran_until(x: np.ndarray) -> np.ndarray:
-        pos = search_pairs(thread, start, thread[which], x)  # the thread's interval holding x (sorted order)
-        inside = np.clip(x - start[np.maximum(pos, 0)], 0, owned_ns[np.maximum(pos, 0)])
-        return np.where(pos >= 0, total[np.maximum(pos, 0)] + inside, 0)
+        def ran_until(x: np.ndarray, lo: int = lo, hi: int = hi) -> np.ndarray:
+            pos = lo + np.searchsorted(start[lo:hi], x, side="right") - 1  # the thread's interval holding x
+            inside = np.clip(x - start[np.maximum(pos, lo)], 0, owned_ns[np.maximum(pos, lo)])
+            return np.where(pos >= lo, total[np.maximum(pos, lo)] + inside, total[lo])
 
-    ran = ran_until(end[wanted]) - ran_until(start[wanted])
-    ok &= 2 * ran >= end[wanted] - start[wanted]
-    found[wanted[ok]] = which[ok]
+        ok &= 2 * (ran_until(w_end) - ran_until(w_start)) >= w_end - w_start
+        found[wanted[ok]] = which[ok]
+        best[ok] = end[which[ok]]
     return found
 
 
