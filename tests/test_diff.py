@@ -109,12 +109,16 @@ def test_null_metrics_are_kept_with_null_delta():
     changes = _changes(build_diff(base, new))
     assert changes["totals.d2h_bytes"] == {
         "metric": "totals.d2h_bytes",
+        "label": "Device-to-host bytes",
+        "per_step": False,
         "base": 100,
         "new": None,
         "delta": None,
         "relative": None,
         "worse_when": UP,
         "unit": "bytes",
+        "noise": None,
+        "noise_source": None,
         "verdict": "unknown",
     }
     # A metric neither report has is still listed, both sides null.
@@ -143,11 +147,13 @@ def test_devices_matched_by_id_and_direction_per_metric():
 
 def test_ranked_puts_regressions_first_biggest_first():
     base, new = _report(), _report()
-    new["totals"] = {**base["totals"], "idle_fraction": 0.3, "kernel_count": 30}  # +20 %, +200 %
-    new["input_pipeline"] = {"fraction": 0.05, "wait_ns": 20}  # improvements
-    order = [c["metric"] for c in ranked(build_diff(base, new)["changes"])]
-    assert order[:2] == ["totals.kernel_count", "totals.idle_fraction"]
-    assert set(order[2:4]) == {"input_pipeline.fraction", "input_pipeline.wait_ns"}
+    new["totals"] = {**base["totals"], "idle_fraction": 0.4, "kernel_count": 30}  # +60 %, +200 %
+    new["input_pipeline"] = {"fraction": 0.0}  # an improvement
+    base["steps"]["mean_ns"] = 420  # 400 -> 420: inside the fallback noise (10 % of 420), unchanged
+    changes = ranked(build_diff(base, new)["changes"])
+    order = [c["metric"] for c in changes]
+    assert order[:3] == ["totals.kernel_count", "totals.idle_fraction", "input_pipeline.fraction"]
+    assert {c["metric"]: c["verdict"] for c in changes}["steps.mean_ns"] == "unchanged"
 
 
 def test_bottlenecks_added_removed_and_changed():
@@ -159,16 +165,17 @@ def test_bottlenecks_added_removed_and_changed():
             _bottleneck("fp32_compute", "low", 10),
         ]
     )
-    base["bottlenecks"].append(_bottleneck("fp32_compute", "low", 5))
+    base["bottlenecks"].append(_bottleneck("fp32_compute", "low", 4))
     b = build_diff(base, new)["bottlenecks"]
     assert b["added"] == ["launch_bound"] and b["removed"] == ["h2d_copy"]
     by_id = {x["id"]: x for x in b["items"]}
-    assert by_id["input_bound"]["status"] == "better"
-    assert (by_id["input_bound"]["delta_ns"], by_id["input_bound"]["relative"]) == (-780, -0.975)
+    assert by_id["input_bound"]["status"] == "better" and by_id["input_bound"]["measure"] == "per_step_ns"
+    # No projections: the time over the 4 steps, 800 / 4 -> 20 / 4.
+    assert (by_id["input_bound"]["delta_ns"], by_id["input_bound"]["relative"]) == (5 - 200, -0.975)
     assert by_id["input_bound"]["base"]["severity"] == "high" and by_id["input_bound"]["new"]["severity"] == "low"
-    assert by_id["fp32_compute"]["status"] == "worse" and by_id["fp32_compute"]["delta_ns"] == 5
+    assert by_id["fp32_compute"]["status"] == "worse" and by_id["fp32_compute"]["delta_ns"] == 10 // 4 - 4 // 4
     assert by_id["launch_bound"]["base"] is None and by_id["launch_bound"]["relative"] is None
-    assert by_id["h2d_copy"]["new"] is None and by_id["h2d_copy"]["delta_ns"] == -50
+    assert by_id["h2d_copy"]["new"] is None and by_id["h2d_copy"]["delta_ns"] == -round(50 / 4)
     assert [x["status"] for x in b["items"]] == ["added", "worse", "removed", "better"]
 
 
@@ -176,7 +183,7 @@ def test_severity_rise_is_worse_even_when_cheaper():
     base = _report(bottlenecks=[_bottleneck("launch_bound", "low", 100)])
     new = _report(bottlenecks=[_bottleneck("launch_bound", "medium", 90)])
     (item,) = build_diff(base, new)["bottlenecks"]["items"]
-    assert item["status"] == "worse" and item["delta_ns"] == -10
+    assert item["status"] == "worse" and item["delta_ns"] == round(90 / 4) - 100 // 4
 
 
 def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths():
@@ -193,10 +200,11 @@ def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths(
     assert (item["base"]["per_step_ns"], item["new"]["time_ns"]) == (10**7, 48_000_000)
     line = render_diff_terminal(build_diff(base, new))
     assert "input_bound: worse, high -> high, 10 ms a step -> 12 ms a step (+20.0 %)" in line
-    # A report from before projections: the capture's cost, as before.
+    # A report from before projections against one with: both sides' time over their steps (80 / 4 -> 48 / 4 ms),
+    # never an estimate against a measurement.
     del base["bottlenecks"][0]["projection"]
     (item,) = build_diff(base, new)["bottlenecks"]["items"]
-    assert (item["status"], item["measure"], item["delta_ns"]) == ("better", "time_ns", -32_000_000)
+    assert (item["status"], item["measure"], item["delta_ns"]) == ("better", "per_step_ns", -8_000_000)
 
 
 @pytest.mark.parametrize(
@@ -288,7 +296,7 @@ def test_kernels_outside_an_incomplete_top_list_are_unknown():
 
 def test_diff_summaries_and_schema():
     diff = build_diff(_report("base"), _report("new"), ({"path": "b.json", "source": "report"}, None))
-    assert diff["schema"] == "traceinsight.diff/1"
+    assert diff["schema"] == "traceinsight.diff/2"
     assert diff["base"]["run"] == "base" and diff["base"]["path"] == "b.json" and diff["base"]["source"] == "report"
     # A saved /1 report is read into the current schema (its step figures moved into GPU-Util and idle).
     assert diff["new"]["schema"] == "traceinsight.report/2" and diff["new"]["framework"] == "pytorch"
@@ -374,12 +382,13 @@ def test_renderers_escape_names_and_put_regressions_first():
     base = _report(devices=[_device("GPU:0", 0.2, [_kernel(evil, 1, 10)])])
     new = _report("new<b>", devices=[_device("GPU:0", 0.4, [_kernel(evil, 1, 30)])])
     new["totals"] = {**base["totals"], "idle_fraction": 0.4}
+    base["input_pipeline"] = {"fraction": 0.3, "wait_ns": 40}
     new["input_pipeline"] = {"fraction": 0.0, "wait_ns": 0}
     diff = build_diff(base, new)
     html = render_diff_html(diff)
     assert "<script>" not in html and "&lt;script&gt;" in html and "new&lt;b&gt;" in html
     assert "default-src 'none'" in html and not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
-    rows = re.findall(r'<tr class="(\w+)"><td class="name">([^<]+)</td>', html)
+    rows = re.findall(r'<tr class="(\w+)"><td><abbr class="path" title="([^"]+)">', html)
     order = ["regression", "improvement", "changed", "unchanged", "unknown"]
     run_verdicts = [verdict for verdict, metric in rows if not metric.startswith("devices.")]
     assert run_verdicts == sorted(run_verdicts, key=order.index) and "improvement" in run_verdicts
@@ -391,7 +400,8 @@ def test_renderers_escape_names_and_put_regressions_first():
     assert "| `alert\\|x` |" in md and "<script>" not in md  # the normalised name, pipes escaped in table cells
     assert md.index("regression") < md.index("improvement")
     text = render_diff_terminal(diff)
-    assert "totals.idle_fraction" in text and "\033[" not in text
+    assert "Idle share of the step" in text and "totals.idle_fraction" not in text and "\033[" not in text
+    assert '<abbr class="path" title="totals.idle_fraction">Idle share of the step</abbr>' in html
     assert "(s)" not in text and re.search(r"\b1 input, ", text)  # counts agree in number
 
 
