@@ -145,6 +145,112 @@ def test_devices_matched_by_id_and_direction_per_metric():
     assert {m.split(".")[1] for m in changes if m.startswith("devices.")} == {"GPU:0", "GPU:1", "GPU:2"}
 
 
+def _stepped(durations_ms: list[float], input_wait_ms: list[float]) -> dict[str, Any]:
+    """A report whose steps last `durations_ms` and wait `input_wait_ms` each for input (the ledger's per-step
+    parts), the rest computing."""
+    ms = 1_000_000
+    step_ns = [round(d * ms) for d in durations_ms]
+    wait_ns = [round(w * ms) for w in input_wait_ms]
+    compute = [s - w for s, w in zip(step_ns, wait_ns, strict=True)]
+    report = _report(
+        steps={
+            "count": len(step_ns),
+            "mean_ns": round(sum(step_ns) / len(step_ns)),
+            "median_ns": sorted(step_ns)[len(step_ns) // 2],
+            "items": [{"id": i, "start_ns": i * 10**9, "dur_ns": d} for i, d in enumerate(step_ns)],
+            "breakdown_total": {"compute": sum(compute), "input_wait": sum(wait_ns)},
+        },
+        ledger={
+            "parts": ["compute", "input_wait"],
+            "idle_parts": ["input_wait"],
+            "step_ns": step_ns,
+            "per_step": {"compute": compute, "input_wait": wait_ns},
+        },
+    )
+    report["schema"] = "traceinsight.report/2"
+    report["totals"]["idle_fraction"] = sum(wait_ns) / sum(step_ns)
+    return report
+
+
+def test_noise_threshold_from_the_step_to_step_spread():
+    """Steps of 100 +- 2 ms against 90 +- 2 ms (sample variances 16/3 ms^2 a side, 4 steps each): the threshold is
+    2.5 sqrt(16/3/4 + 16/3/4) = 2.5 sqrt(8/3) = 4.08 ms, a 10 ms fall a win; a 3 ms one would be inside it."""
+    base = _stepped([98, 102, 98, 102], [8, 12, 8, 12])
+    new = _stepped([88, 92, 88, 92], [8, 12, 8, 12])
+    diff = build_diff(base, new)
+    expected = 2.5 * (8 / 3) ** 0.5 * 1_000_000
+    assert diff["step_time"]["noise_ns"] == pytest.approx(expected)
+    assert (diff["verdict"], diff["step_time"]["noise_source"]) == ("win", "steps")
+    assert diff["step_time"]["speedup"] == pytest.approx(100 / 90)
+    changes = _changes(diff)
+    # Input wait a step: 10 ms on both sides, spread 2 ms: unchanged, threshold the same 4.08 ms.
+    wait = changes["steps.breakdown_total.input_wait"]
+    assert (wait["base"], wait["new"], wait["verdict"]) == (10_000_000, 10_000_000, "unchanged")
+    assert wait["noise"] == pytest.approx(expected)
+    # Kernels in the capture: no per-step values: the step time's noise relative to the larger mean step, 4.08 %
+    # of the larger count (10 -> 10.4 is inside, 10 -> 11 is not).
+    assert changes["totals.kernel_count"]["noise"] == pytest.approx(expected / 100_000_000 * 10)
+    assert changes["totals.kernel_count"]["noise_source"] == "step time"
+    new["totals"]["kernel_count"] = 11
+    assert _changes(build_diff(base, new))["totals.kernel_count"]["verdict"] == "regression"
+    # A 3 ms fall, inside 4.08 ms: unchanged, never a win or a red row.
+    closer = _stepped([95, 99, 95, 99], [8, 12, 8, 12])
+    diff = build_diff(base, closer)
+    assert diff["verdict"] == "unchanged" and _changes(diff)["steps.mean_ns"]["verdict"] == "unchanged"
+    assert (
+        "a win" not in render_diff_terminal(diff)
+        and "unchanged (inside the step-to-step noise)" in (render_diff_terminal(diff).splitlines()[1])
+    )
+
+
+def test_noise_threshold_of_a_share_reads_each_steps_share():
+    """Idle share a step: 8/98, 12/102, ... against 20/88, 24/92, ...: the threshold is 2.5 standard errors of the
+    difference of the per-step shares' means, worked out here; the rise is far beyond it."""
+    import statistics
+
+    base = _stepped([98, 102, 98, 102], [8, 12, 8, 12])
+    new = _stepped([88, 92, 88, 92], [20, 24, 20, 24])
+    shares_b = [8 / 98, 12 / 102, 8 / 98, 12 / 102]
+    shares_n = [20 / 88, 24 / 92, 20 / 88, 24 / 92]
+    expected = 2.5 * (statistics.variance(shares_b) / 4 + statistics.variance(shares_n) / 4) ** 0.5
+    idle = _changes(build_diff(base, new))["totals.idle_fraction"]
+    assert idle["noise"] == pytest.approx(expected) and idle["noise_source"] == "steps"
+    assert idle["verdict"] == "regression"
+
+
+def test_no_steps_take_the_fixed_fallback():
+    """Reports without per-step values: 10 % (`rules.FALLBACK_RELATIVE_NOISE`) of the larger side."""
+    base, new = _report(), _report(steps={"count": 4, "mean_ns": 430, "median_ns": 380})
+    diff = build_diff(base, new)
+    assert diff["step_time"]["noise_ns"] == pytest.approx(43.0) and diff["step_time"]["noise_source"] == "fixed"
+    assert diff["verdict"] == "unchanged"  # +30 ns of 430
+
+
+def test_warnings_for_other_hardware_framework_and_capture():
+    base, new = _report(), _report(framework="jax")
+    base["devices"][0]["name"] = "NVIDIA A100-SXM4-80GB"
+    new["devices"][0]["name"] = "Tesla V100-SXM2-16GB"
+    new["capture"] = {"kind": "inference", "evidence": []}
+    base["capture"] = {"kind": "training", "evidence": []}
+    kinds = [w["kind"] for w in build_diff(base, new)["warnings"]]
+    assert kinds == ["hardware", "framework", "capture"]
+    (message,) = [w["message"] for w in build_diff(base, new)["warnings"] if w["kind"] == "hardware"]
+    assert "NVIDIA A100-SXM4-80GB" in message and "Tesla V100-SXM2-16GB" in message
+    assert build_diff(base, base)["warnings"] == []
+    md = render_diff_markdown(build_diff(base, new))
+    assert md.index("**Step time") < md.index("**Warning:** the hardware differs") < md.index("idle share of the step")
+
+
+def test_rows_that_say_nothing_are_left_out():
+    """A figure neither run has, or zero on both sides, is no row in any form; the JSON keeps it."""
+    diff = build_diff(_report(), _report())
+    zero = _changes(diff)["totals.h2d_ns"]
+    assert (zero["base"], zero["new"]) == (0, 0)
+    html = render_diff_html(diff)
+    assert 'title="totals.h2d_ns"' not in html and 'title="totals.h2d_bytes"' not in html
+    assert 'title="totals.kernel_count"' in html  # 10 on both sides: unchanged, folded away but there
+
+
 def test_ranked_puts_regressions_first_biggest_first():
     base, new = _report(), _report()
     new["totals"] = {**base["totals"], "idle_fraction": 0.4, "kernel_count": 30}  # +60 %, +200 %
