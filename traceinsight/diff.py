@@ -1,28 +1,35 @@
-"""Compare two runs: the diff object (schema ``traceinsight.diff/1``) built from two reports (`result.RunReport`).
+"""Compare two runs: the diff object (schema ``traceinsight.diff/2``) built from two reports (`result.RunReport`).
 
 Pure functions over the result model (the `--json` contract, ../shared/notes/report-json.md), so a
 baseline report saved by an earlier CI job compares with a fresh trace exactly as two
-traces do. Four parts:
+traces do. Its parts:
 
-* ``changes``: headline metrics (`RUN_METRICS`) and per-device ones (`DEVICE_METRICS`,
-  devices matched by id), each named by its JSON path in the report, with NEW - BASE,
-  the relative change and which direction is worse (data, so renderers and tests agree).
-* ``bottlenecks``: added, removed, or changed in cost, by id.
+* ``step_time`` and ``verdict``: the mean step of each run, BASE / NEW (``speedup``), and "win", "regression" or
+  "unchanged" against the step time's noise (`step_time`). Every renderer opens with it.
+* ``warnings``: what makes the runs compare as other than like with like (other hardware, framework, capture kind,
+  small-kernel threshold: `comparability`), each ``{kind, message}``.
+* ``changes``: headline metrics (`RUN_METRICS`) and per-device ones (`DEVICE_METRICS`, devices matched by id),
+  each with its JSON path in the report (``metric``) and a plain ``label``, NEW - BASE, the relative change,
+  which direction is worse, and its ``noise``: the change it must pass to count, from the runs' own step-to-step
+  spread (`Noise`, `rules.NOISE_STANDARD_ERRORS`; ``noise_source`` "steps", "step time" or "fixed"). A change
+  inside it is "unchanged". Sums over the steps (``per_step`` true: the step breakdown) are compared a step.
+* ``bottlenecks``: added, removed, or changed in severity or in cost a step beyond the noise, by id.
 * ``kernels``: the kernels whose total time changed most, matched by a normalised name
   (`normalise_kernel_name`), over the reports' top kernels of every device.
 * ``projections``: did BASE's what-if come true? ``{checks: [...], headline: {...} | null}``
-  (`projection_checks`, `headline_check`). A check per BASE bottleneck that has a ``projection`` and is
-  gone in NEW or costs less there (``time_ns`` or ``fraction`` smaller); the headline when BASE has a
-  top-level ``projection``. Each compares what BASE projected with the mean steps both runs measured:
+  (`projection_checks`, `headline_check`). A check per BASE bottleneck that has a ``projection`` and whose
+  cause NEW changed (`cause_change`: gone, or its own evidence a step fell beyond the noise); the headline
+  when BASE has a top-level ``projection`` and NEW changed the cause of every bottleneck it applies. Each
+  compares what BASE projected with the mean steps both runs measured:
   ``projected_step_ns_before``, ``projected_step_ns_after``, ``projected_saving_ns``, ``projected_speedup``
   (from the projection), ``measured_step_ns_before`` / ``measured_step_ns_after`` (BASE / NEW
   ``steps.mean_ns``), ``measured_saving_ns`` (before - after), ``measured_speedup`` (before / after) and
   ``error`` (projected step after / measured step after - 1: below 0 the projection promised more than
-  came). A check adds ``id``, ``basis`` ("measured" | "estimated") and ``status`` ("gone" | "shrunk");
-  the headline adds ``applied`` (the ids BASE applied), ``addressed`` (those of them gone or shrunk in
-  NEW), ``projected_gpu_util_after`` and ``measured_gpu_util_before`` / ``measured_gpu_util_after``
-  (``totals.gpu_util``). Anything unknown (no mean step, a zero to divide by) is null. Reports from
-  before projections existed give no checks and no headline.
+  came). A check adds ``id``, ``basis`` ("measured" | "estimated"), ``status`` ("gone" | "shrunk") and
+  ``cause`` (``measure``, ``base``, ``new``, ``noise``, ``status``); the headline adds ``applied`` (the ids
+  BASE applied), ``addressed`` (all of them), ``projected_gpu_util_after`` and ``measured_gpu_util_before`` /
+  ``measured_gpu_util_after`` (``totals.gpu_util``). Anything unknown (no mean step, a zero to divide by) is
+  null. Reports from before projections existed give no checks and no headline.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2}
 Origin = dict[str, Any] | None  # where one side came from, added to its summary
 
 
-Samples = Callable[[RunReport], "list[float] | None"]
+Samples = Callable[[RunReport], "Sequence[float] | None"]
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,8 @@ def _ledger_share(parts: Callable[[RunReport], Iterable[str]]) -> Samples:
 
 
 def _step_mfu(report: RunReport) -> list[float] | None:
-    values = [s.mfu for s in report.compute.steps]
-    return values if values and all(v is not None for v in values) else None  # type: ignore[return-value]
+    values = [s.mfu for s in report.compute.steps if s.mfu is not None]
+    return values if values and len(values) == len(report.compute.steps) else None
 
 
 _IDLE_SHARE = _ledger_share(lambda r: r.ledger.idle_parts)
@@ -448,18 +455,19 @@ def _bottleneck_sides(
     """Both sides of one bottleneck, their cost a step read alike: from the projections where every side present
     projects a saving, else from the time over the steps (so an estimate is never set against a measurement)."""
     by_projection = _projects(b) and _projects(n)
-    return tuple(  # type: ignore[return-value]
-        None
-        if x is None
-        else {
+
+    def side(x: Bottleneck | None, report: RunReport) -> dict[str, Any] | None:
+        if x is None:
+            return None
+        return {
             "severity": x.severity,
             "rank": x.rank,
             "time_ns": x.time_ns,
             "fraction": x.fraction,
             "per_step_ns": _per_step_ns(x, report, by_projection),
         }
-        for x, report in ((b, base), (n, new))
-    )
+
+    return side(b, base), side(n, new)
 
 
 def _cost(side: dict[str, Any] | None, measure: str) -> int:
@@ -632,10 +640,10 @@ def _cause_figure(b: Bottleneck, keys: tuple[str, ...]) -> float | None:
 
 
 def cause_change(b: Bottleneck, base: RunReport, new: RunReport) -> dict[str, Any]:
-    """Whether NEW changed what caused BASE's bottleneck `b`: ``{measure, base, new, noise, changed, status}``.
+    """Whether NEW changed what caused BASE's bottleneck `b`: ``{measure, base, new, noise, status}``.
 
     The cause is the finding's own evidence a step (`rules.FINDING_CAUSE_EVIDENCE`), else its cost a step
-    (`_per_step_ns`). It changed when the finding is gone from NEW ("gone"), or when the cause fell by more than the
+    (`_bottleneck_sides`). It changed when the finding is gone from NEW ("gone"), or when the cause fell by more than the
     step time's noise, relative (`step_noise`), of its BASE figure ("shrunk"); otherwise status is None.
     """
     n = next((x for x in new.bottlenecks if x.id == b.id), None)
