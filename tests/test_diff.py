@@ -109,12 +109,16 @@ def test_null_metrics_are_kept_with_null_delta():
     changes = _changes(build_diff(base, new))
     assert changes["totals.d2h_bytes"] == {
         "metric": "totals.d2h_bytes",
+        "label": "Device-to-host bytes",
+        "per_step": False,
         "base": 100,
         "new": None,
         "delta": None,
         "relative": None,
         "worse_when": UP,
         "unit": "bytes",
+        "noise": None,
+        "noise_source": None,
         "verdict": "unknown",
     }
     # A metric neither report has is still listed, both sides null.
@@ -141,13 +145,121 @@ def test_devices_matched_by_id_and_direction_per_metric():
     assert {m.split(".")[1] for m in changes if m.startswith("devices.")} == {"GPU:0", "GPU:1", "GPU:2"}
 
 
+def _stepped(durations_ms: list[float], input_wait_ms: list[float]) -> dict[str, Any]:
+    """A report whose steps last `durations_ms` and wait `input_wait_ms` each for input (the ledger's per-step
+    parts), the rest computing."""
+    ms = 1_000_000
+    step_ns = [round(d * ms) for d in durations_ms]
+    wait_ns = [round(w * ms) for w in input_wait_ms]
+    compute = [s - w for s, w in zip(step_ns, wait_ns, strict=True)]
+    report = _report(
+        steps={
+            "count": len(step_ns),
+            "mean_ns": round(sum(step_ns) / len(step_ns)),
+            "median_ns": sorted(step_ns)[len(step_ns) // 2],
+            "items": [{"id": i, "start_ns": i * 10**9, "dur_ns": d} for i, d in enumerate(step_ns)],
+            "breakdown_total": {"compute": sum(compute), "input_wait": sum(wait_ns)},
+        },
+        ledger={
+            "parts": ["compute", "input_wait"],
+            "idle_parts": ["input_wait"],
+            "step_ns": step_ns,
+            "per_step": {"compute": compute, "input_wait": wait_ns},
+        },
+    )
+    report["schema"] = "traceinsight.report/2"
+    report["totals"]["idle_fraction"] = sum(wait_ns) / sum(step_ns)
+    return report
+
+
+def test_noise_threshold_from_the_step_to_step_spread():
+    """Steps of 100 +- 2 ms against 90 +- 2 ms (sample variances 16/3 ms^2 a side, 4 steps each): the threshold is
+    2.5 sqrt(16/3/4 + 16/3/4) = 2.5 sqrt(8/3) = 4.08 ms, a 10 ms fall a win; a 3 ms one would be inside it."""
+    base = _stepped([98, 102, 98, 102], [8, 12, 8, 12])
+    new = _stepped([88, 92, 88, 92], [8, 12, 8, 12])
+    diff = build_diff(base, new)
+    expected = 2.5 * (8 / 3) ** 0.5 * 1_000_000
+    assert diff["step_time"]["noise_ns"] == pytest.approx(expected)
+    assert (diff["verdict"], diff["step_time"]["noise_source"]) == ("win", "steps")
+    assert diff["step_time"]["speedup"] == pytest.approx(100 / 90)
+    changes = _changes(diff)
+    # Input wait a step: 10 ms on both sides, spread 2 ms: unchanged, threshold the same 4.08 ms.
+    wait = changes["steps.breakdown_total.input_wait"]
+    assert (wait["base"], wait["new"], wait["verdict"]) == (10_000_000, 10_000_000, "unchanged")
+    assert wait["noise"] == pytest.approx(expected)
+    # Kernels in the capture: no per-step values: the step time's noise relative to the larger mean step, 4.08 %
+    # of the larger count (10 -> 10.4 is inside, 10 -> 11 is not).
+    assert changes["totals.kernel_count"]["noise"] == pytest.approx(expected / 100_000_000 * 10)
+    assert changes["totals.kernel_count"]["noise_source"] == "step time"
+    new["totals"]["kernel_count"] = 11
+    assert _changes(build_diff(base, new))["totals.kernel_count"]["verdict"] == "regression"
+    # A 3 ms fall, inside 4.08 ms: unchanged, never a win or a red row.
+    closer = _stepped([95, 99, 95, 99], [8, 12, 8, 12])
+    diff = build_diff(base, closer)
+    assert diff["verdict"] == "unchanged" and _changes(diff)["steps.mean_ns"]["verdict"] == "unchanged"
+    assert (
+        "a win" not in render_diff_terminal(diff)
+        and "unchanged (inside the step-to-step noise)" in (render_diff_terminal(diff).splitlines()[1])
+    )
+
+
+def test_noise_threshold_of_a_share_reads_each_steps_share():
+    """Idle share a step: 8/98, 12/102, ... against 20/88, 24/92, ...: the threshold is 2.5 standard errors of the
+    difference of the per-step shares' means, worked out here; the rise is far beyond it."""
+    import statistics
+
+    base = _stepped([98, 102, 98, 102], [8, 12, 8, 12])
+    new = _stepped([88, 92, 88, 92], [20, 24, 20, 24])
+    shares_b = [8 / 98, 12 / 102, 8 / 98, 12 / 102]
+    shares_n = [20 / 88, 24 / 92, 20 / 88, 24 / 92]
+    expected = 2.5 * (statistics.variance(shares_b) / 4 + statistics.variance(shares_n) / 4) ** 0.5
+    idle = _changes(build_diff(base, new))["totals.idle_fraction"]
+    assert idle["noise"] == pytest.approx(expected) and idle["noise_source"] == "steps"
+    assert idle["verdict"] == "regression"
+
+
+def test_no_steps_take_the_fixed_fallback():
+    """Reports without per-step values: 10 % (`rules.FALLBACK_RELATIVE_NOISE`) of the larger side."""
+    base, new = _report(), _report(steps={"count": 4, "mean_ns": 430, "median_ns": 380})
+    diff = build_diff(base, new)
+    assert diff["step_time"]["noise_ns"] == pytest.approx(43.0) and diff["step_time"]["noise_source"] == "fixed"
+    assert diff["verdict"] == "unchanged"  # +30 ns of 430
+
+
+def test_warnings_for_other_hardware_framework_and_capture():
+    base, new = _report(), _report(framework="jax")
+    base["devices"][0]["name"] = "NVIDIA A100-SXM4-80GB"
+    new["devices"][0]["name"] = "Tesla V100-SXM2-16GB"
+    new["capture"] = {"kind": "inference", "evidence": []}
+    base["capture"] = {"kind": "training", "evidence": []}
+    kinds = [w["kind"] for w in build_diff(base, new)["warnings"]]
+    assert kinds == ["hardware", "framework", "capture"]
+    (message,) = [w["message"] for w in build_diff(base, new)["warnings"] if w["kind"] == "hardware"]
+    assert "NVIDIA A100-SXM4-80GB" in message and "Tesla V100-SXM2-16GB" in message
+    assert build_diff(base, base)["warnings"] == []
+    md = render_diff_markdown(build_diff(base, new))
+    assert md.index("**Step time") < md.index("**Warning:** the hardware differs") < md.index("idle share of the step")
+
+
+def test_rows_that_say_nothing_are_left_out():
+    """A figure neither run has, or zero on both sides, is no row in any form; the JSON keeps it."""
+    diff = build_diff(_report(), _report())
+    zero = _changes(diff)["totals.h2d_ns"]
+    assert (zero["base"], zero["new"]) == (0, 0)
+    html = render_diff_html(diff)
+    assert 'title="totals.h2d_ns"' not in html and 'title="totals.h2d_bytes"' not in html
+    assert 'title="totals.kernel_count"' in html  # 10 on both sides: unchanged, folded away but there
+
+
 def test_ranked_puts_regressions_first_biggest_first():
     base, new = _report(), _report()
-    new["totals"] = {**base["totals"], "idle_fraction": 0.3, "kernel_count": 30}  # +20 %, +200 %
-    new["input_pipeline"] = {"fraction": 0.05, "wait_ns": 20}  # improvements
-    order = [c["metric"] for c in ranked(build_diff(base, new)["changes"])]
-    assert order[:2] == ["totals.kernel_count", "totals.idle_fraction"]
-    assert set(order[2:4]) == {"input_pipeline.fraction", "input_pipeline.wait_ns"}
+    new["totals"] = {**base["totals"], "idle_fraction": 0.4, "kernel_count": 30}  # +60 %, +200 %
+    new["input_pipeline"] = {"fraction": 0.0}  # an improvement
+    base["steps"]["mean_ns"] = 420  # 400 -> 420: inside the fallback noise (10 % of 420), unchanged
+    changes = ranked(build_diff(base, new)["changes"])
+    order = [c["metric"] for c in changes]
+    assert order[:3] == ["totals.kernel_count", "totals.idle_fraction", "input_pipeline.fraction"]
+    assert {c["metric"]: c["verdict"] for c in changes}["steps.mean_ns"] == "unchanged"
 
 
 def test_bottlenecks_added_removed_and_changed():
@@ -159,16 +271,17 @@ def test_bottlenecks_added_removed_and_changed():
             _bottleneck("fp32_compute", "low", 10),
         ]
     )
-    base["bottlenecks"].append(_bottleneck("fp32_compute", "low", 5))
+    base["bottlenecks"].append(_bottleneck("fp32_compute", "low", 4))
     b = build_diff(base, new)["bottlenecks"]
     assert b["added"] == ["launch_bound"] and b["removed"] == ["h2d_copy"]
     by_id = {x["id"]: x for x in b["items"]}
-    assert by_id["input_bound"]["status"] == "better"
-    assert (by_id["input_bound"]["delta_ns"], by_id["input_bound"]["relative"]) == (-780, -0.975)
+    assert by_id["input_bound"]["status"] == "better" and by_id["input_bound"]["measure"] == "per_step_ns"
+    # No projections: the time over the 4 steps, 800 / 4 -> 20 / 4.
+    assert (by_id["input_bound"]["delta_ns"], by_id["input_bound"]["relative"]) == (5 - 200, -0.975)
     assert by_id["input_bound"]["base"]["severity"] == "high" and by_id["input_bound"]["new"]["severity"] == "low"
-    assert by_id["fp32_compute"]["status"] == "worse" and by_id["fp32_compute"]["delta_ns"] == 5
+    assert by_id["fp32_compute"]["status"] == "worse" and by_id["fp32_compute"]["delta_ns"] == 10 // 4 - 4 // 4
     assert by_id["launch_bound"]["base"] is None and by_id["launch_bound"]["relative"] is None
-    assert by_id["h2d_copy"]["new"] is None and by_id["h2d_copy"]["delta_ns"] == -50
+    assert by_id["h2d_copy"]["new"] is None and by_id["h2d_copy"]["delta_ns"] == -round(50 / 4)
     assert [x["status"] for x in b["items"]] == ["added", "worse", "removed", "better"]
 
 
@@ -176,7 +289,7 @@ def test_severity_rise_is_worse_even_when_cheaper():
     base = _report(bottlenecks=[_bottleneck("launch_bound", "low", 100)])
     new = _report(bottlenecks=[_bottleneck("launch_bound", "medium", 90)])
     (item,) = build_diff(base, new)["bottlenecks"]["items"]
-    assert item["status"] == "worse" and item["delta_ns"] == -10
+    assert item["status"] == "worse" and item["delta_ns"] == round(90 / 4) - 100 // 4
 
 
 def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths():
@@ -193,10 +306,11 @@ def test_bottleneck_cost_compares_per_step_across_captures_of_different_lengths(
     assert (item["base"]["per_step_ns"], item["new"]["time_ns"]) == (10**7, 48_000_000)
     line = render_diff_terminal(build_diff(base, new))
     assert "input_bound: worse, high -> high, 10 ms a step -> 12 ms a step (+20.0 %)" in line
-    # A report from before projections: the capture's cost, as before.
+    # A report from before projections against one with: both sides' time over their steps (80 / 4 -> 48 / 4 ms),
+    # never an estimate against a measurement.
     del base["bottlenecks"][0]["projection"]
     (item,) = build_diff(base, new)["bottlenecks"]["items"]
-    assert (item["status"], item["measure"], item["delta_ns"]) == ("better", "time_ns", -32_000_000)
+    assert (item["status"], item["measure"], item["delta_ns"]) == ("better", "per_step_ns", -8_000_000)
 
 
 @pytest.mark.parametrize(
@@ -288,7 +402,7 @@ def test_kernels_outside_an_incomplete_top_list_are_unknown():
 
 def test_diff_summaries_and_schema():
     diff = build_diff(_report("base"), _report("new"), ({"path": "b.json", "source": "report"}, None))
-    assert diff["schema"] == "traceinsight.diff/1"
+    assert diff["schema"] == "traceinsight.diff/2"
     assert diff["base"]["run"] == "base" and diff["base"]["path"] == "b.json" and diff["base"]["source"] == "report"
     # A saved /1 report is read into the current schema (its step figures moved into GPU-Util and idle).
     assert diff["new"]["schema"] == "traceinsight.report/2" and diff["new"]["framework"] == "pytorch"
@@ -374,12 +488,13 @@ def test_renderers_escape_names_and_put_regressions_first():
     base = _report(devices=[_device("GPU:0", 0.2, [_kernel(evil, 1, 10)])])
     new = _report("new<b>", devices=[_device("GPU:0", 0.4, [_kernel(evil, 1, 30)])])
     new["totals"] = {**base["totals"], "idle_fraction": 0.4}
+    base["input_pipeline"] = {"fraction": 0.3, "wait_ns": 40}
     new["input_pipeline"] = {"fraction": 0.0, "wait_ns": 0}
     diff = build_diff(base, new)
     html = render_diff_html(diff)
     assert "<script>" not in html and "&lt;script&gt;" in html and "new&lt;b&gt;" in html
     assert "default-src 'none'" in html and not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
-    rows = re.findall(r'<tr class="(\w+)"><td class="name">([^<]+)</td>', html)
+    rows = re.findall(r'<tr class="(\w+)"><td><abbr class="path" title="([^"]+)">', html)
     order = ["regression", "improvement", "changed", "unchanged", "unknown"]
     run_verdicts = [verdict for verdict, metric in rows if not metric.startswith("devices.")]
     assert run_verdicts == sorted(run_verdicts, key=order.index) and "improvement" in run_verdicts
@@ -391,7 +506,8 @@ def test_renderers_escape_names_and_put_regressions_first():
     assert "| `alert\\|x` |" in md and "<script>" not in md  # the normalised name, pipes escaped in table cells
     assert md.index("regression") < md.index("improvement")
     text = render_diff_terminal(diff)
-    assert "totals.idle_fraction" in text and "\033[" not in text
+    assert "Idle share of the step" in text and "totals.idle_fraction" not in text and "\033[" not in text
+    assert '<abbr class="path" title="totals.idle_fraction">Idle share of the step</abbr>' in html
     assert "(s)" not in text and re.search(r"\b1 input, ", text)  # counts agree in number
 
 

@@ -975,3 +975,38 @@ FRAMEWORK_PHASES = (
     ("optimizer", re.compile(r"^Optimizer\.(?:step|zero_grad)|^## optimizer")),
     ("data", re.compile(rf"^enumerate\(DataLoader\)|{first_then('DataLoader', '__next__', '.')}|^## data")),
 )
+
+# --------------------------------------------------------------------------- diff: noise and causes (diff.py)
+
+# A figure's change counts only beyond this many standard errors of the difference of its per-step means,
+# sqrt(var_base / n_base + var_new / n_new) over the steps of both runs (Welch's statistic). 2.5 is the two-sided
+# 95 % critical value of Student's t at 5-6 degrees of freedom (2.57 at 5, 2.45 at 6): what Welch's test has for
+# two captures of about 6 steps each, the usual profiler schedule (Kineto's `active` steps, the TensorBoard
+# plugin's samples). With more steps it is stricter than 95 % (t falls to 1.96), which keeps a diff of ~40
+# figures from showing one as red by chance.
+NOISE_STANDARD_ERRORS = 2.5
+# A figure without per-step values (kernel counts, bytes, device spans) takes the step time's noise, relative: its
+# threshold over the larger mean step, applied to the figure's larger side (a share of the step: in points of the
+# step, since a part of the step moves as much as the step does). With fewer than two steps on a side there is no
+# spread to read, and the margin is asv's default for "changed" (`asv compare --factor 1.1`: 10 %).
+FALLBACK_RELATIVE_NOISE = 0.10
+# The evidence figure that is each finding's cause, per step (findings.py). `diff` scores BASE's projection of a
+# finding against the step NEW measured only when this cause went away or fell beyond the noise: a projection of a
+# cause nobody touched (fp32 kernels, when only the DataLoader changed) says nothing about the fix that was made.
+# The first key a report has is read (host_bound of a CPU-only run: the overhead between ops). A finding not listed
+# (or a saved report without this evidence) is judged by its cost a step.
+FINDING_CAUSE_EVIDENCE: dict[str, tuple[str, ...]] = {
+    "input_bound": ("input_wait_per_step_ns",),
+    "launch_bound": ("host_launch_gap_per_step_ns",),
+    "host_bound": ("host_launch_gap_per_step_ns", "overhead_per_step_ns"),
+    "h2d_copy": ("exposed_per_step_ns",),
+    "d2h_sync": ("sync_gap_per_step_ns",),
+    "external_wait": ("wait_per_step_ns",),
+    "fp32_compute": ("fp32_eligible_per_step_ns",),
+    "low_compute_efficiency": ("above_roofline_per_step_ns",),
+    "small_batch": ("batch_work_per_step_ns",),
+    "straggler": ("late_per_step_ns",),
+    "communication": ("exposed_per_step_ns",),
+    "collective_wait": ("waiting_per_step_ns",),
+    "idle_other": ("other_gap_per_step_ns",),
+}

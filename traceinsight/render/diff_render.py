@@ -1,7 +1,9 @@
 """A diff for people: HTML (jinja2, autoescape on), Markdown for CI summaries, the terminal summary.
 
-All three start from the diff object and the same formatted rows (`change_rows`,
-`projection_rows`), so every renderer shows the JSON's figures in the same order: regressions first.
+All three start from the diff object and the same formatted rows (`step_line`, `change_rows`,
+`projection_rows`), so every renderer opens alike: the step time and the verdict, then any warning that the runs
+differ in hardware, framework or capture kind, then the figures that moved beyond their noise, regressions first,
+each by its plain label (the JSON path on hover in HTML).
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ from traceinsight.render.format import (
 )
 from traceinsight.render.html import environment
 
-# The figures the one-line verdict names, in this order.
-HEADLINE_METRICS = ("totals.idle_fraction", "input_pipeline.fraction", "steps.mean_ns")
+# The figures the one-line summary names after the step time, in this order.
+HEADLINE_METRICS = ("totals.idle_fraction", "input_pipeline.fraction")
+_VERDICT_WORDS = {
+    "win": "a win",
+    "regression": "a regression",
+    "unchanged": "unchanged (inside the step-to-step noise)",
+    "unknown": "no verdict (a side has no steps)",
+}
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
     "ns": fmt_ns,
     "fraction": fmt_pct,
@@ -60,20 +68,42 @@ def fmt_relative(relative: float | None) -> str:
     return f"{relative * 100:+.1f} %" if relative else "0 %"
 
 
+def fmt_noise(change: dict[str, Any]) -> str:
+    """``±27.5 ms (steps)``: the change a figure must pass to count, and what it was read from."""
+    if change["noise"] is None:
+        return "-"
+    value = change["noise"]
+    text = fmt_delta(value, change["unit"]).lstrip("+") if value else "0"
+    return f"±{text} ({change['noise_source']})"
+
+
+def says_something(change: dict[str, Any]) -> bool:
+    """A row worth a line: a figure at least one run has, and not zero on both sides."""
+    return any(change[side] for side in ("base", "new"))
+
+
 def change_rows(changes: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Formatted rows, regressions first (`diff.ranked`)."""
+    """Formatted rows, regressions first (`diff.ranked`), without those that say nothing (`says_something`)."""
     return [
         {
             "metric": c["metric"],
+            "label": c.get("label") or c["metric"],
             "base": fmt_value(c["base"], c["unit"]),
             "new": fmt_value(c["new"], c["unit"]),
             "delta": fmt_delta(c["delta"], c["unit"]),
             "relative": fmt_relative(c["relative"]),
+            "noise": fmt_noise(c),
             "verdict": c["verdict"],
             "worse_when": c["worse_when"] or "",
         }
         for c in ranked(changes)
+        if says_something(c)
     ]
+
+
+def moved(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows whose change is beyond the noise."""
+    return [r for r in rows if r["verdict"] not in ("unchanged", "unknown")]
 
 
 def split_changes(diff: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -176,54 +206,56 @@ def projection_line(row: dict[str, str]) -> str:
     )
 
 
+def step_line(diff: dict[str, Any]) -> str:
+    """The diff's first line: ``Step time 175 ms -> 140 ms: 1.25x faster, a win (noise ±27.5 ms).``"""
+    t = diff["step_time"]
+    if t["base_ns"] is None or t["new_ns"] is None:
+        return f"Step time {fmt_ns(t['base_ns'])} -> {fmt_ns(t['new_ns'])}: {_VERDICT_WORDS['unknown']}."
+    speedup = t["speedup"]
+    ratio = "-" if not speedup else f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+    noise = "" if t["noise_ns"] is None else f" (noise ±{fmt_ns(t['noise_ns'])})"
+    return f"Step time {fmt_ns(t['base_ns'])} -> {fmt_ns(t['new_ns'])}: {ratio}, {_VERDICT_WORDS[t['verdict']]}{noise}."
+
+
 def diff_sentence(diff: dict[str, Any]) -> str:
-    """One sentence: the headline figures, how many regressions, and the bottlenecks that came and went."""
+    """After the step line: the idle and input figures, how many figures moved beyond their noise, and the
+    bottlenecks that came and went."""
     by_metric = {c["metric"]: c for c in diff["changes"]}
     figures = []
     for name in HEADLINE_METRICS:
         c = by_metric[name]
         if c["base"] is not None or c["new"] is not None:
             figures.append(
-                f"{name} {fmt_value(c['base'], c['unit'])} -> {fmt_value(c['new'], c['unit'])} "
+                f"{c['label'].lower()} {fmt_value(c['base'], c['unit'])} -> {fmt_value(c['new'], c['unit'])} "
                 f"({fmt_delta(c['delta'], c['unit'])})"
             )
     verdicts = [c["verdict"] for c in diff["changes"]]
-    counts = f"{plural(verdicts.count('regression'), 'figure')} worse, {verdicts.count('improvement')} better"
+    counts = (
+        f"{plural(verdicts.count('regression'), 'figure')} worse beyond their noise, "
+        f"{verdicts.count('improvement')} better, {verdicts.count('unchanged')} unchanged"
+    )
     bottlenecks = diff["bottlenecks"]
-    moved = [
+    moved_severity = [
         f"{x['id']} {x['base']['severity']} -> {x['new']['severity']}"
         for x in bottlenecks["items"]
         if x["base"] and x["new"] and x["base"]["severity"] != x["new"]["severity"]
     ]
     came_went = [
         f"bottlenecks {label}: {', '.join(ids)}"
-        for label, ids in (("added", bottlenecks["added"]), ("removed", bottlenecks["removed"]), ("changed", moved))
+        for label, ids in (
+            ("added", bottlenecks["added"]),
+            ("removed", bottlenecks["removed"]),
+            ("changed", moved_severity),
+        )
         if ids
     ]
     return "; ".join(part for part in (", ".join(figures), counts, *came_went) if part) + "."
 
 
 def comparability_note(diff: dict[str, Any]) -> str | None:
-    """A warning when the two sides do not compare as they stand: small kernels counted with different thresholds,
-    or a side whose window holds no steady state (a warm-up with no steps after it, a graph capture pass, a
-    micro-benchmark: `capture.projects` false) against one that does."""
-    notes = []
-    base, new = diff["base"]["small_kernel_threshold_ns"], diff["new"]["small_kernel_threshold_ns"]
-    if base is not None and new is not None and base != new:
-        notes.append(
-            f"small-kernel thresholds differ (base {fmt_ns(base)}, new {fmt_ns(new)}): small-kernel counts "
-            "don't compare"
-        )
-    sides = diff["base"], diff["new"]
-    if any(s.get("capture_projects") is False for s in sides) and sides[0].get("capture_kind") != sides[1].get(
-        "capture_kind"
-    ):
-        kinds = ", ".join(f"{name} {s.get('capture_kind')}" for name, s in zip(("base", "new"), sides, strict=True))
-        notes.append(
-            f"the captures are of different kinds ({kinds}) and one holds no steady state (a warm-up, a graph "
-            "capture pass or a micro-benchmark), so their step figures don't compare"
-        )
-    return "; ".join(notes) or None
+    """The diff's warnings (`diff.comparability`: other hardware, framework, capture kind or small-kernel
+    threshold) as one sentence, None when the runs compare as they stand."""
+    return "; ".join(w["message"] for w in diff.get("warnings") or []) or None
 
 
 def render_diff_html(diff: dict[str, Any]) -> str:
@@ -234,12 +266,17 @@ def render_diff_html(diff: dict[str, Any]) -> str:
         .render(
             report=diff,
             diff=diff,
+            step=step_line(diff),
             verdict=diff_sentence(diff),
-            note=comparability_note(diff),
+            warnings=[w["message"] for w in diff.get("warnings") or []],
             run_rows=change_rows(run_changes),
             device_rows=change_rows(device_changes),
-            bottlenecks=[bottleneck_cells(item) for item in diff["bottlenecks"]["items"]],
-            kernels=[{**kernel_cells(k), "names": k["names"]} for k in diff["kernels"][:KERNEL_ROWS_HTML]],
+            bottlenecks=[bottleneck_cells(item) for item in diff["bottlenecks"]["items"] if item["status"] != "same"],
+            kernels=[
+                {**kernel_cells(k), "names": k["names"]}
+                for k in diff["kernels"][:KERNEL_ROWS_HTML]
+                if k["status"] != "same"
+            ],
             projections=projection_rows(diff),
         )
     )
@@ -250,28 +287,31 @@ def _title(diff: dict[str, Any]) -> str:
 
 
 def render_diff_markdown(diff: dict[str, Any]) -> str:
-    """Run-level metrics that changed (regressions first), bottleneck changes, the kernels that changed most. Every
-    string is escaped (`markdown_text`): ids, names and kinds come from the saved reports."""
+    """The step time and verdict, any warning, the run-level figures that moved beyond their noise (regressions
+    first, by plain label), bottleneck changes, projections whose cause changed, the kernels that changed most.
+    Every string is escaped (`markdown_text`): ids, names and kinds come from the saved reports."""
     run_changes, _ = split_changes(diff)
-    lines = [f"## {markdown_text(_title(diff))}", "", f"**{markdown_text(diff_sentence(diff))}**", ""]
-    if note := comparability_note(diff):
-        lines += [f"> {markdown_text(note)}", ""]
-    rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
+    lines = [f"## {markdown_text(_title(diff))}", "", f"**{markdown_text(step_line(diff))}**", ""]
+    lines += [f"> **Warning:** {markdown_text(w['message'])}" for w in diff.get("warnings") or []]
+    if diff.get("warnings"):
+        lines.append("")
+    lines += [markdown_text(diff_sentence(diff)), ""]
+    rows = moved(change_rows(run_changes))
     if rows:
-        lines += ["| metric | base | new | change | relative | verdict |", "|---|---|---|---|---|---|"]
+        lines += ["| figure | base | new | change | relative | noise | verdict |", "|---|---|---|---|---|---|---|"]
         lines += [
-            f"| {markdown_code(r['metric'])} | "
-            + " | ".join(markdown_text(r[k]) for k in ("base", "new", "delta", "relative", "verdict"))
-            + " |"
+            "| "
+            + " | ".join(markdown_text(r[k]) for k in ("label", "base", "new", "delta", "relative", "noise"))
+            + f" | {markdown_text(r['verdict'])} |"
             for r in rows
         ]
     else:
-        lines.append("No headline metric changed.")
+        lines.append("No run-level figure moved beyond its noise.")
     lines.append("")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
     lines += [f"- bottleneck {markdown_text(bottleneck_line(x))}" for x in items] or ["No bottleneck changed."]
     if projections := projection_rows(diff):
-        lines += ["", "Projected vs measured (mean step):", ""]
+        lines += ["", "Projected vs measured (mean step), for the bottlenecks whose cause changed:", ""]
         lines += [f"- {markdown_text(projection_line(row))}" for row in projections]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_MARKDOWN] if k["status"] != "same"]
     if kernels:
@@ -291,34 +331,34 @@ def render_diff_terminal(diff: dict[str, Any], color: bool = False) -> str:
         return f"{code}{text}{_RESET}" if color and code else text
 
     run_changes, device_changes = split_changes(diff)
-    lines = [paint(_title(diff), _BOLD)]
+    verdict_colour = {"win": _GREEN, "regression": _RED}.get(diff["step_time"]["verdict"])
+    lines = [paint(_title(diff), _BOLD), paint("  " + step_line(diff), verdict_colour)]
+    lines += [paint(f"  WARNING: {w['message']}", _RED) for w in diff.get("warnings") or []]
     for side in ("base", "new"):
         s = diff[side]
         lines.append(
             paint(
                 f"  {side:<4} {s.get('path') or s['run']} ({s.get('source') or 'report'}, {s['framework']}, "
-                f"{plural(len(s['inputs']), 'input')}, "
+                f"{s.get('hardware') or 'no device'}, {plural(len(s['inputs']), 'input')}, "
                 f"{'- steps' if s['step_count'] is None else plural(s['step_count'], 'step')})"
             )
         )
     lines += [paint("  " + diff_sentence(diff)), ""]
-    if note := comparability_note(diff):
-        lines += [paint(f"  note: {note}"), ""]
-    rows = [r for r in change_rows(run_changes) if r["verdict"] not in ("unchanged", "unknown")]
+    rows = moved(change_rows(run_changes))
     if rows:
-        lines.append(f"  {'metric':<40}{'base':>12}{'new':>12}{'change':>13}{'relative':>11}")
+        lines.append(f"  {'figure':<44}{'base':>12}{'new':>12}{'change':>13}{'relative':>11}  noise")
     for r in rows:
-        text = f"  {r['metric']:<40}{r['base']:>12}{r['new']:>12}{r['delta']:>13}{r['relative']:>11}"
+        text = f"  {r['label']:<44}{r['base']:>12}{r['new']:>12}{r['delta']:>13}{r['relative']:>11}  {r['noise']}"
         lines.append(paint(text, _VERDICT_COLOUR.get(r["verdict"])))
-    changed_devices = sum(c["verdict"] not in ("unchanged", "unknown") for c in device_changes)
+    changed_devices = len(moved(change_rows(device_changes)))
     if changed_devices:
-        lines.append(f"  ({plural(changed_devices, 'per-device figure')} changed: see the HTML or JSON)")
+        lines.append(f"  ({plural(changed_devices, 'per-device figure')} moved beyond the noise: see the HTML or JSON)")
     items = [x for x in diff["bottlenecks"]["items"] if x["status"] != "same"]
     if items:
         lines += ["", paint("  Bottlenecks", _BOLD)]
         lines += [paint(f"  {bottleneck_line(x)}", _BOTTLENECK_COLOUR.get(x["status"])) for x in items]
     if projections := projection_rows(diff):
-        lines += ["", paint("  Projected vs measured (mean step)", _BOLD)]
+        lines += ["", paint("  Projected vs measured (mean step), for the bottlenecks whose cause changed", _BOLD)]
         lines += [paint(f"  {projection_line(row)}") for row in projections]
     kernels = [kernel_cells(k) for k in diff["kernels"][:KERNEL_ROWS_TERMINAL] if k["status"] != "same"]
     if kernels:
