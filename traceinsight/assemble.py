@@ -20,7 +20,7 @@ from traceinsight.analysis.copies import REPORTED_COPY_KINDS, CopyStats, copy_to
 from traceinsight.analysis.critical_path import PARTS as PATH_PARTS
 from traceinsight.analysis.critical_path import CriticalPath
 from traceinsight.analysis.device_memory import DeviceMemory
-from traceinsight.analysis.gaps import DeviceGaps
+from traceinsight.analysis.gaps import DeviceGaps, Gap
 from traceinsight.analysis.graphs import GraphReplays as GraphReplaysAnalysis
 from traceinsight.analysis.kernel_sequences import KernelSequences as KernelSequencesAnalysis
 from traceinsight.analysis.kernels import KernelStats
@@ -30,6 +30,7 @@ from traceinsight.analysis.queue_depth import StreamQueue as StreamQueueAnalysis
 from traceinsight.analysis.ranks import RankStats, rank_view
 from traceinsight.analysis.waits import Waits as WaitsAnalysis
 from traceinsight.findings import Findings, evaluate
+from traceinsight.intervals import Intervals
 from traceinsight.render.meta import capture_date, trace_versions
 from traceinsight.result import (
     Capture,
@@ -93,7 +94,19 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def _gaps(g: DeviceGaps) -> Gaps:
+def _gap_cause(gap: Gap, outside: Intervals) -> str:
+    """A gap's cause, a sync gap told apart by what it waited for: `wait_outside_trace` when a blocking wait for work
+    the trace does not hold covers part of it (the ledger's part for that time, so the gap list and the ledger
+    call one wait by one name)."""
+    if (
+        gap.cause == "sync"
+        and outside.covered_between(np.array([gap.start_ns]), np.array([gap.start_ns + gap.dur_ns]))[0] > 0
+    ):
+        return "wait_outside_trace"
+    return gap.cause
+
+
+def _gaps(g: DeviceGaps, outside: Intervals) -> Gaps:
     return Gaps(
         count=g.count,
         total_ns=g.total_ns,
@@ -103,9 +116,11 @@ def _gaps(g: DeviceGaps) -> Gaps:
         by_cause=g.by_cause,
         histogram=g.histogram,
         longest=[
-            LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=x.cause, host_activity=x.host_activity)
+            LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=_gap_cause(x, outside), host_activity=x.host_activity)
             for x in g.longest
         ],
+        resolution_ns=g.resolution_ns,
+        below_resolution=g.below_resolution,
     )
 
 
@@ -187,7 +202,7 @@ def _devices(a: Analysis) -> list[Device]:
                 idle_ns=usage.idle_ns,
                 idle_fraction=_rounded(ledgers[usage.id].share(IDLE_PARTS)) if usage.id in ledgers else None,
                 gpu_util=_rounded(ledgers[usage.id].share(KERNEL_PARTS)) if usage.id in ledgers else None,
-                gaps=_gaps(gaps),
+                gaps=_gaps(gaps, a.waits.outside_of(usage.input_id)),
                 kernels=_kernels(kernels),
                 copies={kind: _copies(copies.copies[kind]) for kind in REPORTED_COPY_KINDS},
                 memset=Memset(count=copies.memset_count, total_ns=copies.memset_ns),

@@ -35,7 +35,7 @@ from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.ledger import COPY_PARTS, KERNEL_PARTS, SHOWN_BUSY_PARTS
 from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, faster_kernels, fix, project
-from traceinsight.result import Bottleneck, BottleneckProjection, RunProjection
+from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -52,6 +52,7 @@ from traceinsight.rules import (
     HEADLINE_FIXES,
     HIGH_INPUT_FRACTION,
     HIGH_SEVERITY,
+    INPUT_CULPRIT_FUNCTION_SHARE,
     INPUT_FIX_PARALLELISM,
     LISTED_SEQUENCES,
     LOW_MFU_MAX,
@@ -107,6 +108,8 @@ class Finding:
     # The ledger parts (`analysis/ledger.py`; on a host-only run `_host_parts`) the finding says it costs, ns per
     # step: no two findings claim the same part's time (`_claimed`).
     claims: dict[str, np.ndarray] = field(default_factory=dict)
+    # The call, op, kernel or stage of the evidence that contributes most to the cost (None: none stands out).
+    culprit: Culprit | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,21 @@ def _input_bound(a: Analysis) -> Finding | None:
         severity=VERDICT_SEVERITY.get(ip.verdict),
         cost=hidden,
         claims={"input_wait": wait},
+        culprit=_input_culprit(a),
     )
+
+
+def _input_culprit(a: Analysis) -> Culprit | None:
+    """The slowest input function where it holds most of the input wait (a map function the pipeline runs), else
+    the slowest stage (the iterator or `__next__` the loop waits in), else none."""
+    ip = a.input_pipeline
+    slowest = a.host_ops.input_functions[0] if a.host_ops.input_functions else None
+    if slowest is not None and slowest.total_ns >= INPUT_CULPRIT_FUNCTION_SHARE * ip.wait_ns:
+        return Culprit("input function", slowest.function, slowest.total_ns, slowest.calls)
+    if ip.stages:
+        stage = ip.stages[0]
+        return Culprit("input stage", stage.name, stage.self_ns, stage.count)
+    return None
 
 
 def _small_kernel_share(a: Analysis) -> float:
@@ -367,6 +384,21 @@ def _waits_evidence(a: Analysis, outside: bool) -> list[dict[str, Any]]:
     ][:3]
 
 
+def _wait_culprit(a: Analysis, outside: bool) -> Culprit | None:
+    """The blocking call whose listed waits (`analysis/waits.py`) whose work is (not) in the trace last longest in
+    all, with its time and calls."""
+    totals: dict[str, list[int]] = {}
+    for w in a.waits.items:
+        if w.outside_trace == outside:
+            ns_calls = totals.setdefault(w.name, [0, 0])
+            ns_calls[0] += w.dur_ns
+            ns_calls[1] += 1
+    if not totals:
+        return None
+    name, (ns, calls) = max(totals.items(), key=lambda item: item[1][0])
+    return Culprit("call", name, ns, calls)
+
+
 def _d2h_sync(a: Analysis) -> Finding | None:
     """Syncs and blocking copies the device waited through, less the waits for work the trace does not hold."""
     m = a.step_model
@@ -381,6 +413,7 @@ def _d2h_sync(a: Analysis) -> Finding | None:
             "blocking_wait": m.stalls[Stall.SYNC] - m.stalls[Stall.SYNC_OUTSIDE],
             "copy_d2h": m.stalls[Stall.D2H_EXPOSED],
         },
+        culprit=_wait_culprit(a, outside=False),
     )
 
 
@@ -394,6 +427,7 @@ def _external_wait(a: Analysis) -> Finding | None:
         fix(m),
         cost=fix(m, idle_ns=m.stalls[Stall.SYNC_OUTSIDE]),
         claims={"wait_outside_trace": m.stalls[Stall.SYNC_OUTSIDE]},
+        culprit=_wait_culprit(a, outside=True),
     )
 
 
@@ -612,9 +646,21 @@ def _low_compute_efficiency(a: Analysis) -> Finding | None:
         evidence,
         (faster := faster_kernels(m, over)),
         claims={"compute": faster.device_ns},
+        culprit=_roofline_culprit(a),
         assumption=f"each counted op runs at the roofline of the {c.device}'s published peaks ({c.peak_source}); "
         "time above it is what faster kernels can win back, no more",
     )
+
+
+def _roofline_culprit(a: Analysis) -> Culprit | None:
+    """The counted op with the most time above its roofline: the biggest part of what faster kernels win back."""
+    above = [
+        (op.time_ns * (1.0 - op.roofline_fraction), op) for op in a.compute.ops if op.roofline_fraction is not None
+    ]
+    if not above:
+        return None
+    _, op = max(above, key=lambda pair: pair[0])
+    return Culprit("op", op.name, op.time_ns, op.calls)
 
 
 def _collective_waits(a: Analysis) -> np.ndarray:
@@ -1028,6 +1074,7 @@ def _bottlenecks(analysis: Analysis, found: Found) -> list[Bottleneck]:
             recommendations=advise(rule.id, analysis, finding.evidence, _compute_capability(analysis)),
             kind=rule.kind,
             projection=projection,
+            culprit=finding.culprit,
         )
         for i, (rule, finding, projection, severity, cost) in enumerate(found)
     ]

@@ -138,6 +138,17 @@ class RunProjection(Projection):
     applied: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Culprit:
+    """The one call, op, kernel or input stage that contributes most to a bottleneck's cost, from its finding's
+    evidence: what the first screen names, so the cause is read there and not found mid-page."""
+
+    what: str  # "call" | "op" | "kernel" | "input stage" | "input function"
+    name: str
+    ns: int  # its time over the capture
+    count: int  # its calls over the capture
+
+
 @dataclass(frozen=True, kw_only=True)
 class Bottleneck:
     id: str
@@ -150,6 +161,7 @@ class Bottleneck:
     recommendations: list[str] = field(default_factory=list)
     kind: str = "stall"  # "stall" | "efficiency"
     projection: BottleneckProjection | None = None  # None only in a saved report from before projections
+    culprit: Culprit | None = None  # None where no single call, op or kernel stands out in the evidence
 
 
 @dataclass
@@ -345,6 +357,10 @@ class Gaps:
     by_cause: dict[str, int] = field(default_factory=dict)
     histogram: list[Bin] = field(default_factory=list)
     longest: list[LongGap] = field(default_factory=list)
+    # Gaps no longer than the device's timestamp resolution are rounding, not gaps: none of the figures above
+    # counts them (`analysis/gaps.py`, `rules.TIMESTAMP_RESOLUTION_MAX_NS`).
+    resolution_ns: int = 1
+    below_resolution: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,6 +449,26 @@ PART_WORDS = {
     "blocking_wait": "blocking wait",
     "host_launch": "host launch",
     "unexplained": "unexplained idle",
+}
+
+
+# One name per kind of wait, on every page and in every section: a gap's cause (`analysis/gaps.py`; a sync gap
+# whose work is outside the trace is `wait_outside_trace`) and a bottleneck that is the cost of one kind of wait
+# are shown by the words of the ledger part that holds that wait's time.
+GAP_CAUSE_PARTS = {
+    "input_wait": "input_wait",
+    "graph_internal": "graph_internal",
+    "wait_outside_trace": "wait_outside_trace",
+    "sync": "blocking_wait",
+    "host_launch": "host_launch",
+    "other": "unexplained",
+}
+BOTTLENECK_PARTS = {
+    "input_bound": "input_wait",
+    "external_wait": "wait_outside_trace",
+    "d2h_sync": "blocking_wait",
+    "collective_wait": "collective_wait",
+    "idle_other": "unexplained",
 }
 
 

@@ -196,6 +196,15 @@ MIN_STEADY_STEPS = 3
 
 # --------------------------------------------------------------------------- gaps and host ops
 
+# A gap no longer than the device's timestamp resolution is not a gap: two kernels that run back to back are
+# written 1 ns apart in a Kineto trace of ns clocks rounded to 3 decimals of a µs (ROCm graph replays: hundreds
+# of "1 ns gaps"), 1 µs apart in one of whole µs, and the count and percentiles of gaps would be those of the
+# rounding. The resolution is read from the timestamps themselves (`gaps.timestamp_resolution`): the largest
+# power of ten of ns that divides every start and end of the device's work, since profilers round to decimal
+# units; at most 1 µs, the unit of the Chrome trace format and the coarsest any reader takes, so a few events
+# that happen to share a coarser multiple never hide real gaps.
+TIMESTAMP_RESOLUTION_MAX_NS = 1_000
+
 # Host calls that block until the device is done, beyond the `sync` kind (`SYNC_API_PATTERN`: the
 # ``*Synchronize`` calls of both runtimes): the blocking copies of CUDA and HIP (a copy without ``Async`` waits for
 # every earlier launch on its stream, then copies) and the framework ops that read a device value.
@@ -733,6 +742,10 @@ MAX_BATCH_FACTOR = 8
 # A cache removes the work instead: `step_ns_after_hidden` in the evidence is the step once input is fully hidden.
 INPUT_FIX_PARALLELISM = {"DataLoader": 4.0, "DataPipe": 4.0}
 DEFAULT_INPUT_FIX_PARALLELISM = 2.0
+# input_bound names the slowest input function as its culprit when its time is at least this share of the input
+# wait (a map function that is the wait, e.g. a py_function decode); below it the function is one part among
+# several, and the stage the loop waits in (the iterator, `__next__`) is named instead.
+INPUT_CULPRIT_FUNCTION_SHARE = MOST
 
 # --------------------------------------------------------------------------- kernel classes (kernel_classes.py)
 

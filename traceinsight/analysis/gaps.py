@@ -18,6 +18,11 @@ first rule that holds wins:
                 host-wait rule compares the launch *start*; a launch call that started just
                 before the device drained but was still running is the same problem.)
 ``other``       no launch is known for the op and nothing above applies.
+
+Gaps no longer than the device's timestamp resolution (`timestamp_resolution`) are timestamp rounding,
+not idle time worth a count: they are left out of the count, total, percentiles, histogram and
+longest list. Their few ns stay in the ledger's idle parts (`gap_intervals`), so every ns of a step
+is still in one part.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from traceinsight.analysis.graphs import LATER_NODE
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.events import blocking_mask, kind_mask, rows_of_input
 from traceinsight.intervals import Intervals, union, union_of, union_of_rows
+from traceinsight.rules import TIMESTAMP_RESOLUTION_MAX_NS
 
 CAUSES = ("input_wait", "sync", "host_launch", "other", "graph_internal")
 HISTOGRAM_EDGES_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
@@ -61,19 +67,38 @@ class DeviceGaps:
     by_cause: dict[str, int]
     histogram: list[Bin]
     longest: list[Gap]
-    durations_ns: np.ndarray
-    starts_ns: np.ndarray  # every gap's start, in time order (the step model places them in steps)
-    causes: np.ndarray  # every gap's cause, an index into CAUSES (int8)
+    durations_ns: np.ndarray  # the counted gaps' (those longer than the resolution)
+    starts_ns: np.ndarray  # every counted gap's start, in time order
+    causes: np.ndarray  # every counted gap's cause, an index into CAUSES (int8)
+    resolution_ns: int = 1  # the device's timestamp resolution (`timestamp_resolution`)
+    below_resolution: int = 0  # gaps no longer than it: rounding, not counted
+    # Every gap's time by cause, the sub-resolution ones too: the ledger's idle parts (`gap_intervals`).
+    idle_by_cause: dict[str, Intervals] = field(default_factory=dict)
+
+
+def timestamp_resolution(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The resolution of a device's timestamps, ns: the largest power of ten (at most
+    `TIMESTAMP_RESOLUTION_MAX_NS`) that divides every start and end (their offsets from the first, whose gcd
+    the epoch's size does not change). 1 with no two distinct timestamps."""
+    stamps = np.concatenate([starts, ends]).astype(np.int64)
+    step = int(np.gcd.reduce(stamps - stamps.min())) if len(stamps) else 0
+    resolution = 1
+    while step and resolution * 10 <= TIMESTAMP_RESOLUTION_MAX_NS and step % (resolution * 10) == 0:
+        resolution *= 10
+    return resolution
 
 
 def gap_intervals(gaps: DeviceGaps) -> dict[str, Intervals]:
-    """A device's gaps by cause (`CAUSES`), as intervals (sorted: the gaps are in time order)."""
-    out = {}
-    for i, cause in enumerate(CAUSES):
-        which = gaps.causes == i
-        starts = gaps.starts_ns[which]
-        out[cause] = Intervals(starts, starts + gaps.durations_ns[which])
-    return out
+    """A device's gaps by cause (`CAUSES`), as intervals, sub-resolution ones included: the idle time the ledger
+    splits (sorted: the gaps are in time order)."""
+    return gaps.idle_by_cause or _by_cause(gaps.starts_ns, gaps.durations_ns, gaps.causes)
+
+
+def _by_cause(starts: np.ndarray, durations: np.ndarray, causes: np.ndarray) -> dict[str, Intervals]:
+    return {
+        cause: Intervals(starts[causes == i], starts[causes == i] + durations[causes == i])
+        for i, cause in enumerate(CAUSES)
+    }
 
 
 @dataclass(frozen=True)
@@ -194,12 +219,18 @@ def idle_gaps(events: pd.DataFrame, usages: list[DeviceUsage], work: pd.DataFram
         later = rows["replay"].to_numpy()[first_after] == LATER_NODE if len(ts) else np.zeros(0, bool)
         in_replay = later & (correlation[last_before] == next_corr) if len(ts) else later
         causes = gap_causes(gaps, next_corr, context, in_replay)
-        results.append(_summarise(usage.id, gaps, causes, context))
+        resolution = timestamp_resolution(ts, ts + rows["dur_ns"].to_numpy())
+        results.append(_summarise(usage.id, gaps, causes, context, resolution))
     return results
 
 
-def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostContext) -> DeviceGaps:
-    durations = gaps.ends - gaps.starts
+def _summarise(
+    device: str, every: Intervals, every_cause: np.ndarray, context: HostContext, resolution: int
+) -> DeviceGaps:
+    lengths = every.ends - every.starts
+    counted = lengths > resolution
+    gaps, causes = Intervals(every.starts[counted], every.ends[counted]), every_cause[counted]
+    durations = lengths[counted]
     by_cause = {cause: int(durations[causes == i].sum()) for i, cause in enumerate(CAUSES)}
     histogram = duration_histogram(durations, HISTOGRAM_EDGES_NS)
     order = np.argsort(-durations, kind="stable")[:LONGEST_GAPS]
@@ -228,4 +259,7 @@ def _summarise(device: str, gaps: Intervals, causes: np.ndarray, context: HostCo
         durations_ns=durations,
         starts_ns=gaps.starts,
         causes=causes,
+        resolution_ns=resolution,
+        below_resolution=int(len(lengths) - counted.sum()),
+        idle_by_cause=_by_cause(every.starts, lengths, every_cause),
     )

@@ -39,9 +39,12 @@ from traceinsight.render.painter import Charts, Painter, draw_charts
 from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
+    bottleneck_name,
     capture_sentence,
     coverage_text,
     critical_path_sentence,
+    culprit_text,
+    gap_cause_words,
     input_label,
     input_verdict,
     mfu_text,
@@ -103,6 +106,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
     functions += (critical_path_sentence, input_label, path_groups)  # type: ignore[assignment]
+    functions += (bottleneck_name, culprit_text, gap_cause_words)  # type: ignore[assignment]
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from traceinsight.render.format import fmt_bytes, fmt_count, fmt_iso, fmt_ns, fmt_pct, markdown_code, markdown_text
 from traceinsight.render.meta import runs_line
 from traceinsight.render.wording import (
+    bottleneck_name,
     capture_sentence,
     collectives_sentence,
     compute_sentence,
     critical_path_sentence,
+    culprit_text,
     input_verdict,
     partial_notes,
     projection_sentence,
@@ -95,13 +97,14 @@ def render_markdown(report: RunReport, html_link: str | None = None) -> str:
     ]
     if report.bottlenecks:
         lines += [
-            "| # | bottleneck | severity | share of step | step after this fix | basis | first fix |",
-            "|---|---|---|---|---|---|---|",
+            "| # | bottleneck | cause | severity | share of step | step after this fix | basis | first fix |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for b in report.bottlenecks:
             fix = b.recommendations[0] if b.recommendations else ""
             lines.append(
-                f"| {b.rank} | {markdown_text(b.id)} | {markdown_text(b.severity)} | {fmt_pct(b.fraction)} "
+                f"| {b.rank} | {markdown_text(bottleneck_name(b))} | {markdown_text(culprit_text(b) or '-')} "
+                f"| {markdown_text(b.severity)} | {fmt_pct(b.fraction)} "
                 f"| {step_after_fix(b)} | {markdown_text(b.projection.basis if b.projection else 'none')} "
                 f"| {markdown_text(fix)} |"
             )

@@ -8,10 +8,12 @@ from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
     NO_PROJECTION,
+    bottleneck_name,
     capture_sentence,
     collectives_sentence,
     compute_sentence,
     critical_path_sentence,
+    culprit_text,
     input_verdict,
     other_warnings,
     partial_notes,
@@ -91,9 +93,11 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         sev = paint(f"{b.severity:<6}", _SEVERITY_COLOUR[b.severity])
         basis = " (estimate)" if b.projection and b.projection.basis == "estimated" else ""
         lines.append(
-            f"  {b.rank}. {sev} {escape_control(b.id):<16} {fmt_pct(b.fraction):>8}  {_step_words(b)}{basis}  "
-            + escape_control(b.title)
+            f"  {b.rank}. {sev} {escape_control(bottleneck_name(b)):<16} {fmt_pct(b.fraction):>8}  "
+            f"{_step_words(b)}{basis}  {escape_control(b.title)}"
         )
+        if culprit := culprit_text(b):
+            lines.append(f"       cause: {escape_control(culprit)}")
         if b.recommendations:
             lines.append(f"       -> {escape_control(b.recommendations[0])}")
     if warnings := other_warnings(report):

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
-from traceinsight.result import Bottleneck, ComputeEfficiency, PathItem, RunReport
+from traceinsight.result import (
+    BOTTLENECK_PARTS,
+    GAP_CAUSE_PARTS,
+    PART_WORDS,
+    Bottleneck,
+    ComputeEfficiency,
+    PathItem,
+    RunReport,
+)
 from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
@@ -50,6 +58,28 @@ def util_label(report: RunReport) -> str:
     return util_word(d.id for d in report.devices)
 
 
+def bottleneck_name(bottleneck: Bottleneck) -> str:
+    """What a bottleneck is called where it is shown: a wait by its ledger part's words ('wait outside the trace',
+    the name the step table, the gap list and the glossary give it), any other by its id."""
+    part = BOTTLENECK_PARTS.get(bottleneck.id)
+    return PART_WORDS[part] if part else bottleneck.id
+
+
+def gap_cause_words(cause: str) -> str:
+    """A gap's cause in the words of the ledger part that holds its time ('sync' is 'blocking wait')."""
+    part = GAP_CAUSE_PARTS.get(cause)
+    return PART_WORDS[part] if part else cause.replace("_", " ")
+
+
+def culprit_text(bottleneck: Bottleneck) -> str | None:
+    """The call, op, kernel or stage that costs the bottleneck most, with its time: 'the call hipMemcpyWithStream,
+    463 ms in 1 call'; None where the evidence names none."""
+    c = bottleneck.culprit
+    if c is None:
+        return None
+    return f"the {c.what} {c.name}, {fmt_ns(c.ns)} in {plural(c.count, 'call')}"
+
+
 def verdict_sentence(report: RunReport) -> str:
     """The top bottleneck and what it costs a step, or that nothing stands out; figures over the steps, for
     the devices that ran kernels, and a warning when too few steps were captured to trust them."""
@@ -89,7 +119,9 @@ def verdict_sentence(report: RunReport) -> str:
         else:
             cost = f"{fmt_ns(b.fraction * p.step_ns_before)} a step ({fmt_pct(b.fraction)} of the step)"
         basis = {"measured": "", "none": ", with no fix projected"}.get(p.basis if p else "none", ", estimated")
-        sentence = f"{lead}; the main bottleneck is {b.id} ({b.title}), costing {cost}{basis}."
+        culprit = culprit_text(b)
+        cause = f": {culprit}" if culprit else ""
+        sentence = f"{lead}; the main bottleneck is {bottleneck_name(b)} ({b.title}){cause}, costing {cost}{basis}."
     few = report.warnings.get("few_steps")
     if few is not None:
         sentence += f" Only {plural(few, 'step')} captured: profile at least {MIN_STEADY_STEPS} steps."
