@@ -94,16 +94,11 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def _gap_cause(gap: Gap, outside: Intervals) -> str:
-    """A gap's cause, a sync gap told apart by what it waited for: `wait_outside_trace` when a blocking wait for work
-    the trace does not hold covers part of it (the ledger's part for that time, so the gap list and the ledger
-    call one wait by one name)."""
-    if (
-        gap.cause == "sync"
-        and outside.covered_between(np.array([gap.start_ns]), np.array([gap.start_ns + gap.dur_ns]))[0] > 0
-    ):
-        return "wait_outside_trace"
-    return gap.cause
+def _outside_trace(gap: Gap, outside: Intervals) -> bool:
+    """A sync gap a blocking wait for work the trace does not hold covers part of: the ledger holds that time as
+    `wait_outside_trace`, so the page names the gap so too (its `cause` stays the gap analysis's, as `by_cause`)."""
+    ends = np.array([gap.start_ns + gap.dur_ns])
+    return gap.cause == "sync" and bool(outside.covered_between(np.array([gap.start_ns]), ends)[0] > 0)
 
 
 def _gaps(g: DeviceGaps, outside: Intervals) -> Gaps:
@@ -116,7 +111,13 @@ def _gaps(g: DeviceGaps, outside: Intervals) -> Gaps:
         by_cause=g.by_cause,
         histogram=g.histogram,
         longest=[
-            LongGap(start_ns=x.start_ns, dur_ns=x.dur_ns, cause=_gap_cause(x, outside), host_activity=x.host_activity)
+            LongGap(
+                start_ns=x.start_ns,
+                dur_ns=x.dur_ns,
+                cause=x.cause,
+                host_activity=x.host_activity,
+                outside_trace=_outside_trace(x, outside),
+            )
             for x in g.longest
         ],
         resolution_ns=g.resolution_ns,

@@ -343,6 +343,8 @@ class LongGap:
     dur_ns: int
     cause: str
     host_activity: list[str]
+    # A sync gap in which a blocking call waited for device work the trace does not hold (shown as that wait).
+    outside_trace: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -453,7 +455,7 @@ PART_WORDS = {
 
 
 # One name per kind of wait, on every page and in every section: a gap's cause (`analysis/gaps.py`; a sync gap
-# whose work is outside the trace is `wait_outside_trace`) and a bottleneck that is the cost of one kind of wait
+# whose work is outside the trace, `LongGap.outside_trace`, is `wait_outside_trace`) and a bottleneck that is the cost of one kind of wait
 # are shown by the words of the ledger part that holds that wait's time.
 GAP_CAUSE_PARTS = {
     "input_wait": "input_wait",

@@ -14,6 +14,7 @@ from traceinsight.result import (
     PART_WORDS,
     Bottleneck,
     ComputeEfficiency,
+    LongGap,
     PathItem,
     RunReport,
 )
@@ -65,8 +66,10 @@ def bottleneck_name(bottleneck: Bottleneck) -> str:
     return PART_WORDS[part] if part else bottleneck.id
 
 
-def gap_cause_words(cause: str) -> str:
-    """A gap's cause in the words of the ledger part that holds its time ('sync' is 'blocking wait')."""
+def gap_cause_words(gap: LongGap) -> str:
+    """A gap's cause in the words of the ledger part that holds its time ('sync' is 'blocking wait', or 'wait
+    outside the trace' where what it waited for is not in the trace)."""
+    cause = "wait_outside_trace" if gap.outside_trace else gap.cause
     part = GAP_CAUSE_PARTS.get(cause)
     return PART_WORDS[part] if part else cause.replace("_", " ")
 
