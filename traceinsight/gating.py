@@ -302,7 +302,7 @@ def check_path(path: str) -> None:
         kind = _unwrapped(kind)
         if kind is Any:
             return
-        if is_dataclass(kind):
+        if isinstance(kind, type) and is_dataclass(kind):
             names = list(_hints(kind))
             if part not in names:
                 valid = _valid_names(part, names)
@@ -316,7 +316,7 @@ def check_path(path: str) -> None:
     kind = _unwrapped(kind)
     if kind is Any or kind in _NUMBERS:
         return
-    if is_dataclass(kind):
+    if isinstance(kind, type) and is_dataclass(kind):
         what = f"a record; its fields: {', '.join(_hints(kind))}"
     elif _item_type(kind) is not None:
         what = "a list or a map: name one of its items (an id, a name, an index or a key), then its field"
