@@ -8,6 +8,7 @@ fetches nothing.
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -235,10 +236,11 @@ def test_save_writes_what_the_cli_writes(tmp_path: Path) -> None:
     out = tmp_path / "out"
     report.save(html=out / "r.html", json=str(out / "r.json"), markdown=out / "summary.md")
     assert (out / "r.json").read_text() == report.to_json() + "\n"
-    assert (out / "summary.md").read_text() == report.to_markdown(html_link="r.html")
+    summary = (out / "summary.md").read_text()
+    assert summary == report.to_markdown(html_file=str(out / "r.html"))
+    assert f"HTML report: `{out / 'r.html'}`" in summary and "](" not in summary  # named, never a relative link
     page = (out / "r.html").read_text()
     assert page == report.to_html() and 'id="verdict"' in page and page.count("<svg") >= 3
-    assert report.verdict in page and report.headline is not None and report.headline in page
     assert sorted(p.name for p in out.iterdir()) == ["r.html", "r.json", "summary.md"]  # no temporary left
 
 
@@ -261,9 +263,25 @@ def test_record_invocation_fills_meta_as_the_cli_does() -> None:
     assert meta["generated_at"] and meta["options"] == {"run": None}
 
 
+def test_headline_and_projection_are_the_pages() -> None:
+    """The API's sentences are the page's: `headline` its first, main sentence (the top bottleneck, its cost), and
+    `projection` the what-if under it (`#projection`); no other name for either."""
+    report = ti.analyze(INPUT_BOUND)
+    page = report.to_html()
+    header = re.search(r'<header id="headline">.*?</header>', page, re.S)
+    assert header
+    sentences = dict(re.findall(r'<p class="verdict" id="(\w+)">(.*?)</p>', header[0], re.S))
+    assert html.unescape(sentences["verdict"]) == report.headline
+    assert html.unescape(sentences["projection"]) == report.projection
+    top = report.result.bottlenecks[0]
+    assert top.id in report.headline and f"{top.fraction * 100:.1f} %" in report.headline
+    assert report.projection is not None and report.projection.startswith(f"Fixing {top.id}")
+    assert not hasattr(report, "verdict")
+
+
 def test_text_and_repr() -> None:
     report = ti.analyze(INPUT_BOUND)
-    assert str(report).startswith("traceinsight: input_bound") and report.verdict in str(report)
+    assert str(report).startswith("traceinsight: input_bound") and report.headline in str(report)
     assert repr(report) == "<traceinsight.Report 'input_bound': 1 device, 6 steps, top bottleneck input_bound>"
 
 

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import SAMPLE_TRACES
 from traceinsight import diff as diffs
 from traceinsight.diff import DEVICE_METRICS, RUN_METRICS, UP, normalise_kernel_name, ranked
-from traceinsight.gating import ExpressionError, Threshold, parse_threshold
+from traceinsight.gating import SKIP, ExpressionError, Threshold, evaluate, parse_threshold
 from traceinsight.render.diff_render import (
     comparability_note,
     render_diff_html,
@@ -29,6 +29,9 @@ def typed(report: dict[str, Any] | RunReport) -> RunReport:
 
 def build_diff(base: Any, new: Any, origins: Any = (None, None)) -> dict[str, Any]:
     return diffs.build_diff(typed(base), typed(new), origins)
+
+
+MISSING = "missing"  # a threshold the runs have no value for
 
 
 def crossing(threshold: Threshold, base: Any, new: Any) -> str | None:
@@ -426,9 +429,13 @@ def test_diff_summaries_and_schema():
         ("totals.idle_fraction>0.05", True),  # plain: on the NEW value (0.1)
         ("totals.idle_fraction>0.2", False),
         ("totals.small_kernel_count>+0%", False),  # 0 -> 0: no relative change
-        ("totals.d2h_bytes>+0", False),  # null on both sides
+        ("totals.h2d_ns>+1000%", True),  # 0 -> 5: a rise from nothing is infinite
+        ("totals.h2d_ns<-10%", False),
+        ("totals.d2h_bytes>+0", MISSING),  # null on both sides
+        ("totals.d2h_bytes>0", MISSING),  # null in NEW
         ("devices.GPU:0.idle_fraction<-0.1", True),
-        ("devices.GPU:9.idle_fraction>+0", False),  # only in NEW: no change to compare
+        ("devices.GPU:9.idle_fraction>+0", MISSING),  # only in NEW: no change to compare
+        ("devices.GPU:7.idle_fraction>0", MISSING),  # in neither
         ("bottleneck=launch_bound", True),  # new in NEW (even if low)
         ("bottleneck=input_bound", False),  # present in both, low in NEW
         ("bottleneck=fp32_compute", True),  # present in both, medium in NEW
@@ -453,9 +460,14 @@ def test_change_thresholds(expr, crossed):
         ],
         devices=[_device("GPU:0", 0.1, []), _device("GPU:9", 0.1, [])],
     )
-    new["totals"] = {**base["totals"], "idle_fraction": 0.1}
-    message = crossing(parse_threshold(expr, allow_change=True), base, new)
-    assert (message is not None) == crossed
+    new["totals"] = {**base["totals"], "idle_fraction": 0.1, "h2d_ns": 5}
+    gate = evaluate([parse_threshold(expr, allow_change=True)], typed(new), [typed(base)])
+    if crossed is MISSING:  # fails the gate by default, passes when skipped, crossed either way by nothing
+        assert gate.failed and not gate.crossed and len(gate.missing) == 1 and gate.missing[0].startswith(expr)
+        skipped = evaluate([parse_threshold(expr, allow_change=True)], typed(new), [typed(base)], on_missing=SKIP)
+        assert not skipped.failed and skipped.lines() == [f"threshold skipped, no value: {gate.missing[0]}"]
+    else:
+        assert gate.failed == crossed == bool(gate.crossed) and not gate.missing
 
 
 def test_identical_reports_cross_no_positive_change():

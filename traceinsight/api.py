@@ -41,7 +41,7 @@ from traceinsight.render.html import render_html, render_notebook
 from traceinsight.render.json import dumps
 from traceinsight.render.markdown import render_markdown
 from traceinsight.render.meta import add_invocation
-from traceinsight.render.output import relative_link, write_outputs
+from traceinsight.render.output import write_outputs
 from traceinsight.render.terminal import render_terminal
 from traceinsight.render.wording import input_label, projection_sentence, verdict_sentence
 from traceinsight.result import (
@@ -234,13 +234,15 @@ class Report:
         return self._analyzed.analysis
 
     @property
-    def verdict(self) -> str:
-        """The headline sentence: GPU-Util over the steps and the main bottleneck with its cost a step."""
+    def headline(self) -> str:
+        """The page's headline: GPU-Util over the steps and the main bottleneck with its cost a step (the
+        report's first sentence, the Markdown's bold line)."""
         return verdict_sentence(self._analyzed.report)
 
     @property
-    def headline(self) -> str | None:
-        """What fixing the top bottlenecks together would do to the step; None when none fires."""
+    def projection(self) -> str | None:
+        """The page's projection under the headline: what fixing the top bottlenecks together would do to the
+        step; None when none fires."""
         return projection_sentence(self._analyzed.report)
 
     # ----------------------------------------------------------------------------------------- DataFrames
@@ -456,9 +458,10 @@ class Report:
             _import_charts()
         return render_html(self._analyzed.report, self.analysis, painter)
 
-    def to_markdown(self, html_link: str | None = None) -> str:
-        """The short Markdown summary for CI (``--markdown``); `html_link`: where the HTML page is, to link it."""
-        return render_markdown(self._analyzed.report, html_link=html_link)
+    def to_markdown(self, html_file: str | None = None, html_url: str | None = None) -> str:
+        """The short Markdown summary for CI (``--markdown``): it names `html_file` (the HTML page), and links
+        it only at `html_url`, an absolute URL (a relative link breaks in a CI step summary)."""
+        return render_markdown(self._analyzed.report, html_file, html_url)
 
     def to_text(self, color: bool = False) -> str:
         """The summary the CLI prints (ANSI colours when `color`)."""
@@ -469,15 +472,14 @@ class Report:
     ) -> None:
         """Write the HTML page, the JSON document and the Markdown summary (those given) as the CLI does: each
         atomically (a temporary file renamed into place), never over a trace read, none when one path is
-        refused (`TraceError`). The Markdown links the HTML page when both are written."""
+        refused (`TraceError`). The Markdown names the HTML page when both are written."""
         outputs: dict[Path, str] = {}
         if html is not None:
             outputs[Path(html)] = self.to_html()
         if json is not None:
             outputs[Path(json)] = self.to_json() + "\n"
         if markdown is not None:
-            link = None if html is None else relative_link(Path(html), Path(markdown))
-            outputs[Path(markdown)] = self.to_markdown(html_link=link)
+            outputs[Path(markdown)] = self.to_markdown(html_file=None if html is None else str(html))
         write_outputs(outputs, self.files)
 
     def record_invocation(self, command: Sequence[str], options: Mapping[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """The `traceinsight` command: builds the parser from the command classes and turns
 every input problem into one line on stderr and exit code 2 (never a traceback).
 
-Exit codes: 0 ok, 1 a ``--fail-on`` threshold crossed, 2 bad input or usage (the
-user can fix it: a file no reader can use, a run over ``--max-memory``, a trace cut
+Exit codes: 0 ok, 1 the ``--fail-on`` gate failed (a threshold crossed, or a value it reads that the run does not
+have, unless ``--fail-on-missing skip``), 2 bad input or usage (the user can fix it: a ``--fail-on`` name no rule
+or field has, a file no reader can use, a run over ``--max-memory``, a trace cut
 short under ``--strict``), 3 an internal error (a bug of ours: the user cannot fix it, and
 CI should not mistake it for either a bad trace or a crossed threshold), 130
 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM): one line from this process, none from its workers,

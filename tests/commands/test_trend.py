@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import SAMPLE_TRACES, typed_report
 from traceinsight.cli import main
-from traceinsight.gating import parse_threshold
+from traceinsight.gating import MissingValue, parse_threshold
 from traceinsight.render.diff_render import fmt_relative
 from traceinsight.render.format import fmt_ns
 
@@ -166,7 +166,11 @@ def test_change_threshold_median_and_missing_values():
     assert step.check_window(runs, last) is None  # the median of 100, 110, 1000 is 110: +9.1 %
     message = step.check_window(runs[:1], last)
     assert message == "steps.mean_ns>+10%: steps.mean_ns 100 -> 120 (+20.0 %)"  # one run: diff's own words
-    assert step.check_window([runs[3]], last) is None  # no value before: nothing to compare
+    assert step.check_window([], last) is None  # no run before (a history's first): nothing to compare
+    with pytest.raises(MissingValue, match="steps.mean_ns is missing or null in the base run"):
+        step.check_window([runs[3]], last)  # a run before without the value: the missing-value policy decides
+    with pytest.raises(MissingValue, match="steps.mean_ns is null in this run"):
+        step.check_window(runs[:1], runs[3])
 
 
 def test_order_time_follows_the_capture_clock(tmp_path, history):

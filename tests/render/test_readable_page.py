@@ -149,7 +149,8 @@ def test_meta_says_when_how_and_from_what(page: Page) -> None:
 
 
 def test_markdown_names_the_html_report(page: Page) -> None:
-    assert "[r.html](<r.html>)" in page.markdown  # beside it: a CI page can link to it
+    # Named as given, never as a relative link, which breaks where a CI step summary is shown.
+    assert f"HTML report: `{page.html_path}`" in page.markdown and "](" not in page.markdown
     assert f"input `{page.path}`" in page.markdown
 
 

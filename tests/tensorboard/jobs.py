@@ -30,3 +30,9 @@ def failing(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
 def dying(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
     """The process vanishes (as when the kernel kills it for memory)."""
     os._exit(9)
+
+
+def saved_report(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
+    """The `--json` report saved beside the logdir (`report.json`), as a job returns it, without writing the report
+    cache: the tab knows it only from its own job (as when the cache folder cannot be written)."""
+    return (Path(logdir).parent / "report.json").read_text(), f"<p>{run}</p>"

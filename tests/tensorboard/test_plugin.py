@@ -118,3 +118,32 @@ def test_the_runs_route_lists_as_traceinsight_runs_with_cached_figures_and_never
     listed = json.loads(out.read_text())["runs"]
     monkeypatch.setattr(ReportStore, "warm_up", staticmethod(lambda: None))
     assert http.get("/runs").json == [{**row, "analysed": True} for row in listed]  # the CLI's analyses, shown
+
+
+def test_the_runs_route_shows_the_figures_of_a_report_the_tab_made_without_the_cache(tmp_path, monkeypatch):
+    """A report made here fills its row even when the report cache does not hold it (a folder that cannot be
+    written): the table shows the figures of the runs analysed, not dashes."""
+    from tests.tensorboard import jobs
+    from tests.tensorboard.test_store import wait
+
+    logdir = tmp_path / "logs"
+    shutil.copytree(SAMPLE_TRACES / "torch_cpu_dataloader", logdir / "run")
+    (run,) = listing.list_runs(logdir)
+    saved = tmp_path / "report.json"
+    assert cli_main(["report", str(logdir), "--run", run.name, "-o", "/dev/null", "--json", str(saved), "-q"]) == 0
+    monkeypatch.setattr(ReportStore, "warm_up", staticmethod(lambda: None))
+    plugin = plugin_for(str(logdir))
+    store = plugin._store = ReportStore(logdir, workers=1, job=jobs.saved_report, cache=ReportCache())
+    try:
+        http = client(plugin)
+        assert http.get("/runs").json[0]["analysed"] is False  # nothing cached, nothing made: dashes
+        (listed,) = plugin._index.runs()
+        assert wait(store, listed).state == "ready"
+        assert ReportCache().get(listing.report_key(logdir, run)) is None  # the job wrote no cache entry
+        row = http.get("/runs").json[0]
+        report = json.loads(saved.read_text())
+        assert row["analysed"] is True and row["steps"] == report["steps"]["count"] == 5
+        assert row["mean_step_ns"] == report["steps"]["mean_ns"]
+        assert row["top_bottleneck"] == report["bottlenecks"][0]["id"] == "input_bound"
+    finally:
+        store.close()

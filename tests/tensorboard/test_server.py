@@ -314,6 +314,29 @@ def table(browser: Browser) -> list[list[str]] | None:
     )
 
 
+def hint(browser: Browser) -> str | None:
+    """The line above the runs table (what a click does), when shown."""
+    return browser.evaluate(
+        f"""(() => {{ {_FRAMES}
+          const line = tab && tab.document.getElementById("ti-hint");
+          return line && !line.hidden ? line.textContent : null;
+        }})()"""
+    )
+
+
+def expected_hint(rows: list[dict[str, Any]]) -> str:
+    """The line over the table for the route's `rows`: how many wait for a click (the earlier tests may have
+    analysed some), and what the click does."""
+    waiting = sum(not row["analysed"] for row in rows)
+    if not waiting:
+        return "Click a run to open its report."
+    which = "No run is analysed yet" if waiting == len(rows) else f"{waiting} of {len(rows)} runs are not analysed yet"
+    return (
+        f"{which} (dashes): click a run to analyse it; its figures fill in here once its report is made "
+        "(traceinsight runs LOGDIR analyses them all)."
+    )
+
+
 def open_report(browser: Browser, run: str) -> str:
     """Click `run`'s name in the table; the text of its report page once shown."""
     name = json.dumps(run)
@@ -368,6 +391,8 @@ def test_the_tab_opens_on_the_runs_table_and_each_name_opens_its_report(server, 
         rows = runs_route(server)
         assert not rows[2]["analysed"]  # opened here only: "-" until then
         assert first == [expected_cells(row) for row in rows]
+        # A line above the table says what the dashes are and what a click does.
+        assert hint(browser) == expected_hint(rows)
 
         # A name opens its report; the way back is the table.
         text = open_report(browser, TF_RUN)
@@ -382,6 +407,7 @@ def test_the_tab_opens_on_the_runs_table_and_each_name_opens_its_report(server, 
         shown = poll(lambda: (cells := table(browser)) and cells[2][8] != "-" and cells)
         rows = runs_route(server)
         assert rows[2]["analysed"] and shown == [expected_cells(row) for row in rows]
+        assert hint(browser) == expected_hint(rows)
         report = cli_report(server.logdir, OLDEST_RUN, tmp_path)
         top = report["bottlenecks"][0] if report["bottlenecks"] else None
         after = top["projection"]["step_ns_after"] if top and top["projection"]["basis"] != "none" else None

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceinsight.commands.options import add_fault_options, add_page_outputs, positive_float
+from traceinsight.commands.options import add_fault_options, add_gate_options, add_page_outputs, positive_float
 from traceinsight.diff import build_diff
-from traceinsight.gating import Threshold, parse_threshold
+from traceinsight.gating import Threshold, evaluate, parse_threshold
 from traceinsight.render.diff_render import render_diff_html, render_diff_markdown, render_diff_terminal
 from traceinsight.render.output import finish, preflight_outputs, removed_on_interrupt
 from traceinsight.result import RunReport
@@ -78,12 +78,9 @@ class DiffCommand:
             metavar="US",
             help="small-kernel threshold for traces (default: a saved report's, else 10 us)",
         )
-        parser.add_argument(
-            "--fail-on",
-            action="append",
-            default=[],
-            metavar="EXPR",
-            help="exit 1 when crossed: a change 'totals.idle_fraction>+0.05', 'steps.mean_ns>+5%%' (also '<-X', "
+        add_gate_options(
+            parser,
+            "exit 1 when crossed: a change 'totals.idle_fraction>+0.05', 'steps.mean_ns>+5%%' (also '<-X', "
             "'<-X%%'), 'PATH OP NUMBER' on the new run, or 'bottleneck=ID' (new, or medium/high in NEW)",
         )
         add_fault_options(parser)
@@ -102,11 +99,11 @@ class DiffCommand:
 
         (base, new), origins, protected = _reports(args)
         diff = build_diff(base, new, (origins[0], origins[1]))
-        crossed = [msg for t in thresholds if (msg := t.check_diff(base, new))]
+        gate = evaluate(thresholds, new, [base], args.fail_on_missing)
         outputs = {args.output: render_diff_html(diff)}
         if args.json:
             outputs[args.json] = dumps(diff) + "\n"
         if args.markdown:
             outputs[args.markdown] = render_diff_markdown(diff)
         summary = None if args.quiet else render_diff_terminal(diff, color=sys.stdout.isatty())
-        return finish(outputs, protected, summary, crossed, "Diff")
+        return finish(outputs, protected, summary, gate, "Diff")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from traceinsight.gating import FAIL, ON_MISSING
 from traceinsight.limits import parse_size
 
 
@@ -20,6 +22,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
     return value
+
+
+def absolute_url(text: str) -> str:
+    """``--html-url``: an http(s) URL with its host, which links from wherever the Markdown is shown."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"expected an absolute http(s) URL, not {text!r}")
+    return text
 
 
 def memory_size(text: str) -> str:
@@ -54,4 +64,17 @@ def add_fault_options(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="stop (exit 2) when the traces' events would take more memory than this: 64MB, 2GB, bytes "
         "(default: 75%% of the memory available)",
+    )
+
+
+def add_gate_options(parser: argparse.ArgumentParser, fail_on_help: str) -> None:
+    """``--fail-on`` (what each command compares: `fail_on_help`) and ``--fail-on-missing``, the one policy for a
+    value the run does not have (`gating.Gate`)."""
+    parser.add_argument("--fail-on", action="append", default=[], metavar="EXPR", help=fail_on_help)
+    parser.add_argument(
+        "--fail-on-missing",
+        choices=ON_MISSING,
+        default=FAIL,
+        help="a --fail-on value this run does not have (a device it lacks, a null figure): fail the gate (exit 1, "
+        "the default) or skip that threshold, saying so",
     )

@@ -16,11 +16,17 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traceinsight.commands.options import add_fault_options, positive_float, positive_int
+from traceinsight.commands.options import (
+    absolute_url,
+    add_fault_options,
+    add_gate_options,
+    positive_float,
+    positive_int,
+)
 from traceinsight.errors import TraceError
-from traceinsight.gating import Threshold, parse_threshold
+from traceinsight.gating import evaluate, parse_threshold
 from traceinsight.parallel import default_jobs
-from traceinsight.render.output import Staged, finish, preflight_outputs, relative_link, removed_on_interrupt
+from traceinsight.render.output import Staged, finish, preflight_outputs, removed_on_interrupt
 from traceinsight.render.painter import Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
@@ -49,6 +55,13 @@ class ReportCommand:
         parser.add_argument(
             "--markdown", type=Path, metavar="FILE", help="also write a Markdown summary (CI step summary)"
         )
+        parser.add_argument(
+            "--html-url",
+            type=absolute_url,
+            metavar="URL",
+            help="the Markdown summary links the HTML report at this absolute URL (a CI artifact's); without it, "
+            "it names the file (a relative link breaks in a CI step summary)",
+        )
         parser.add_argument("--run", metavar="NAME", help="which run of a logdir (default: the newest)")
         parser.add_argument(
             "--step-range",
@@ -63,12 +76,9 @@ class ReportCommand:
             metavar="US",
             help=f"small-kernel threshold (default {DEFAULT_SMALL_KERNEL_US:g} us)",
         )
-        parser.add_argument(
-            "--fail-on",
-            action="append",
-            default=[],
-            metavar="EXPR",
-            help="exit 1 when crossed: 'PATH OP NUMBER' over the JSON (totals.idle_fraction>0.3) or 'bottleneck=ID'",
+        add_gate_options(
+            parser,
+            "exit 1 when crossed: 'PATH OP NUMBER' over the JSON (totals.idle_fraction>0.3) or 'bottleneck=ID'",
         )
         parser.add_argument(
             "--jobs",
@@ -96,20 +106,25 @@ class ReportCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        thresholds = [parse_threshold(t) for t in args.fail_on]
+        if args.steps is not None and args.trace_out is None:
+            raise TraceError("--steps", "it chooses the steps --trace-out writes: give --trace-out FILE too")
         outputs = [args.output, args.json, args.markdown, args.trace_out]
         preflight_outputs(outputs, [args.path])
         with removed_on_interrupt(outputs):
-            return ReportCommand._report(args, thresholds)
+            return ReportCommand._report(args)
 
     @staticmethod
-    def _report(args: argparse.Namespace, thresholds: list[Threshold]) -> int:
+    def _report(args: argparse.Namespace) -> int:
         # With jobs to spare, the charts are drawn in a process of their own, started now while this one is small
         # and has not imported pandas (the module docstring).
         with Painter() if args.jobs > 1 else nullcontext() as painter:
             from traceinsight.api import analyze
             from traceinsight.load import progress_stream
             from traceinsight.workflow import refuse_partial
+
+            # Checked before any trace is read, once the rules that name the bottlenecks are imported (with the
+            # analysis: after the fork).
+            thresholds = [parse_threshold(t) for t in args.fail_on]
 
             trace_warnings: list[str] = []
             staged: list[Staged] = []  # the timeline, renamed into place with the other outputs
@@ -129,16 +144,16 @@ class ReportCommand:
             if args.strict:
                 refuse_partial(report.result)
             outputs: dict[Path, str | Staged] = {args.output: report.to_html(painter)}
-        crossed = [msg for t in thresholds if (msg := t.check(report.result))]
+        gate = evaluate(thresholds, report.result, on_missing=args.fail_on_missing)
         if args.json:
             outputs[args.json] = report.to_json() + "\n"
         if args.markdown:
-            outputs[args.markdown] = report.to_markdown(html_link=relative_link(args.output, args.markdown))
+            outputs[args.markdown] = report.to_markdown(html_file=str(args.output), html_url=args.html_url)
         summary = None if args.quiet else report.to_text(color=sys.stdout.isatty())
         for warning in trace_warnings:
             print(f"traceinsight: {args.trace_out}: {warning}", file=sys.stderr)
         outputs.update((item.path, item) for item in staged)
-        return finish(outputs, report.files, summary, crossed, "Report")
+        return finish(outputs, report.files, summary, gate, "Report")
 
 
 def _steps(text: str) -> tuple[int, int]:
@@ -185,10 +200,12 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
         "output": str(args.output),
         "json": None if args.json is None else str(args.json),
         "markdown": None if args.markdown is None else str(args.markdown),
+        "html_url": args.html_url,
         "run": args.run,
         "step_range": args.step_range,
         "small_kernel_us": args.small_kernel_us,
         "fail_on": list(args.fail_on),
+        "fail_on_missing": args.fail_on_missing,
         "trace_out": None if args.trace_out is None else str(args.trace_out),
         "steps": None if args.steps is None else f"{args.steps[0]}:{args.steps[1]}",
     }

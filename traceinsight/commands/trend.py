@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceinsight.commands.options import add_page_outputs, positive_int
+from traceinsight.commands.options import add_gate_options, add_page_outputs, positive_int
 from traceinsight.errors import TraceError
 from traceinsight.gating import Threshold, parse_threshold
 from traceinsight.parallel import default_jobs
@@ -129,12 +129,9 @@ class TrendCommand:
             metavar="K",
             help=f"--fail-on compares the last run with the median of the K runs before it (default {DEFAULT_WINDOW})",
         )
-        parser.add_argument(
-            "--fail-on",
-            action="append",
-            default=[],
-            metavar="EXPR",
-            help="exit 1 when crossed by the last run: a change from the window's median 'steps.mean_ns>+10%%' "
+        add_gate_options(
+            parser,
+            "exit 1 when crossed by the last run: a change from the window's median 'steps.mean_ns>+10%%' "
             "(also '>+X', '<-X', '<-X%%'), 'PATH OP NUMBER' on the last run, or 'bottleneck=ID' (new in the "
             "last run, or medium/high there)",
         )
@@ -163,14 +160,15 @@ class TrendCommand:
             render_trend_html,
             render_trend_markdown,
             render_trend_terminal,
+            trend_gate,
         )
 
         runs, protected = _collect(args)
-        document = build_trend(order_runs(runs, args.order), args.order, args.window, thresholds)
+        document = build_trend(order_runs(runs, args.order), args.order, args.window, thresholds, args.fail_on_missing)
         outputs = {args.output: render_trend_html(document)}
         if args.json:
             outputs[args.json] = dumps(document) + "\n"
         if args.markdown:
             outputs[args.markdown] = render_trend_markdown(document)
         summary = None if args.quiet else render_trend_terminal(document, color=sys.stdout.isatty())
-        return finish(outputs, protected, summary, document["gate"]["crossed"], "Trend")
+        return finish(outputs, protected, summary, trend_gate(document), "Trend")

@@ -235,7 +235,7 @@ def _page(report: RunReport, drawn: Charts) -> str:
             charts=charts,
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
-            headline=projection_sentence(report),
+            projection=projection_sentence(report),
         )
     )
     return without_empty_columns(page)
@@ -264,6 +264,6 @@ def render_notebook(report: RunReport, analysis: Analysis) -> str:
             timeline=Markup(timeline) if timeline else None,
             capture=capture_sentence(report),
             verdict=verdict_sentence(report),
-            headline=projection_sentence(report),
+            projection=projection_sentence(report),
         )
     )

@@ -25,12 +25,15 @@ def _link(text: str, target: str) -> str:
     return f"[{markdown_text(text)}](<{target.replace('<', '%3C').replace('>', '%3E')}>)"
 
 
-def provenance(report: RunReport, html_link: str | None) -> list[str]:
-    """Where the full report is and what it was made from: for a CI page to link and date the run."""
+def provenance(report: RunReport, html_file: str | None, html_url: str | None) -> list[str]:
+    """Where the full report is and what it was made from: for a CI page to date the run, and to link the page
+    only at an absolute URL (a relative link breaks where the summary is shown: `$GITHUB_STEP_SUMMARY`)."""
     meta = report.meta
     parts = []
-    if html_link:
-        parts.append(f"HTML report: {_link(html_link.rsplit('/', 1)[-1], html_link)}")
+    if html_url:
+        parts.append(f"HTML report: {_link((html_file or html_url).rsplit('/', 1)[-1], html_url)}")
+    elif html_file:
+        parts.append(f"HTML report: {markdown_code(html_file)}")
     if meta.input:
         parts.append(f"input {markdown_code(meta.input)}")
     if meta.capture_date:
@@ -57,15 +60,15 @@ def _spread(steps: Steps) -> str:
     return f", \u03c3 {fmt_ns(spread.stdev_ns)}, min {fmt_ns(spread.min_ns)}, max {fmt_ns(spread.max_ns)}"
 
 
-def render_markdown(report: RunReport, html_link: str | None = None) -> str:
-    """The summary; `html_link`: where the HTML report is, relative to this file (named so CI can link it)."""
+def render_markdown(report: RunReport, html_file: str | None = None, html_url: str | None = None) -> str:
+    """The summary; `html_file`: the HTML report's file, named; `html_url`: an absolute URL it is linked at."""
     totals = report.totals
     steps = report.steps
     lines = [
         f"## traceinsight: {markdown_text(report.run)}",
         "",
         *([runs, ""] if (runs := runs_line(report, markdown_code)) else []),
-        *provenance(report, html_link),
+        *provenance(report, html_file, html_url),
         *([markdown_text(capture), ""] if (capture := capture_sentence(report)) else []),
         f"**{markdown_text(verdict_sentence(report))}**",
         "",

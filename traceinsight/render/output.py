@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from traceinsight.errors import TraceError
+from traceinsight.gating import Gate
 
 
 def _same_file(target: Path, protected: tuple[Path, ...]) -> bool:
@@ -267,27 +268,20 @@ def removed_on_interrupt(paths: Sequence[Path | None]) -> Iterator[None]:
         raise
 
 
-def relative_link(target: Path, page: Path) -> str:
-    """`target` as a link from `page`'s folder (both are written side by side in most CI jobs)."""
-    try:
-        return Path(os.path.relpath(target.absolute(), page.absolute().parent)).as_posix()
-    except ValueError:  # another drive (Windows)
-        return target.absolute().as_posix()
-
-
 def finish(
     outputs: Mapping[Path, str | Staged],
     protected: tuple[Path, ...],
     summary: str | None,
-    crossed: list[str],
+    gate: Gate,
     label: str,
 ) -> int:
     """Write every output (`write_outputs`), print `summary` and where the files went (unless quiet:
-    `summary` None), one stderr line per crossed threshold; the exit code (1 when any)."""
+    `summary` None), one stderr line per threshold crossed, failed or skipped; the exit code (1 when the gate
+    failed)."""
     write_outputs(outputs, protected)
     if summary is not None:
         print(summary)
         print(f"\n{label}: " + ", ".join(str(p) for p in outputs))
-    for msg in crossed:
-        print(f"traceinsight: threshold crossed: {msg}", file=sys.stderr)
-    return 1 if crossed else 0
+    for line in gate.lines():
+        print(f"traceinsight: {line}", file=sys.stderr)
+    return 1 if gate.failed else 0

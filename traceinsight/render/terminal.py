@@ -65,9 +65,8 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         *([f"  {escape_control(capture)}"] if (capture := capture_sentence(report)) else []),
         "  " + escape_control(verdict_sentence(report)),
     ]
-    headline = projection_sentence(report)
-    if headline:
-        lines.append("  " + escape_control(headline))
+    if projection := projection_sentence(report):
+        lines.append("  " + escape_control(projection))
     if compute := compute_sentence(report):
         lines.append("  " + escape_control(compute))
     if collectives := collectives_sentence(report):

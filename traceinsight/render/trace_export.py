@@ -253,7 +253,15 @@ def _choose_steps(
         chosen = [s for s in items if first <= s.id <= last]
         if not chosen:
             ids = f"ids {min(s.id for s in items)}..{max(s.id for s in items)}" if items else "none"
-            raise ValueError(f"no step has an id in {first}..{last} (the run's steps: {ids})")
+            raise ValueError(f"--steps {first}:{last}: no step has an id in {first}..{last} (the run's steps: {ids})")
+        # A range partly past the run's steps is cut to them, and says so: the timeline holds fewer than asked.
+        lowest, highest = min(s.id for s in items), max(s.id for s in items)
+        if first < lowest or last > highest:
+            kept = sorted(s.id for s in chosen)
+            warnings.append(
+                f"annotated trace: --steps {first}:{last} reaches past the run's steps (ids {lowest}..{highest}): "
+                f"kept steps {kept[0]}..{kept[-1]}"
+            )
         inside = _events_in(starts, chosen)
         if inside.sum() > max_events:
             warnings.append(

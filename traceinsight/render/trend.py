@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from traceinsight import __version__
 from traceinsight.errors import TraceError
-from traceinsight.gating import Threshold, change
+from traceinsight.gating import FAIL, Gate, Threshold, change, evaluate
 from traceinsight.render.diff_render import fmt_relative
 from traceinsight.render.format import (
     clip,
@@ -100,15 +100,17 @@ def bottleneck_changed(rows: Sequence[RunSummary]) -> list[bool]:
     return [i > 0 and row.top_bottleneck != rows[i - 1].top_bottleneck for i, row in enumerate(rows)]
 
 
-def build_trend(runs: Sequence[TrendRun], order: str, window: int, thresholds: Sequence[Threshold]) -> dict[str, Any]:
+def build_trend(
+    runs: Sequence[TrendRun], order: str, window: int, thresholds: Sequence[Threshold], on_missing: str = FAIL
+) -> dict[str, Any]:
     """The trend document of `runs` (at least one, in their order): the rows, and the gate of the last run against
-    the `window` runs before it (fewer when there are fewer)."""
+    the `window` runs before it (fewer when there are fewer; a value the runs lack as `on_missing` says)."""
     from traceinsight.render.meta import generated_at  # it imports the readers, and pandas with them
 
     rows = [run.row for run in runs]
     last, baseline = runs[-1], runs[max(0, len(runs) - 1 - window) : -1]
     previous = [run.report for run in baseline]
-    crossed = [msg for t in thresholds if (msg := t.check_window(previous, last.report))]
+    gate = evaluate(thresholds, last.report, previous, on_missing)
     steps = [run.row.mean_step_ns for run in baseline if run.row.mean_step_ns is not None]
     median_ns = median(steps) if steps else None
     delta, relative = change(median_ns, last.row.mean_step_ns)
@@ -132,9 +134,17 @@ def build_trend(runs: Sequence[TrendRun], order: str, window: int, thresholds: S
                 "relative": relative,
             },
             "thresholds": [t.text for t in thresholds],
-            "crossed": crossed,
+            "crossed": gate.crossed,
+            "missing": gate.missing,  # thresholds the runs have no value for: why, for each
+            "on_missing": gate.on_missing,
         },
     }
+
+
+def trend_gate(document: dict[str, Any]) -> Gate:
+    """The document's gate, as the command ends on it."""
+    gate = document["gate"]
+    return Gate(gate["crossed"], gate["missing"], gate["on_missing"])
 
 
 def summaries(document: dict[str, Any]) -> list[RunSummary]:
@@ -193,6 +203,9 @@ def trend_sentence(document: dict[str, Any]) -> str:
     if gate["thresholds"]:
         crossed = len(gate["crossed"])
         parts.append(f"{crossed} of {plural(len(gate['thresholds']), 'threshold')} crossed")
+        if gate["missing"]:
+            outcome = "failed" if gate["on_missing"] == FAIL else "skipped"
+            parts.append(f"{len(gate['missing'])} {outcome} for a value the runs do not have")
     return "; ".join(parts) + "."
 
 
@@ -214,6 +227,7 @@ def render_trend_html(document: dict[str, Any]) -> str:
             trend=document,
             title=_title(document),
             verdict=trend_sentence(document),
+            gate_lines=trend_gate(document).lines(),
             rows=trend_rows(document),
             chart=Markup(chart) if chart else None,
         )
@@ -225,8 +239,9 @@ def render_trend_markdown(document: dict[str, Any]) -> str:
     """The sentence, the thresholds crossed and the table (a CI step summary). Every string is escaped
     (`markdown_text`): names and bottleneck ids come from traces and saved reports."""
     lines = [f"## {_title(document)}", "", f"**{markdown_text(trend_sentence(document))}**", ""]
-    lines += [f"- threshold crossed: {markdown_text(msg)}" for msg in document["gate"]["crossed"]]
-    if document["gate"]["crossed"]:
+    gate_lines = trend_gate(document).lines()
+    lines += [f"- {markdown_text(line)}" for line in gate_lines]
+    if gate_lines:
         lines.append("")
     lines += [
         "| # | run | mean step | change | GPU-Util | MFU | input wait | top bottleneck |",

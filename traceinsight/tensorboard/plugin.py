@@ -4,8 +4,8 @@ Routes under ``/data/plugin/traceinsight/`` (a contract the tests hold):
 
 * ``runs``: JSON list of the profile runs under the logdir as ``traceinsight runs LOGDIR`` lists them (newest
   first, NAME as ``--run`` takes it): each the row ``traceinsight runs --json`` writes (`RunSummary`'s fields) and
-  ``"analysed": true`` when the report cache holds its report, else ``{"name", "files", "bytes", "modified",
-  "analysed": false}`` (listing never analyses).
+  ``"analysed": true`` when the report cache holds its report (or the tab made one, where the cache cannot be
+  written), else ``{"name", "files", "bytes", "modified", "analysed": false}`` (listing never analyses).
 * ``report?run=NAME``: the HTML page ``traceinsight report`` writes, served with its own CSP.
 * ``report.json?run=NAME``: the JSON ``traceinsight report --json`` writes.
 
@@ -145,9 +145,10 @@ class TraceInsightPlugin(base_plugin.TBPlugin):
         return _json([self._row(run) for run in runs])
 
     def _row(self, run: ProfileRun) -> dict[str, Any]:
-        """The run's row (`RunRows`), with the error of its latest job here when that failed and left no report."""
+        """The run's row (`RunRows`: the figures of a report cached or made here), with the error of its latest job
+        here when that failed and left no report."""
         assert self._rows is not None and self._store is not None
-        row = self._rows.row(run)
+        row = self._rows.row(run, self._store.made)
         if not row["analysed"] and (error := self._store.failure(run)) is not None:
             row["error"] = error
         return row

@@ -28,11 +28,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from traceinsight.discover import Run
 from traceinsight.listing import ReportCache, report_key
 from traceinsight.parallel import Child, JobSlots, report_workers, start_context, start_fork_server
 from traceinsight.render.json import dumps
 from traceinsight.render.meta import add_invocation
+from traceinsight.result import RunReport, from_document
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 from traceinsight.tensorboard.runs import ProfileRun
 
@@ -193,6 +196,19 @@ class ReportStore:
             return None
         error = entry.future.exception()
         return None if error is None else str(error) or type(error).__name__
+
+    def made(self, run: ProfileRun) -> RunReport | None:
+        """The report a job here finished for `run`'s files as they are now (None: none), for the runs table to
+        show where the on-disk cache does not hold it (a cache folder that cannot be written)."""
+        key = run.key()
+        with self._lock:
+            entry = self._entries.get(run.name)
+        if entry is None or entry.key != key or not entry.future.done() or entry.future.exception() is not None:
+            return None
+        try:
+            return from_document(orjson.loads(entry.future.result()[0]))
+        except (ValueError, KeyError, TypeError, RecursionError):  # not a report (a test's stand-in job)
+            return None
 
     def _cached_json(self, run: ProfileRun) -> str | None:
         """The JSON of the report the cache holds for `run`'s files as they are now, as a job would write it; an

@@ -20,7 +20,7 @@ from traceinsight import listing
 from traceinsight.discover import Run, is_trace, resolves_within, walk
 from traceinsight.errors import TraceError
 from traceinsight.listing import FilesKey, ReportCache, files_key, report_key, summarize
-from traceinsight.result import RunSummary
+from traceinsight.result import RunReport, RunSummary
 
 # `is_active` looks at this many directory entries at most, so a huge logdir never stalls TensorBoard.
 ACTIVE_WALK_LIMIT = 20_000
@@ -202,9 +202,9 @@ class RunIndex:
 
 class RunRows:
     """Each run's row of the `runs` route: its `RunSummary` (`listing.summarize`, the row `traceinsight runs` prints)
-    when the report cache holds the report of its files as they are now, else its files only, `analysed` false.
-    Never an analysis, so listing a large logdir stays fast. A row found is kept by its report key (the same files
-    make the same report): each cached report is read once, not on every listing."""
+    when the report of its files as they are now is known (in the report cache, else `made` here by the tab), else
+    its files only, `analysed` false. Never an analysis, so listing a large logdir stays fast. A row found is kept by
+    its report key (the same files make the same report): each report is read once, not on every listing."""
 
     def __init__(self, logdir: Path, cache: ReportCache) -> None:
         self._logdir = logdir
@@ -212,12 +212,12 @@ class RunRows:
         self._lock = threading.Lock()
         self._found: dict[tuple[Any, ...], RunSummary] = {}
 
-    def row(self, run: ProfileRun) -> dict[str, Any]:
+    def row(self, run: ProfileRun, made: Callable[[ProfileRun], RunReport | None] | None = None) -> dict[str, Any]:
         key = report_key(self._logdir, run.run)
         with self._lock:
             summary = self._found.get(key)
         if summary is None:
-            report = self._cache.get(key)
+            report = self._cache.get(key) or (made(run) if made else None)
             if report is None:
                 bare = asdict(summarize(run.run))
                 return {**{field: bare[field] for field in _FILES_ONLY}, "analysed": False}

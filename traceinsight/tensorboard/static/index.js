@@ -33,6 +33,7 @@ const STYLE = `
   #ti-runs .error { color: #b71c1c; white-space: normal; }
   #ti-runs button.ti-name { border: 0; padding: 0; background: none; color: #1565c0; cursor: pointer; font: inherit;
                             text-align: left; text-decoration: underline; }
+  #ti-hint { margin: 0 0 8px; color: #616161; }
   #ti-empty { padding: 48px 24px; text-align: center; color: #424242; }
   #ti-wait { padding: 48px 24px; text-align: center; color: #424242; }
   #ti-wait progress { width: 240px; display: block; margin: 12px auto; }
@@ -162,6 +163,16 @@ function cells(row) {
   ];
 }
 
+// The line above the table: what clicking a run does, and where the dashes of runs not analysed yet go.
+function hint(runs) {
+  const waiting = runs.filter((row) => !row.analysed && !row.error).length;
+  if (waiting === 0) return "Click a run to open its report.";
+  const which =
+    waiting === runs.length ? "No run is analysed yet" : `${waiting} of ${runs.length} runs are not analysed yet`;
+  return `${which} (dashes): click a run to analyse it; its figures fill in here once its report is made ` +
+    "(traceinsight runs LOGDIR analyses them all).";
+}
+
 function size(bytes) {
   if (bytes < 1e6) return `${Math.max(1, Math.round(bytes / 1e3))} KB`;
   return `${(bytes / 1e6).toFixed(bytes < 1e7 ? 1 : 0)} MB`;
@@ -199,7 +210,9 @@ class Tab {
       "No profile runs under this logdir yet: TraceInsight reads plugins/profile/<run>/*.xplane.pb " +
         "(TensorFlow, JAX) and *.pt.trace.json[.gz] (PyTorch). Press Refresh once a profile is written.",
     );
-    this.table.append(runs, this.empty);
+    // What a click does: the table opens with dashes for every run no report was made of yet.
+    this.hint = element("p", { id: "ti-hint" });
+    this.table.append(this.hint, runs, this.empty);
 
     this.wait = element("div", { id: "ti-wait" });
     this.waitText = element("div", {}, "Loading the runs…");
@@ -243,6 +256,8 @@ class Tab {
     }
     this.rows.replaceChildren(...runs.map((row) => this.tableRow(row)));
     this.empty.hidden = runs.length > 0;
+    this.hint.hidden = runs.length === 0;
+    this.hint.textContent = hint(runs);
   }
 
   tableRow(row) {
