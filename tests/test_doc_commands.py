@@ -13,6 +13,7 @@ GPU, a framework CI does not have, a server that runs until stopped). A block me
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SHARED_TRACES, shared_trace
+from traceinsight.cli import build_parser
 
 DOCUMENTS = sorted(["README.md", "CONTRIBUTING.md", *(p.relative_to(REPO).as_posix() for p in REPO.glob("docs/*.md"))])
 SHELL = ("sh", "bash", "console")
@@ -125,8 +127,9 @@ def _environment(work: Path) -> dict[str, str]:
     return env
 
 
-def _run_block(block: Block, work: Path) -> Outcome:
-    """One block, in its own copy of the repository under `work`."""
+def _run_block(block: Block, work: Path, pristine: Path) -> Outcome:
+    """One block, in its own copy of the repository under `work`: links to the files of a `pristine` copy (outputs
+    are written to new files and renamed, so no block changes another's files)."""
     outcome = Outcome(block)
     if block.lang not in RUN or block.not_run:
         return outcome
@@ -134,7 +137,7 @@ def _run_block(block: Block, work: Path) -> Outcome:
     if outcome.needs:
         return outcome
     repo = work / "repo"
-    _copy_repository(repo)
+    shutil.copytree(pristine, repo, copy_function=os.link)
     if SHARED_TRACES.is_dir():
         (work / "shared").symlink_to(SHARED_TRACES.parent, target_is_directory=True)
     if block.lang == "python":
@@ -163,8 +166,10 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Outcome
     """Every block of every document run, side by side, in document order."""
     every = [block for document in DOCUMENTS for block in blocks(document)]
     works = [tmp_path_factory.mktemp("block") for _ in every]
+    pristine = tmp_path_factory.mktemp("pristine")
+    _copy_repository(pristine)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        done = list(pool.map(_run_block, every, works))
+        done = list(pool.map(_run_block, every, works, [pristine] * len(every)))
     return {document: [o for o in done if o.block.document == document] for document in DOCUMENTS}
 
 
@@ -222,3 +227,22 @@ def test_the_marker_parser() -> None:
     assert MARK.match("<!-- expect exit 1: the gate is crossed -->").group(2) == "1"
     assert not MARK.match("<!-- not run -->")  # a reason is required
     assert console_commands("$ a \\\n  b\nout\n$ c\n") == "a \\\n  b\nc\n"
+
+
+def _cli_section(name: str) -> str:
+    """The `## name` section of docs/cli.md."""
+    text = (REPO / "docs" / "cli.md").read_text()
+    found = re.search(rf"^## {name}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert found, f"docs/cli.md has no '## {name}' section"
+    return found.group(1)
+
+
+def test_every_command_and_option_is_in_the_cli_doc() -> None:
+    """Each command's section of docs/cli.md names every option `traceinsight COMMAND --help` lists."""
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) >= {"report", "runs", "diff", "trend"}
+    for name, parser in commands.choices.items():
+        section = _cli_section(name)
+        options = [s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
+        missing = [option for option in options if f"`{option}" not in section]
+        assert not missing, f"docs/cli.md, '## {name}': {missing}"
