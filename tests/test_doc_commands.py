@@ -94,12 +94,12 @@ class Outcome:
 
 def _copy_repository(target: Path) -> None:
     """The repository's own files as they are in the working tree: tracked, or new and not ignored."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True
+    )
+    if listing.returncode != 0:  # an unpacked sdist: no clean copy to make
+        pytest.skip(f"not a git checkout: {listing.stderr.decode().strip()}")
+    listed = listing.stdout.decode()
     for name in filter(None, listed.split("\0")):
         source = REPO / name
         if source.is_file():  # a tracked file deleted in the working tree is left out
@@ -246,3 +246,21 @@ def test_every_command_and_option_is_in_the_cli_doc() -> None:
         options = [s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
         missing = [option for option in options if f"`{option}" not in section]
         assert not missing, f"docs/cli.md, '## {name}': {missing}"
+
+
+def test_a_failing_command_is_caught(tmp_path: Path) -> None:
+    """A command's exit status is what the check compares; a marked block is not run; a script's error is caught."""
+    pristine = tmp_path / "pristine"
+    (pristine / "sample_traces").mkdir(parents=True)
+
+    def run(lang: str, code: str, not_run: str | None = None) -> Outcome:
+        work = tmp_path / f"work{len(list(tmp_path.iterdir()))}"
+        work.mkdir()
+        return _run_block(Block("x.md", 1, lang, code, not_run, 0), work, pristine)
+
+    assert run("sh", "true\nfalse\ntrue\n").returncode == 1  # -e: a block stops at its first failure
+    assert run("bash", "false | true\n").returncode == 1  # pipefail
+    assert run("console", "$ exit 3\n3\n").returncode == 3
+    assert run("python", "raise SystemExit(4)\n").returncode == 4
+    assert run("sh", "ls sample_traces && traceinsight --version\n").returncode == 0  # in the copy, our command
+    assert run("sh", "false\n", not_run="a reason").returncode is None
