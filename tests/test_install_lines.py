@@ -62,7 +62,7 @@ def test_the_project_is_named_traceinsight_report():
 
 def test_every_install_line_names_the_distribution():
     lines = _install_lines()
-    assert len(lines) >= 5  # README quick start, tests, Dask, TensorBoard; the CI recipe; the Dask error
+    assert len(lines) >= 5  # README install, tests, TensorBoard; docs/cli.md's Dask; the CI recipe; the Dask error
     ours = 0
     for where, _, args in lines:
         for word in _requirements(args):

@@ -1,4 +1,4 @@
-"""The result model (`traceinsight/result.py`): the README's schema is generated from it, every real report
+"""The result model (`traceinsight/result.py`): docs/json.md's schema is generated from it, every real report
 conforms to it strictly and round-trips through it, and no output reads the report by string path."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
 
 
-def test_readme_schema_is_the_model() -> None:
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- schema:begin -->\n```text\n(.*?)\n```\n<!-- schema:end -->", readme, re.S)
-    assert block, "README has no generated schema block"
-    assert block.group(1) == schema_outline(), "README's schema differs: paste result.schema_outline() into it"
+def test_documented_schema_is_the_model() -> None:
+    document = (REPO / "docs" / "json.md").read_text()
+    block = re.search(r"<!-- schema:begin -->\n```text\n(.*?)\n```\n<!-- schema:end -->", document, re.S)
+    assert block, "docs/json.md has no generated schema block"
+    assert block.group(1) == schema_outline(), "docs/json.md's schema differs: paste result.schema_outline() into it"
 
 
 def _runs() -> list[tuple[Path, str]]:

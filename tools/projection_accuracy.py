@@ -6,7 +6,7 @@ Why: a projection is a claim, so it is checked on real re-runs. Pairs are the re
 and, once a GPU machine has made them, `sample_traces/gpu_pairs/` (`tools/capture_gpu_pairs.py`). The measured
 step of the fixed run is its traced mean step (`steps.mean_ns`), the same measure the projection starts from;
 for a GPU pair, its `run_info.json` mean step, whose last step waits for the device. Prints a Markdown table
-for the README.
+for docs/methodology.md.
 
     python -m tools.projection_accuracy
 """

@@ -960,7 +960,7 @@ def _current(doc: dict[str, Any]) -> dict[str, Any]:
 
 def schema_outline() -> str:
     """The JSON report's fields as an indented outline generated from the model (`name: type`, `name[]` for a
-    list of objects, `name{}` for a map of them): the README's schema section is this text, checked by a test."""
+    list of objects, `name{}` for a map of them): docs/json.md's schema section is this text, checked by a test."""
     import types
     import typing
 
