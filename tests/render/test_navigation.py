@@ -17,6 +17,8 @@ from traceinsight.assemble import assemble
 from traceinsight.cli import main
 from traceinsight.events import Profile, make_event_table
 from traceinsight.findings import evaluate
+from traceinsight.render import charts
+from traceinsight.render.chart_data import chart_run
 from traceinsight.render.format import fmt_tick, tick_decimals, time_unit
 from traceinsight.render.html import render_html
 from traceinsight.render.wording import device_words
@@ -220,3 +222,22 @@ def test_device_words_from_what_the_trace_says() -> None:
         assert (device_words(report).util, device_words(report).matrix_units) == ("GPU-Util", "Matrix Cores")
     nvidia = typed_report(devices=[{"id": "GPU:0"}], device_info=[{"id": "GPU:0", "name": "NVIDIA H100 80GB HBM3"}])
     assert device_words(nvidia).matrix_units == "Tensor Cores" == device_words(typed_report()).matrix_units
+
+
+def test_a_long_window_reads_in_seconds_not_2e6_ms() -> None:
+    """Two 1 ms kernels 2,000 s apart: the timeline runs 0 to 2,000 s, where '{:,g}' wrote '2e+06' ms."""
+    events = make_event_table(
+        {
+            "ts_ns": np.array([0, 2_000 * 1_000 * MS], np.int64),
+            "dur_ns": np.full(2, MS, np.int64),
+            "kind": ["kernel"] * 2,
+            "device": ["GPU:0"] * 2,
+            "stream": np.full(2, 7),
+            "name": ["gemm"] * 2,
+        }
+    )
+    svg = charts.utilisation_timeline(chart_run(analyze(Profile(events=events, inputs=[]))))
+    assert svg
+    texts = chart_texts(svg)
+    assert not [t for t in texts if SCIENTIFIC.search(t)]
+    assert "s after window start (the gap table's clock)" in texts and max(numbers(texts)) == 2_000
