@@ -40,8 +40,8 @@ class Shot:
 
 
 SHOTS = (
-    Shot("jax-8gpu", SHARED / "tracelens/mi300/jax_conv_minimal_08", (("devices", 720), ("memory", 420))),
-    Shot("tpu", SHARED / "xprof/test_xplanes", (("devices", 620), ("steps", 560))),
+    Shot("jax-8gpu", SHARED / "tracelens/mi300/jax_conv_minimal_08", (("devices", 1040), ("memory", 420))),
+    Shot("tpu", SHARED / "xprof/test_xplanes", (("devices", 640), ("memory", 300), ("steps", 560))),
     Shot("vllm-replay", SHARED / "inference/vllm_decode_full/graph_execution.json.gz", (("gaps", 620),)),
     Shot("multi-rank", REPO / "sample_traces/distributed/sleep_rank1", (("ranks", 640),)),
     Shot("cpu-only", REPO / "sample_traces/torch_cpu_dataloader", (("steps", 560),)),
@@ -83,7 +83,8 @@ def layout(html: Path) -> dict[str, object]:
 
 
 def picture(shot: Shot, html: Path, where: dict[str, object]) -> Image.Image:
-    """The first screen, then each of `shot.sections` present, from one full-page screenshot."""
+    """The first screen, then each of `shot.sections` present (up to its px, or the next section), from one
+    full-page screenshot."""
     height = int(where["height"])  # type: ignore[call-overload]
     full = html.with_suffix(".png")
     _browser(f"--window-size={WIDTH},{height}", f"--screenshot={full}", html.as_uri())
@@ -93,7 +94,8 @@ def picture(shot: Shot, html: Path, where: dict[str, object]) -> Image.Image:
     for section, px in shot.sections:
         if section in tops:
             top = tops[section]
-            parts.append(page.crop((0, top, WIDTH, min(height, top + px))))
+            after = [t for t in tops.values() if t > top]  # a part ends where the next section begins
+            parts.append(page.crop((0, top, WIDTH, min([height, top + px, *after]))))
     rule = 6
     out = Image.new("RGB", (WIDTH, sum(p.height for p in parts) + rule * (len(parts) - 1)), "#9e9e9e")
     y = 0

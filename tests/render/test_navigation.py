@@ -4,6 +4,7 @@ chosen from the data with no scientific notation, and the devices' own words."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SAMPLE_TRACES, shared_trace, typed_report
+from tests.render.test_browser import CHROMIUM, open_in_chromium
 from tests.render.test_readable_page import table_rows
 from traceinsight.analysis import analyze
 from traceinsight.assemble import assemble
@@ -241,3 +243,25 @@ def test_a_long_window_reads_in_seconds_not_2e6_ms() -> None:
     texts = chart_texts(svg)
     assert not [t for t in texts if SCIENTIFIC.search(t)]
     assert "s after window start (the gap table's clock)" in texts and max(numbers(texts)) == 2_000
+
+
+# What overflows its box: each element of these whose content is wider than it, by its id or class.
+_OVERFLOWS = (
+    "<script>document.title = JSON.stringify([...document.querySelectorAll('.verdict, .card, .kv, td.name')]"
+    ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.id || e.className));</script>"
+)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
+def test_long_names_wrap_inside_their_box(tmp_path: Path) -> None:
+    """The capture box of a TF run names ops 90 characters long without a space: it and
+    every card, evidence list and name cell hold their text in the browser (a copy of the page runs a script that
+    measures; the page itself runs none)."""
+    page = render(shared_trace("xprof/GPU-multi-worker"), tmp_path)
+    assert re.search(r'id="capture">[^<]*\S{90}', page)  # the long names are there
+    measured = tmp_path / "measured.html"
+    csp = re.compile(r'<meta http-equiv="Content-Security-Policy"[^>]*>')
+    measured.write_text(csp.sub("", page).replace("</body>", _OVERFLOWS + "</body>"))
+    dom, _ = open_in_chromium(measured, tmp_path)
+    title = re.search(r"<title>(.*?)</title>", dom, re.S)
+    assert title and json.loads(html.unescape(title.group(1))) == []
