@@ -124,8 +124,8 @@ class _TimeAxis:
         self.scale, self.unit = time_unit(largest_ns)
 
     def of(self, ns: Any) -> Any:
-        """`ns` (a number or an array) in the axis's unit."""
-        return np.asarray(ns, np.float64) / self.scale if not np.isscalar(ns) else ns / self.scale
+        """`ns` (a number or a numpy array) in the axis's unit."""
+        return ns / self.scale
 
     def text(self, ns: float) -> str:
         """'12.5 ms': a time in the axis's unit, for its labels."""
