@@ -643,8 +643,8 @@ def cause_change(b: Bottleneck, base: RunReport, new: RunReport) -> dict[str, An
     """Whether NEW changed what caused BASE's bottleneck `b`: ``{measure, base, new, noise, status}``.
 
     The cause is the finding's own evidence a step (`rules.FINDING_CAUSE_EVIDENCE`), else its cost a step
-    (`_bottleneck_sides`). It changed when the finding is gone from NEW ("gone"), or when the cause fell by more than the
-    step time's noise, relative (`step_noise`), of its BASE figure ("shrunk"); otherwise status is None.
+    (`_bottleneck_sides`). It changed when the finding is gone from NEW ("gone"), or when the cause fell by more than
+    the step time's noise, relative (`step_noise`), of its BASE figure ("shrunk"); otherwise status is None.
     """
     n = next((x for x in new.bottlenecks if x.id == b.id), None)
     keys = FINDING_CAUSE_EVIDENCE.get(b.id, ())

@@ -455,8 +455,8 @@ PART_WORDS = {
 
 
 # One name per kind of wait, on every page and in every section: a gap's cause (`analysis/gaps.py`; a sync gap
-# whose work is outside the trace, `LongGap.outside_trace`, is `wait_outside_trace`) and a bottleneck that is the cost of one kind of wait
-# are shown by the words of the ledger part that holds that wait's time.
+# whose work is outside the trace, `LongGap.outside_trace`, is `wait_outside_trace`) and a bottleneck that is the
+# cost of one kind of wait are shown by the words of the ledger part that holds that wait's time.
 GAP_CAUSE_PARTS = {
     "input_wait": "input_wait",
     "graph_internal": "graph_internal",

@@ -154,6 +154,10 @@ PARALLEL_FILE_MIN_BYTES = 32 << 20
 
 # What practitioners aim GPU-Util at (the seed's 80-90 %): drawn as a strip in each device's band of the timeline.
 GPU_UTIL_TARGET = (0.8, 0.9)
+# AMD accelerators by the names a trace or the hardware table gives them: ROCm's device names ("AMD Instinct MI300X",
+# "AMD Radeon Graphics" for an MI250), XSpace's `device_vendor` ("AMD") and the table's parts ("MI300X", "MI250 GCD",
+# `analysis/hardware.py`). The report then says "Matrix Cores", AMD's name for its matrix units (CDNA white papers).
+AMD_DEVICE = re.compile(r"\bAMD\b|\bInstinct\b|\bRadeon\b|^MI\d")
 
 # --------------------------------------------------------------------------- input verdict
 

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
 from traceinsight.render.format import (  # noqa: E402
@@ -30,10 +30,12 @@ from traceinsight.render.format import (  # noqa: E402
     fmt_ns,
     fmt_pct,
     fmt_rate,
+    fmt_tick,
     plural,
-    util_word,
+    tick_decimals,
+    time_unit,
 )
-from traceinsight.render.wording import mfu_text  # noqa: E402
+from traceinsight.render.wording import device_words, mfu_text  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     PART_WORDS,  # noqa: E402
     ComputeEfficiency,
@@ -87,7 +89,47 @@ _STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
     "axes.spines.top": False,
     "axes.spines.right": False,
     "svg.hashsalt": "traceinsight",
+    # No axis in scientific notation or with an offset ("1e6" above it): every numeric axis is given `_PlainTicks`
+    # too; these keep any other one plain.
+    "axes.formatter.useoffset": False,
+    "axes.formatter.limits": (-30, 30),
 }
+
+
+class _PlainTicks(Formatter):
+    """Tick labels as plain numbers: thousands separated, with the decimals the ticks' spacing needs, never
+    '2e+06' nor an offset."""
+
+    decimals = 0
+
+    def set_locs(self, locs: Any) -> None:
+        super().set_locs(locs)
+        steps = np.diff(np.unique(np.asarray(locs, np.float64)))
+        self.decimals = tick_decimals(float(steps.min())) if len(steps) else 0
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return fmt_tick(x, self.decimals)
+
+
+def _plain(*axes: Any) -> None:
+    """Plain tick labels (`_PlainTicks`) on each of these axes (`ax.xaxis`, `ax.yaxis`)."""
+    for axis in axes:
+        axis.set_major_formatter(_PlainTicks())
+
+
+class _TimeAxis:
+    """A time axis's unit, chosen from the largest value it shows (`format.time_unit`): ns, \u00b5s, ms or s."""
+
+    def __init__(self, largest_ns: float) -> None:
+        self.scale, self.unit = time_unit(largest_ns)
+
+    def of(self, ns: Any) -> Any:
+        """`ns` (a number or a numpy array) in the axis's unit."""
+        return ns / self.scale
+
+    def text(self, ns: float) -> str:
+        """'12.5 ms': a time in the axis's unit, for its labels."""
+        return f"{ns / self.scale:,.1f} {self.unit}"
 
 
 class _Hovers:
@@ -177,20 +219,20 @@ def _steps_title(device: str, steps: StepSpans, origin: int) -> str:
     return f"{device}: {plural(len(items), 'step')} ({steps.marker}): {listed}{more}"
 
 
-def utilisation_timeline(run: ChartRun) -> str | None:
-    """Busy share over time per device, each device's GPU-Util against the 80-90 % target, and its steps, in
-    one axes zoomed to the activity: a band per device, or a heatmap past `MAX_TIMELINE_BANDS` devices (a run
-    of hundreds of ranks stays one small drawing)."""
+def utilisation_timeline(run: ChartRun, word: str = "GPU-Util") -> str | None:
+    """Busy share over time per device, each device's `word` (GPU-Util, TPU-Util) against the 80-90 % target,
+    and its steps, in one axes zoomed to the activity: a band per device, or a heatmap past `MAX_TIMELINE_BANDS`
+    devices (a run of hundreds of ranks stays one small drawing)."""
     if not run.devices or run.window_start_ns is None:
         return None
     origin = run.window_start_ns
     start, end = _zoom(run)
+    time = _TimeAxis(end - origin)
     edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
-    centres_ms = (edges[:-1] + np.diff(edges) / 2 - origin) / 1e6
+    centres = time.of(edges[:-1] + np.diff(edges) / 2 - origin)
     busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in run.devices])
     rows = len(run.devices)
     labels = [usage.id for usage in run.devices]
-    word = util_word(labels)
     hovers = _Hovers("timeline")
     low, high = GPU_UTIL_TARGET
     with plt.rc_context(_STYLE):
@@ -200,12 +242,12 @@ def utilisation_timeline(run: ChartRun) -> str | None:
             for row, (usage, share) in enumerate(zip(run.devices, busy, strict=True)):
                 base = rows - 1 - row  # first device on top
                 target = ax.fill_between(
-                    [centres_ms[0], centres_ms[-1]], base + _BAND * low, base + _BAND * high, color=_TARGET, alpha=0.12
+                    [centres[0], centres[-1]], base + _BAND * low, base + _BAND * high, color=_TARGET, alpha=0.12
                 )
                 hovers.add(
                     target, f"{usage.id}: the target practitioners aim {word} at, {low * 100:.0f}-{fmt_pct(high, 0)}"
                 )
-                band = ax.fill_between(centres_ms, base, base + _BAND * share, step="mid", color=_BUSY, linewidth=0)
+                band = ax.fill_between(centres, base, base + _BAND * share, step="mid", color=_BUSY, linewidth=0)
                 hovers.add(
                     band,
                     f"{usage.id}: busy {fmt_pct(usage.busy_ns / usage.span_ns if usage.span_ns else None)} of its span "
@@ -214,8 +256,8 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                 if usage.gpu_util is not None:
                     util = ax.hlines(
                         base + _BAND * usage.gpu_util,
-                        centres_ms[0],
-                        centres_ms[-1],
+                        centres[0],
+                        centres[-1],
                         colors=_TARGET,
                         linewidth=1.2,
                         linestyles="--",
@@ -225,7 +267,7 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                 steps = _device_steps(run, usage)
                 if steps.items:
                     lines = ax.vlines(
-                        [(s.start_ns - origin) / 1e6 for s in steps.items],
+                        [time.of(s.start_ns - origin) for s in steps.items],
                         base,
                         base + 1,
                         colors="#555",
@@ -247,14 +289,14 @@ def utilisation_timeline(run: ChartRun) -> str | None:
                 vmin=0,
                 vmax=100,
                 interpolation="nearest",
-                extent=((start - origin) / 1e6, (end - origin) / 1e6, rows, 0),
+                extent=(time.of(start - origin), time.of(end - origin), rows, 0),
             )
             hovers.add(image, f"% busy per device and time bin, {rows} devices")
             ticks = np.arange(0, rows, max(1, rows // 16))
             ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
             fig.colorbar(image, ax=ax, label="% busy", fraction=0.03)
             lines = ax.vlines(
-                [(s.start_ns - origin) / 1e6 for s in run.steps.items],
+                [time.of(s.start_ns - origin) for s in run.steps.items],
                 0,
                 rows,
                 colors="#555",
@@ -265,10 +307,11 @@ def utilisation_timeline(run: ChartRun) -> str | None:
             note = "colour: % busy, one row per device; dotted: step starts"
         window = (run.window_end_ns or origin) - origin
         zoomed = end - start < window
-        where = f", zoomed to {_ms(start - origin)} - {_ms(end - origin)} of the {_ms(window)} window" if zoomed else ""
-        ax.set_xlabel(f"ms after window start (the gap table's clock){where}\n{note}")
-        ax.set_xlim((start - origin) / 1e6, (end - origin) / 1e6)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms:,g}"))  # 20,000 ms, not 20000
+        span = f"{time.text(start - origin)} - {time.text(end - origin)}"
+        where = f", zoomed to {span} of the {time.text(window)} window" if zoomed else ""
+        ax.set_xlabel(f"{time.unit} after window start (the gap table's clock){where}\n{note}")
+        ax.set_xlim(time.of(start - origin), time.of(end - origin))
+        _plain(ax.xaxis)
         return _svg(fig, hovers)
 
 
@@ -283,12 +326,14 @@ def gap_histogram(report: RunReport) -> str | None:
     hovers = _Hovers("gaps")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(8, 2.8))
-        bars = ax.bar(labels, totals / 1e6, color="#d84315")
+        time = _TimeAxis(float(totals.max()))
+        bars = ax.bar(labels, time.of(totals), color="#d84315")
         for bar, label, count, total in zip(bars, labels, counts, totals, strict=True):
             hovers.add(bar, f"gaps {label}: {plural(int(count), 'gap')}, {fmt_ns(int(total))} idle")
         ax.bar_label(bars, labels=[plural(int(c), "gap") for c in counts], fontsize=FONT_SIZE)
-        ax.set_ylabel("idle time (ms)")
+        ax.set_ylabel(f"idle time ({time.unit})")
         ax.set_xlabel("gap length")
+        _plain(ax.yaxis)
         return _svg(fig, hovers)
 
 
@@ -308,6 +353,7 @@ def step_breakdown(report: RunReport) -> str | None:
     values = {cat: np.array([s.breakdown[cat] for s in items], dtype=np.float64) for cat in parts}
     names = {cat: PART_WORDS.get(cat, cat.replace("_", " ")) for cat in parts}
     durations = [sum(s.breakdown.values()) for s in items]  # the parts sum to the step
+    time = _TimeAxis(max(durations))
     hovers = _Hovers("steps")
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(9, 2.8))
@@ -315,7 +361,7 @@ def step_breakdown(report: RunReport) -> str | None:
         if len(items) > MAX_STEP_BARS:
             areas = ax.stackplot(
                 x,
-                *(v / 1e6 for v in values.values()),
+                *(time.of(v) for v in values.values()),
                 labels=list(names.values()),
                 colors=[_BREAKDOWN_COLOURS[c] for c in parts],
                 step="mid",
@@ -327,14 +373,17 @@ def step_breakdown(report: RunReport) -> str | None:
         else:
             bottom = np.zeros(len(items))
             for cat, vals in values.items():
-                bars = ax.bar(x, vals / 1e6, bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=names[cat], width=0.8)
+                bars = ax.bar(
+                    x, time.of(vals), bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=names[cat], width=0.8
+                )
                 for bar, step, ns, length in zip(bars, items, vals, durations, strict=True):
                     share = fmt_pct(ns / length if length else None)
                     hovers.add(bar, f"step {step.id}, {names[cat]}: {fmt_ns(int(ns))} ({share} of {fmt_ns(length)})")
-                bottom += vals / 1e6
+                bottom += time.of(vals)
         ax.set_xticks(ticks, [str(items[i].id) for i in ticks])
         ax.set_xlabel("step")
-        ax.set_ylabel("time (ms)")
+        ax.set_ylabel(f"time ({time.unit})")
+        _plain(ax.yaxis)
         ax.legend(ncols=3, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.3))
         return _svg(fig, hovers)
 
@@ -357,6 +406,7 @@ def kernel_histogram(report: RunReport) -> str | None:
             kind = " (small)" if is_small else ""
             hovers.add(bar, f"kernels {b.label}{kind}: {plural(int(count), 'kernel')}, {fmt_ns(int(total))} in all")
         ax.set_ylabel("kernels")
+        _plain(ax.yaxis)
         ax.set_xlabel(f"kernel duration (orange: small kernels, below {fmt_ns(threshold)})")
         ax.tick_params(axis="x", labelrotation=20)
         return _svg(fig, hovers)
@@ -411,19 +461,20 @@ def _memory_limits(ax: Any, name: str, m: Memory, high: float, scale: float, hov
 
 def memory_chart(report: RunReport, run: ChartRun) -> str | None:
     """Device memory over time, a panel per device with memory events: allocated (and reserved where known),
-    the capacity and the allocator's limit, the steps and the peak; x in ms after the window start."""
+    the capacity and the allocator's limit, the steps and the peak; x in time after the window start."""
     panels = [(d.id, d.memory) for d in report.devices if d.memory is not None and d.memory.series.ts_ns]
     if not panels:
         return None
     shown = sorted(panels, key=lambda panel: -panel[1].peak_in_use_bytes)[:MAX_MEMORY_PANELS]
     shown = [panel for panel in panels if panel in shown]  # in the report's order
     origin = report.window.start_ns or 0
+    time = _TimeAxis(max(max(m.series.ts_ns) for _, m in shown) - origin)
     hovers = _Hovers("memory")
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(shown), 1, figsize=(9, 0.6 + 2.0 * len(shown)), sharex=True, squeeze=False)
         for ax, (name, m) in zip(axes[:, 0], shown, strict=True):
             series = m.series
-            x = (np.asarray(series.ts_ns, np.float64) - origin) / 1e6
+            x = time.of(np.asarray(series.ts_ns, np.float64) - origin)
             allocated = np.asarray(series.allocated, np.float64)
             reserved = None if series.reserved is None else np.asarray(series.reserved, np.float64)
             lines = [allocated.max(), m.peak_in_use_bytes]
@@ -443,7 +494,7 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
             steps = _memory_steps(report, run, name, set(by_id))
             if steps:
                 marks = ax.vlines(
-                    [(s.start_ns - origin) / 1e6 for s in steps],
+                    [time.of(s.start_ns - origin) for s in steps],
                     0,
                     1,
                     transform=ax.get_xaxis_transform(),
@@ -456,7 +507,7 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
                 )
                 more = f"; and {len(steps) - 8} more" if len(steps) > 8 else ""
                 hovers.add(marks, f"{name}: {plural(len(steps), 'step')}: {listed}{more}")
-            at = (m.peak_ns - origin) / 1e6
+            at = time.of(m.peak_ns - origin)
             peak = ax.plot(
                 [at], [m.peak_in_use_bytes / scale], marker="v", color=_CAPACITY, linestyle="", label="peak"
             )[0]
@@ -467,6 +518,7 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
             )
             ax.set_ylabel(f"{name}\n{unit}{' (relative)' if not m.absolute else ''}")
             ax.set_ylim(min(0.0, float(allocated.min()) / scale), top / scale * 1.1)
+            _plain(ax.yaxis)
         legend: dict[str, Any] = {}
         for ax in axes[:, 0]:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -477,8 +529,9 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
         hidden = len(panels) - len(shown)
         more = f"; the {len(shown)} devices of {len(panels)} with the highest peak" if hidden else ""
         relative = "" if all(m.absolute for _, m in shown) else "; relative levels: no capacity line"
-        axes[-1, 0].set_xlabel(f"ms after window start (the timeline's clock); dotted: step starts{relative}{more}")
-        axes[-1, 0].xaxis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms:,g}"))
+        clock = f"{time.unit} after window start (the timeline's clock)"
+        axes[-1, 0].set_xlabel(f"{clock}; dotted: step starts{relative}{more}")
+        _plain(axes[-1, 0].xaxis)
         return _svg(fig, hovers)
 
 
@@ -534,7 +587,7 @@ def _log_axis(axis: Any, low: float, high: float) -> None:
     axis spans few decades (else one tick a decade would leave two labels)."""
     few = np.log10(high / low) <= 3
     axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if few else (1,)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_tick(v, tick_decimals(v))))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -586,8 +639,9 @@ def mfu_chart(report: RunReport) -> str | None:
     if len(shares) < 4:
         return None
     window = "device-side step windows" if c.window == "device step" else "steps"
+    util = device_words(report).util
     titles = (
-        f"GPU-Util {fmt_pct(c.gpu_util)}: some kernel runs in that share of the {window}",
+        f"{util} {fmt_pct(c.gpu_util)}: some kernel runs in that share of the {window}",
         f"compute share {fmt_pct(c.compute_share)}: the share of that busy time in matmul, conv and attention kernels "
         "(and any other kernel whose FLOPs are counted)",
         f"their efficiency {fmt_pct(c.compute_efficiency)}: those kernels' counted FLOPs against the {c.device}'s "
@@ -604,9 +658,10 @@ def mfu_chart(report: RunReport) -> str | None:
         for bar, title in zip(bars, titles, strict=True):
             hovers.add(bar, title)
         ax.bar_label(bars, labels=[fmt_pct(v) for v in shares], padding=3, fontsize=FONT_SIZE)
-        ax.set_yticks(rows, ["GPU-Util", "x compute share", "x their efficiency", "= MFU"])
+        ax.set_yticks(rows, [util, "x compute share", "x their efficiency", "= MFU"])
         ax.set_xlim(0, 100)
-        ax.set_xlabel("% (MFU = GPU-Util x compute share x their efficiency)")
+        ax.set_xlabel(f"% (MFU = {util} x compute share x their efficiency)")
+        _plain(ax.xaxis)
         return _svg(fig, hovers)
 
 
@@ -627,8 +682,9 @@ _OTHER_GROUP = "#795548"  # a group this chart does not know (a newer analysis)
 
 def critical_path_chart(report: RunReport) -> str | None:
     """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
-    in ms; past `MAX_STEP_BARS` steps, the longest of them (in step order). Written as SVG directly, not drawn by
-    matplotlib: bars, ticks and a legend are all it has, and a matplotlib draw took 0.05-0.1 s of every report."""
+    in the unit of its longest step; past `MAX_STEP_BARS` steps, the longest of them (in step order). Written as
+    SVG directly, not drawn by matplotlib: bars, ticks and a legend are all it has, and a matplotlib draw took
+    0.05-0.1 s of every report."""
     steps = report.critical_path.steps
     if not steps:
         return None
@@ -640,10 +696,11 @@ def critical_path_chart(report: RunReport) -> str | None:
     seen = {g for s in shown for g, ns in s.groups.items() if ns}
     groups = [g for g in PATH_GROUP_COLOURS if g in seen] + sorted(seen - PATH_GROUP_COLOURS.keys())
     width, left, right, top, row, bar = 720, 64, 16, 30, 20, 14
-    longest_ms = max(s.step_ns for s in shown) / 1e6 or 1.0
-    tick = _nice_tick(longest_ms)
-    span_ms = tick * -(-longest_ms // tick)
-    scale = (width - left - right) / span_ms  # px per ms
+    time = _TimeAxis(max(s.step_ns for s in shown))
+    longest = time.of(max(s.step_ns for s in shown)) or 1.0
+    tick = _nice_tick(longest)
+    span = tick * -(-longest // tick)
+    scale = (width - left - right) / span  # px per unit
     bottom = top + row * len(shown)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{bottom + 44}" '
@@ -661,7 +718,7 @@ def critical_path_chart(report: RunReport) -> str | None:
         y = top + i * row
         if i % every == 0:
             out.append(f'<text x="{left - 6}" y="{y + bar - 3}" text-anchor="end">{step.id}</text>')
-        x_ms = 0.0
+        along = 0.0  # where the next group starts, in the axis's unit
         for group in groups:
             ns = step.groups.get(group, 0)
             if not ns:
@@ -670,18 +727,17 @@ def critical_path_chart(report: RunReport) -> str | None:
             title = html.escape(f"step {step.id}, {group}: {fmt_ns(ns)} ({share} of {fmt_ns(step.step_ns)})")
             colour = PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)
             out.append(
-                f'<rect x="{left + x_ms * scale:.2f}" y="{y}" width="{ns / 1e6 * scale:.2f}" height="{bar}" '
+                f'<rect x="{left + along * scale:.2f}" y="{y}" width="{time.of(ns) * scale:.2f}" height="{bar}" '
                 f'fill="{colour}"><title>{title}</title></rect>'
             )
-            x_ms += ns / 1e6
+            along += time.of(ns)
     out.append(f'<line x1="{left}" y1="{bottom}" x2="{width - right}" y2="{bottom}" stroke="#444"/>')
-    for k in range(int(round(span_ms / tick)) + 1):
+    for k in range(int(round(span / tick)) + 1):
         tx = left + k * tick * scale
         out.append(f'<line x1="{tx:.2f}" y1="{bottom}" x2="{tx:.2f}" y2="{bottom + 4}" stroke="#444"/>')
-        out.append(
-            f'<text x="{tx:.2f}" y="{bottom + 16}" text-anchor="middle">{k * tick:,.{_tick_digits(tick)}f}</text>'
-        )
-    axis = "time on the critical path (ms)"
+        label = fmt_tick(k * tick, tick_decimals(tick))
+        out.append(f'<text x="{tx:.2f}" y="{bottom + 16}" text-anchor="middle">{label}</text>')
+    axis = f"time on the critical path ({time.unit})"
     step_label = "step" if len(shown) == len(steps) else f"step ({len(shown)} longest of {len(steps)})"
     out.append(f'<text x="{(left + width - right) / 2}" y="{bottom + 34}" text-anchor="middle">{axis}</text>')
     out.append(
@@ -697,11 +753,6 @@ def _nice_tick(span: float, count: int = 6) -> float:
     raw = span / count
     power = 10.0 ** np.floor(np.log10(raw))
     return float(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
-
-
-def _tick_digits(tick: float) -> int:
-    """Decimals a tick label needs: none for whole ticks, else as many as the spacing has."""
-    return max(0, -int(np.floor(np.log10(tick)))) if tick < 1 else 0
 
 
 # The ranks chart's measures: (name, colour, what a hover says it is).
@@ -730,6 +781,7 @@ def ranks_chart(report: RunReport) -> str | None:
     per_step = all(r.wait_per_step_ns is not None and r.late_per_step_ns is not None and r.steps.count for r in ranks)
     when = "a step" if per_step else "over the capture"
     values = np.array([_rank_values(r, per_step) for r in ranks], np.float64)
+    time = _TimeAxis(float(values.max()))
     rows = np.arange(len(ranks))[::-1]  # the first rank on top
     height = 0.8 / len(RANK_MEASURES)
     hovers = _Hovers("ranks")
@@ -737,13 +789,14 @@ def ranks_chart(report: RunReport) -> str | None:
         fig, ax = plt.subplots(figsize=(8, 0.9 + min(len(ranks), MAX_RANK_ROWS) * 0.5))
         for k, (measure, colour, meaning) in enumerate(RANK_MEASURES):
             offset = (1 - k) * height  # wait on top of each rank's group
-            bars = ax.barh(rows + offset, values[:, k] / 1e6, height=height, color=colour, label=measure)
+            bars = ax.barh(rows + offset, time.of(values[:, k]), height=height, color=colour, label=measure)
             for bar, rank, ns in zip(bars, ranks, values[:, k], strict=True):
                 hovers.add(bar, f"{rank.label}: {measure} {fmt_ns(int(ns))} {when} ({meaning})")
         every = _tick_every(len(ranks))
         ax.set_yticks(rows[::every], [r.label for r in ranks][::every])
         ax.set_ylim(-0.5, len(ranks) - 0.5)
-        ax.set_xlabel(f"ms {when}")
+        ax.set_xlabel(f"{time.unit} {when}")
+        _plain(ax.xaxis)
         ax.legend(ncols=len(RANK_MEASURES), frameon=False, loc="lower left", bbox_to_anchor=(0, 1))
         return _svg(fig, hovers)
 
@@ -751,7 +804,7 @@ def ranks_chart(report: RunReport) -> str | None:
 # `traceinsight trend`: one panel per figure, over the runs in their order (figures as `RunSummary` has them).
 # (panel, axis label, `RunSummary` field, top of the axis: None, a little above the highest point).
 TREND_PANELS = (
-    ("steps", "mean step (ms)", "mean_step_ns", None),
+    ("steps", "mean step ({unit})", "mean_step_ns", None),  # the unit of the longest mean step
     ("gpu_util", "GPU-Util (%)", "gpu_util", 100.0),
     ("mfu", "MFU (%)", "mfu", None),
     ("input_wait", "input wait (% of step)", "input_wait_fraction", 100.0),
@@ -761,12 +814,12 @@ _TREND_CHANGE = "#8e24aa"
 TREND_LABEL_CHARS = 28
 
 
-def _trend_value(row: RunSummary, attribute: str) -> float | None:
-    """A row's figure in its panel's unit: ms for the step, % for the shares."""
+def _trend_value(row: RunSummary, attribute: str, time: _TimeAxis) -> float | None:
+    """A row's figure in its panel's unit: `time`'s for the step, % for the shares."""
     value = getattr(row, attribute)
     if value is None:
         return None
-    return value / 1e6 if attribute == "mean_step_ns" else value * 100
+    return time.of(value) if attribute == "mean_step_ns" else value * 100
 
 
 def _trend_title(row: RunSummary, label: str, attribute: str) -> str:
@@ -791,11 +844,13 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
         return None
     x = np.arange(len(rows))
     changes = bottleneck_changes(rows)
+    time = _TimeAxis(max(row.mean_step_ns or 0 for row in rows))
     hovers = _Hovers("trend")
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(TREND_PANELS), 1, figsize=(8, 1.7 * len(TREND_PANELS)), sharex=True)
-        for ax, (panel, label, attribute, top_value) in zip(axes, TREND_PANELS, strict=True):
-            values = [_trend_value(row, attribute) for row in rows]
+        for ax, (panel, named, attribute, top_value) in zip(axes, TREND_PANELS, strict=True):
+            label = named.format(unit=time.unit)
+            values = [_trend_value(row, attribute, time) for row in rows]
             known = [(i, v) for i, v in enumerate(values) if v is not None]
             ax.set_ylabel(label)
             for i in changes:
@@ -811,6 +866,7 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
                 point = ax.scatter([i], [v], s=24, color=_TREND_LINE, zorder=3, clip_on=False)
                 hovers.add(point, _trend_title(rows[i], label, attribute))
             ax.set_ylim(0, top_value or max(v for _, v in known) * 1.15 or 1)
+            _plain(ax.yaxis)
         top = axes[0]
         for i in [0, *changes]:
             before = f"{rows[i - 1].top_bottleneck or 'none'} -> " if i else ""
@@ -838,7 +894,7 @@ def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
     """One chart (`painter.CHART_NAMES`: "timeline", "memory", "steps", ..., "critical_path"), as inline SVG; None
     when the run has nothing to show."""
     if name == "timeline":
-        return utilisation_timeline(run)
+        return utilisation_timeline(run, device_words(report).util)
     if name == "memory":
         return memory_chart(report, run)
     charts = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
 
 # What a file or event name could smuggle into a terminal: C0 and C1 controls (newlines, ESC sequences) and the
 # bidirectional controls (embeddings, overrides, isolates and marks: U+202E shows text backwards, Trojan Source).
@@ -12,13 +12,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066
 # the backslash that escapes them.
 _MARKDOWN = re.compile(r"[\\`*_~\[\]()|]")
 _CODE_SPAN = re.compile(r"`([^`]*)`")
-
-
-def util_word(device_ids: Iterable[str]) -> str:
-    """What the share of time some kernel (XLA op) runs is called for these devices: TPU-Util on TPUs alone, else
-    GPU-Util, as `nvidia-smi` names it."""
-    ids = list(device_ids)
-    return "TPU-Util" if ids and all("TPU" in d for d in ids) else "GPU-Util"
 
 
 def escape_control(text: str) -> str:
@@ -51,6 +44,29 @@ def markdown_code(text: object) -> str:
 
 _TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
 _BYTE_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+# The units a chart's time axis reads in, largest first.
+_AXIS_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "\u00b5s"))
+
+
+def time_unit(largest_ns: float) -> tuple[int, str]:
+    """The unit a time axis reads in, as (ns per unit, name), from the largest value it shows: the largest unit it
+    holds at least one of, so that no tick needs more than three digits before the point or a string of zeros
+    after it (80,000 ms reads 80 s, 0.020 ms reads 20 \u00b5s); ns below a microsecond."""
+    return next(((scale, unit) for scale, unit in _AXIS_TIME_UNITS if abs(largest_ns) >= scale), (1, "ns"))
+
+
+def tick_decimals(step: float) -> int:
+    """Decimals the labels of ticks `step` apart need to tell them apart: 0 for whole steps, 1 for 0.5, 2 for 0.25
+    or 0.01 (at most 9)."""
+    step = abs(step)
+    if step == 0 or not math.isfinite(step):
+        return 0
+    return next((d for d in range(10) if abs(round(step, d) - step) <= 1e-6 * step), 9)
+
+
+def fmt_tick(value: float, decimals: int) -> str:
+    """A tick label as a plain number, thousands separated, never in scientific notation: '80,000', '0.25'."""
+    return f"{round(value, decimals) + 0.0:,.{decimals}f}"  # + 0.0: no '-0'
 
 
 def fmt_ns(ns: float | None) -> str:

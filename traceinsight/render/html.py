@@ -44,6 +44,7 @@ from traceinsight.render.wording import (
     coverage_text,
     critical_path_sentence,
     culprit_text,
+    device_words,
     gap_cause_words,
     input_label,
     input_verdict,
@@ -55,7 +56,7 @@ from traceinsight.render.wording import (
     util_label,
     verdict_sentence,
 )
-from traceinsight.result import PART_MEANINGS, PART_WORDS, Device, RunReport, Step
+from traceinsight.result import PART_MEANINGS, PART_WORDS, Device, LongGap, RunReport, Step
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
@@ -105,12 +106,28 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
-    functions += (critical_path_sentence, input_label, path_groups)  # type: ignore[assignment]
-    functions += (bottleneck_name, culprit_text, gap_cause_words)  # type: ignore[assignment]
+    functions += (critical_path_sentence, input_label, path_groups, device_words, folds_devices)  # type: ignore[assignment]
+    functions += (bottleneck_name, culprit_text, gap_cause_words, longest_gaps)  # type: ignore[assignment]
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)
     return env
+
+
+# Past this many devices the page shows one summary row a device and folds each one's detail (memory figures and
+# chart, longest gaps) in a <details>: eight identical memory tables took most of an 8-GPU page (issue 38).
+FOLD_DEVICES_OVER = 2
+
+
+def folds_devices(report: RunReport) -> bool:
+    """Whether the page folds each device's detail (`FOLD_DEVICES_OVER`)."""
+    return len(report.devices) > FOLD_DEVICES_OVER
+
+
+def longest_gaps(devices: Sequence[Device], limit: int) -> list[tuple[str, LongGap]]:
+    """The `limit` longest gaps of all the devices, longest first, each with its device."""
+    found = [(d.id, x) for d in devices for x in d.gaps.longest]
+    return sorted(found, key=lambda pair: -pair[1].dur_ns)[:limit]
 
 
 def path_groups(report: RunReport) -> list[tuple[str, float, float]]:
@@ -216,6 +233,20 @@ def without_empty_columns(page: str) -> str:
     return _TABLE.sub(lambda m: _without_empty_columns(m.group(0)), page)
 
 
+CONTENTS_MARK = "<!-- contents -->"  # where report.html puts the table of contents
+_SECTION_HEADING = re.compile(r'<section id="([\w-]+)">\s*<h2>(.*?)</h2>', re.S)
+
+
+def with_contents(page: str) -> str:
+    """`page` with its table of contents at `CONTENTS_MARK`: a link to each section the page holds, by its id, named
+    by its heading up to a colon ("Bottlenecks", not the whole line). Made from the page itself, so it lists the
+    sections this run has and every link finds its target."""
+    entries = [
+        (sid, Markup(_TAG.sub("", heading).split(":")[0].strip())) for sid, heading in _SECTION_HEADING.findall(page)
+    ]
+    return page.replace(CONTENTS_MARK, environment().get_template("_contents.html").render(entries=entries), 1)
+
+
 def render_html(report: RunReport, analysis: Analysis, painter: Painter | None = None) -> str:
     """The page; its charts drawn by `painter` (in its own process, while the templates compile here), else here."""
     if painter is None:
@@ -238,7 +269,7 @@ def _page(report: RunReport, drawn: Charts) -> str:
             projection=projection_sentence(report),
         )
     )
-    return without_empty_columns(page)
+    return without_empty_columns(with_contents(page))
 
 
 def compile_templates() -> None:

@@ -6,8 +6,10 @@ the wording and the figures are the same everywhere.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from traceinsight.errors import is_truncation_warning
-from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural, util_word
+from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
 from traceinsight.result import (
     BOTTLENECK_PARTS,
     GAP_CAUSE_PARTS,
@@ -18,7 +20,7 @@ from traceinsight.result import (
     PathItem,
     RunReport,
 )
-from traceinsight.rules import AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
+from traceinsight.rules import AMD_DEVICE, AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
 
 # The bottleneck list's heading, everywhere it is shown.
 BOTTLENECKS_HEADING = "Bottlenecks: by severity, measured before estimated, each with the step it leaves"
@@ -54,9 +56,37 @@ def input_verdict(report: RunReport) -> str:
     return f"{ip.verdict}: {fmt_pct(ip.fraction)} of step time waiting for input"
 
 
+@dataclass(frozen=True)
+class DeviceWords:
+    """What the devices' own vendor calls the share of time a kernel runs and the matrix units: the one home of
+    these words, for every renderer and chart."""
+
+    util: str  # GPU-Util (as `nvidia-smi` and `rocm-smi` name it), TPU-Util on TPUs
+    matrix_units: str  # NVIDIA's Tensor Cores, AMD's Matrix Cores, a TPU's MXUs
+    matrix_unit: str  # the same, one of them ("Tensor Core time")
+
+
+NVIDIA_WORDS = DeviceWords("GPU-Util", "Tensor Cores", "Tensor Core")
+AMD_WORDS = DeviceWords("GPU-Util", "Matrix Cores", "Matrix Core")
+TPU_WORDS = DeviceWords("TPU-Util", "MXUs", "MXU")
+
+
+def device_words(report: RunReport) -> DeviceWords:
+    """The words of the report's devices: TPU's when every device is a TPU, AMD's when the trace names an AMD part
+    (`rules.AMD_DEVICE`: a device's vendor or name, or the hardware table's part the devices were matched to),
+    NVIDIA's otherwise (and when nothing tells)."""
+    ids = [d.id for d in report.devices]
+    if ids and all("TPU" in d for d in ids):
+        return TPU_WORDS
+    names = [n for info in report.device_info for n in (info.vendor, info.name) if n]
+    if any(AMD_DEVICE.search(n) for n in [*names, report.compute.device or ""]):
+        return AMD_WORDS
+    return NVIDIA_WORDS
+
+
 def util_label(report: RunReport) -> str:
-    """The devices' word for GPU-Util (`format.util_word`)."""
-    return util_word(d.id for d in report.devices)
+    """The devices' word for GPU-Util (`device_words`)."""
+    return device_words(report).util
 
 
 def bottleneck_name(bottleneck: Bottleneck) -> str:
