@@ -274,8 +274,8 @@ def test_headline_and_projection_are_the_pages() -> None:
     assert html.unescape(sentences["verdict"]) == report.headline
     assert html.unescape(sentences["projection"]) == report.projection
     top = report.result.bottlenecks[0]
-    assert top.id in report.headline and f"{top.fraction * 100:.1f} %" in report.headline
-    assert report.projection is not None and report.projection.startswith(f"Fixing {top.id}")
+    assert "is input wait (" in report.headline and f"{top.fraction * 100:.1f} %" in report.headline
+    assert report.projection is not None and report.projection.startswith("Fixing input wait")
     assert not hasattr(report, "verdict")
 
 

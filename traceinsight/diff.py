@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinsight import __version__
-from traceinsight.analysis.ledger import KERNEL_PARTS
 from traceinsight.gating import ExpressionError, change, lookup
 from traceinsight.result import PART_WORDS, Bottleneck, Device, Projection, RunProjection, RunReport
 from traceinsight.rules import (
@@ -107,7 +106,16 @@ def _step_mfu(report: RunReport) -> list[float] | None:
 
 
 _IDLE_SHARE = _ledger_share(lambda r: r.ledger.idle_parts)
-_KERNEL_SHARE = _ledger_share(lambda r: KERNEL_PARTS)
+
+
+def _kernel_parts(_: RunReport) -> tuple[str, ...]:
+    """The ledger's kernel parts (imported here: `commands.diff` builds the CLI's parser before pandas loads)."""
+    from traceinsight.analysis.ledger import KERNEL_PARTS
+
+    return KERNEL_PARTS
+
+
+_KERNEL_SHARE = _ledger_share(_kernel_parts)
 _INPUT_SHARE = _ledger_share(lambda r: ("input_wait",))
 _OLD_PARTS = tuple(part for part in BREAKDOWN[1:] if part not in PART_WORDS)  # saved report/1 step parts
 

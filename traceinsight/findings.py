@@ -173,7 +173,7 @@ def _input_culprit(a: Analysis) -> Culprit | None:
     the slowest stage (the iterator or `__next__` the loop waits in), else none."""
     ip = a.input_pipeline
     slowest = a.host_ops.input_functions[0] if a.host_ops.input_functions else None
-    if slowest is not None and slowest.total_ns >= INPUT_CULPRIT_FUNCTION_SHARE * ip.wait_ns:
+    if slowest is not None and slowest.total_ns >= INPUT_CULPRIT_FUNCTION_SHARE * (ip.wait_ns or 0):
         return Culprit("input function", slowest.function, slowest.total_ns, slowest.calls)
     if ip.stages:
         stage = ip.stages[0]

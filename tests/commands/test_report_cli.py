@@ -86,7 +86,8 @@ def test_html_loads_nothing_remote(input_bound_outputs):
 def test_markdown_summary(input_bound_outputs):
     _, report, md = input_bound_outputs
     assert md.startswith("## traceinsight")
-    assert "| 1 | input\\_bound | high |" in md  # escaped: a bottleneck id is text, never emphasis
+    # The wait by its name on the page, and its culprit escaped: a name from a trace is text, never emphasis.
+    assert "| 1 | input wait | the input stage enumerate\\(DataLoader\\)#\\_SingleProcessDataLoaderIter" in md
     assert fmt_pct(report["totals"]["idle_fraction"]) in md
 
 

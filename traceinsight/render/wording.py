@@ -162,12 +162,13 @@ def verdict_sentence(report: RunReport) -> str:
 
 
 def projection_sentence(report: RunReport) -> str | None:
-    """The headline what-if: 'Fixing the top 2 (input_bound, host_bound): step 174.8 -> 99.7 ms (1.75x), GPU-Util
-    54.9 % -> 96.2 %.' None when nothing fires."""
+    """The headline what-if: 'Fixing the top 2 (input wait, host_bound): step 174.8 -> 99.7 ms (1.75x), GPU-Util
+    54.9 % -> 96.2 %.' (each fix named as the headline names it, `bottleneck_name`). None when nothing fires."""
     p = report.projection
     if not p:
         return None
-    applied = p.applied
+    named = {b.id: bottleneck_name(b) for b in report.bottlenecks}
+    applied = [named.get(i, i) for i in p.applied]
     which = f"the top {len(applied)} ({', '.join(applied)})" if len(applied) > 1 else applied[0]
     util = ""
     if p.gpu_util_before is not None and p.gpu_util_after is not None:
