@@ -225,9 +225,9 @@ def ranks_case(bench: Bench, repeat: int, megabytes: float | None, target: str) 
     for rank in range(8):
         replicator.write(run / f"rank{rank}.pt.trace.json{'.gz' if megabytes is None else ''}", copies, rank=rank)
     size = sum(f.stat().st_size for f in run.iterdir()) / 1e6
-    commands = [*bench.report(run, label="default --jobs"), *bench.report(run, "--jobs", "1", label="--jobs 1")]
-    medians = compare(commands, repeat)
-    show(f"8 ranks, {size:,.1f} MB on disk, load {os.getloadavg()[0]:.1f}", medians, commands[-1].label, target)
+    one_job = bench.report(run, "--jobs", "1", label="--jobs 1")
+    medians = compare([*bench.report(run, label="default --jobs"), *one_job], repeat)
+    show(f"8 ranks, {size:,.1f} MB on disk, load {os.getloadavg()[0]:.1f}", medians, one_job[0].label, target)
 
 
 def xspace_case(bench: Bench, repeat: int, python: Path, xspace: Path | None) -> None:
