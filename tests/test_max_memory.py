@@ -8,6 +8,7 @@ Peak memory is measured on the command's own process (`os.wait4`); sizes in MB a
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import os
 import subprocess
@@ -228,7 +229,11 @@ def test_files_read_one_after_another_add_up(two_ranks: Path, capsys: pytest.Cap
     )
 
 
-def test_files_read_at_once_split_the_limit(two_ranks: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_files_read_at_once_split_the_limit(
+    two_ranks: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read in processes of their own as a big run's files are (these are far below `PARALLEL_RUN_MIN_BYTES`).
+    monkeypatch.setattr(importlib.import_module("traceinsight.load"), "PARALLEL_RUN_MIN_BYTES", 0)
     events = len(read_trace(corpus.KINETO_SEED).events)
     limit = str(events * EVENT_BYTES * 3 // 2)  # one file fits in all of it, not in half
     out = two_ranks.parent / "out"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -59,6 +60,13 @@ def rank_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
         (folder / f"worker{rank}.pt.trace.json").write_text(json.dumps(doc))
         truths.append(timeline.ground_truth())
     return folder, truths
+
+
+@pytest.fixture(autouse=True)
+def small_runs_in_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are far below the size from which a run's files are read in processes of their own: read them
+    in processes all the same, as a big run's are."""
+    monkeypatch.setattr(importlib.import_module("traceinsight.load"), "PARALLEL_RUN_MIN_BYTES", 0)
 
 
 def _report(path: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -227,6 +235,74 @@ def test_trace_out_reads_the_files_in_processes(rank_dir, one_by_one, tmp_path: 
     assert {f"rank{r}/device:GPU:0" for r in range(RANKS)} <= processes
 
 
+@pytest.mark.parametrize("over", [False, True])
+def test_a_run_is_read_in_processes_only_from_its_size_on(rank_dir, monkeypatch, over: bool) -> None:
+    """Workers are started for a run's files only when they hold `PARALLEL_RUN_MIN_BYTES` of JSON in all (the
+    eight plain JSON files here: their sizes on disk); below it they are read here one after another, whatever
+    the jobs."""
+    load = importlib.import_module("traceinsight.load")
+    total = sum(f.stat().st_size for f in rank_dir[0].iterdir())
+    monkeypatch.setattr(load, "PARALLEL_RUN_MIN_BYTES", total if over else total + 1)
+    mapped = []
+    real = load.map_run
+    monkeypatch.setattr(load, "map_run", lambda *args: mapped.append(1) or real(*args))
+    profile = load_run(discover(rank_dir[0]), rank_dir[0], jobs=2)
+    assert len(mapped) == int(over) and [i.rank for i in profile.inputs] == list(range(RANKS))
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "runnable", "idle"),
+    [
+        (2, 0.1, 1, 2),  # nothing else runs
+        (2, 1.6, 1, 2),  # the load average still counts a run that ended: nothing runs now besides this one
+        (2, 0.4, 3, 2),  # a burst now, on a machine idle the last minute
+        (2, 1.0, 2, 1),  # one other process, busy for a minute
+        (2, 6.2, 7, 1),  # a busy machine: at least one job
+        (8, 3.2, 5, 5),  # 3.2 cores busy leave 4.8: rounded up
+    ],
+)
+def test_default_jobs_are_the_cores_other_processes_leave_idle(
+    monkeypatch, tmp_path: Path, cores: int, load: float, runnable: int, idle: int
+) -> None:
+    """The default jobs: the usable cores less the fewer of the 1-minute load average and the processes runnable
+    now besides this one (/proc/loadavg's fourth field counts this one), rounded up, at least 1."""
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"{load:.2f} {load:.2f} {load:.2f} {runnable}/300 4242\n")
+    monkeypatch.setattr(parallel, "usable_cores", lambda: cores)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(parallel, "_LOADAVG", loadavg)
+    assert parallel.default_jobs() == parallel.idle_cores() == idle
+    monkeypatch.setattr(parallel, "_LOADAVG", tmp_path / "none")  # no /proc: the load average alone
+    assert parallel.idle_cores() == max(1, min(cores, math.ceil(cores - load)))
+
+
+@pytest.mark.parametrize(
+    ("v2", "v1", "cores"),
+    [
+        ("150000 100000", None, 2),  # 1.5 cores, rounded up
+        ("max 100000", None, 64),  # no quota
+        (None, ("50000", "100000"), 1),
+        (None, ("-1", "100000"), 64),
+        (None, None, 64),  # no cgroup files
+    ],
+)
+def test_usable_cores_are_at_most_the_cgroup_quota(
+    monkeypatch, tmp_path: Path, v2: str | None, v1: tuple[str, str] | None, cores: int
+) -> None:
+    """A container's CPU quota (cgroup v2 ``cpu.max``, else v1 ``cfs_quota_us / cfs_period_us``) caps the cores
+    the affinity gives (64 here)."""
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(parallel, "_CGROUP_V2_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(parallel, "_CGROUP_V1", tmp_path / "cpu")
+    if v2 is not None:
+        (tmp_path / "cpu.max").write_text(v2 + "\n")
+    if v1 is not None:
+        (tmp_path / "cpu").mkdir()
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text(v1[0] + "\n")
+        (tmp_path / "cpu" / "cpu.cfs_period_us").write_text(v1[1] + "\n")
+    assert parallel.usable_cores() == cores
+
+
 @pytest.mark.parametrize(("platform", "method"), [("linux", "fork"), ("darwin", "spawn"), ("win32", "spawn")])
 def test_workers_fork_only_on_linux(monkeypatch, platform, method):
     """macOS offers fork, but forking a process whose threads ran is unsafe there (issue 13): spawn."""
@@ -259,8 +335,9 @@ def test_a_process_with_another_thread_never_forks(live_thread) -> None:
 # A report in a fresh interpreter (this one may hold other tests' threads), each fork, in whichever process,
 # writing its process's thread count to a file first; then the threads and processes it left behind.
 _LOGGED_REPORT = """
-import multiprocessing, os, sys, threading
+import importlib, multiprocessing, os, sys, threading
 from traceinsight.cli import main
+importlib.import_module("traceinsight.load").PARALLEL_RUN_MIN_BYTES = 0  # the small ranks read as a big run's
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 fork = os.fork
 def logged_fork():

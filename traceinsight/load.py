@@ -19,6 +19,8 @@ from traceinsight.events import Profile, TraceRead, merge_reads
 from traceinsight.limits import MemoryLimit
 from traceinsight.parallel import map_files
 from traceinsight.readers import read_trace
+from traceinsight.readers.json_files import json_size_guess
+from traceinsight.rules import PARALLEL_RUN_MIN_BYTES
 
 R = TypeVar("R")
 # Below this much input a progress bar would only flicker.
@@ -96,8 +98,12 @@ def shared_limit(limit: MemoryLimit | None, scheduler: str | None, holders: int)
 
 
 def reads_in_parallel(run: Run, jobs: int, scheduler: str | None) -> bool:
-    """Whether the files of `run` are mapped over processes or a cluster (`map_run`), not read here one by one."""
-    return scheduler is not None or (jobs > 1 and len(run.files) > 1)
+    """Whether the files of `run` are mapped over processes or a cluster (`map_run`), not read here one by one:
+    on a cluster, or with jobs and files to share and enough bytes for workers to pay for themselves
+    (`rules.PARALLEL_RUN_MIN_BYTES`)."""
+    if scheduler is not None:
+        return True
+    return jobs > 1 and len(run.files) > 1 and sum(map(json_size_guess, run.files)) >= PARALLEL_RUN_MIN_BYTES
 
 
 def map_run(func: Callable[[Path], R], run: Run, jobs: int, scheduler: str | None, progress: TextIO | None) -> list[R]:

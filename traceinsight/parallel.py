@@ -18,8 +18,8 @@ thread, since a thread may hold a lock at the fork that the child then waits for
 So nothing here leaves a thread behind: a `Child` talks through a pipe, a pool's threads
 end with it.
 
-How many processes is decided here too (`default_jobs`, `idle_cores`, `report_workers`; the TensorBoard tab's
-jobs queue for their slots in `JobSlots`), and so
+How many processes is decided here too (`default_jobs`, `idle_cores`, `usable_cores`, `report_workers`; the
+TensorBoard tab's jobs queue for their slots in `JobSlots`), and so
 is how work is shared with workers that are forked (`forks_workers`): units claimed by whichever
 process is free (`Claims`), objects inherited with the fork (`inherit`) or given at a worker's
 start (`give`). A run cut short leaves without exit handlers (`exit_now`). Ctrl-C and SIGTERM are held back while
@@ -28,7 +28,6 @@ a process starts (`held_signals`): the one started begins with them blocked unti
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import math
 import mmap
@@ -77,23 +76,68 @@ class _Failed:
 
 
 def default_jobs() -> int:
-    """The cores this process may run on."""
+    """The default ``--jobs``: the cores the machine leaves idle (`idle_cores`), not all of them. On a machine
+    other work keeps busy, workers only take turns with it and cost more CPU than they save (issue 38:
+    8 ranks of 0.7 MB read 1.33x slower with all cores at a load of about 6)."""
+    return idle_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, at most its cgroup's CPU quota rounded up (a
+    container's ``--cpus``, which the affinity does not show)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
-def idle_cores() -> int:
-    """The cores this process may run on that the 1-minute load average leaves idle, rounded up (as
-    ``make -l`` judges a machine): a worker on a core another process keeps busy slows both, and the
-    reader's numpy passes, memory-bound, lose more than they gain from it (benchmarks/README.md)."""
-    cores = default_jobs()
+_CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")  # "QUOTA PERIOD" or "max PERIOD"
+_CGROUP_V1 = Path("/sys/fs/cgroup/cpu")  # cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us
+
+
+def _cgroup_quota() -> float | None:
+    """The CPU quota of this process's cgroup in cores (v2, else v1), None when there is none or it is not known."""
+    try:
+        quota, period = _CGROUP_V2_MAX.read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (_CGROUP_V1 / "cpu.cfs_quota_us").read_text().strip()
+            period = (_CGROUP_V1 / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        cores = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):  # "max": no quota
+        return None
+    return cores if cores > 0 else None
+
+
+_LOADAVG = Path("/proc/loadavg")  # "1min 5min 15min RUNNABLE/ALL LASTPID"
+
+
+def busy_cores() -> float:
+    """How many cores other processes keep busy (`rules.py`, "reading in parallel", says why this measure): the
+    fewer of the 1-minute load average and the processes runnable now besides this one; 0 where neither is known
+    (not a Unix)."""
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):  # not known here (not a Unix)
-        return cores
-    return max(1, min(cores, math.ceil(cores - load)))
+        return 0.0
+    try:
+        runnable_now = int(_LOADAVG.read_text().split()[3].split("/")[0]) - 1  # this process is one of them
+    except (OSError, ValueError, IndexError):  # no /proc (not Linux)
+        return load
+    return max(0.0, min(load, runnable_now))
+
+
+def idle_cores() -> int:
+    """The cores this process may run on (`usable_cores`) that other processes leave idle (`busy_cores`), rounded
+    up (as ``make -l`` judges a machine), at least 1: a worker on a core another process keeps busy slows both,
+    and the reader's numpy passes, memory-bound, lose more than they gain from it (benchmarks/README.md)."""
+    cores = usable_cores()
+    return max(1, min(cores, math.ceil(cores - busy_cores())))
 
 
 def report_workers() -> int:
@@ -717,6 +761,8 @@ def _connect(scheduler: str) -> Any:
         raise TraceError(scheduler, f"not a Dask scheduler address ({error}): e.g. tcp://HOST:8786") from None
     # Dask's handshake on a connection of our own first: a Client that fails to start is left half made, and
     # waits at exit for a scheduler that is not there.
+    import asyncio  # only for a scheduler: 25 ms of every command's start otherwise
+
     with ThreadPoolExecutor(1) as thread:  # a loop of its own, even where one runs (a notebook)
         try:
             thread.submit(asyncio.run, _handshake(scheduler)).result()

@@ -151,6 +151,19 @@ GRAPH_CAPTURE_END = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
 PARALLEL_MIN_BYTES = 16 << 20
 # Kineto JSON, bytes of text (readers.read_trace): from about here on, its chunks are decoded by `jobs` processes.
 PARALLEL_FILE_MIN_BYTES = 32 << 20
+# A run of several files, bytes of JSON in all (a .gz counted as its text, `json_files.json_size_guess`; other
+# formats as on disk): from here on its files are read and analysed in processes of their own
+# (`load.reads_in_parallel`), below it one after another in this one. A worker costs its fork, its results' way
+# back and their merge: on HTA's 2-rank trace_filter folder (2 MB guessed) two workers cost 15 % more CPU time
+# (2.2 s against 1.9 s) for no gain; on 8 copies of nccl_parser_config (45 MB guessed, 80 MB of JSON) 1.37x the
+# CPU time bought 1.19x on an idle 2-core machine (issue 38). So from the size a Kineto file's own chunks are
+# shared at (`PARALLEL_FILE_MIN_BYTES`).
+PARALLEL_RUN_MIN_BYTES = PARALLEL_FILE_MIN_BYTES
+# How many processes by default (`parallel.default_jobs`): the cores left idle, the usable ones (CPU affinity, at most
+# the cgroup's quota) less those other processes keep busy: the fewer of the 1-minute load average, which lags (a
+# command that ended seconds ago still counts, as the last run of this one does), and the processes runnable now, a
+# single sample. A worker on a busy core takes turns with what runs there: 8 ranks of 0.7 MB read 1.33x slower with
+# one worker a core at a load of about 6 (issue 38).
 
 # What practitioners aim GPU-Util at (the seed's 80-90 %): drawn as a strip in each device's band of the timeline.
 GPU_UTIL_TARGET = (0.8, 0.9)

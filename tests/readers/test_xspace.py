@@ -685,16 +685,6 @@ def test_workers_claim_units_as_they_are_free(monkeypatch: pytest.MonkeyPatch, t
             read_xspace(damaged, jobs=jobs)
 
 
-@pytest.mark.parametrize(("cores", "load", "idle"), [(2, 0.1, 2), (2, 0.6, 2), (2, 1.0, 1), (2, 2.7, 1), (8, 3.2, 5)])
-def test_workers_only_on_cores_the_machine_leaves_idle(
-    monkeypatch: pytest.MonkeyPatch, cores: int, load: float, idle: int
-) -> None:
-    """A big file is read by as many processes as the 1-minute load average leaves cores idle (rounded up)."""
-    monkeypatch.setattr(parallel, "default_jobs", lambda: cores)
-    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, load, load))
-    assert parallel.idle_cores() == idle
-
-
 def test_strings_told_apart_by_their_words() -> None:
     """Inline string stats are grouped by their bytes read as words: strings alike up to a word's end, of
     lengths either side of a word, empty, or at the very end of the bytes are each their own, as Python

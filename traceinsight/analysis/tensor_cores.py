@@ -60,8 +60,26 @@ def _first_match(names: pd.Series, patterns: tuple[re.Pattern[str], ...]) -> np.
     return first
 
 
+# The answers for every name classified so far in this process, (eligible, tensor_core, known, precision, rule):
+# a report asks for the same kernel names four times (kernel stats, compute efficiency twice, settings).
+_CLASSIFIED: dict[str, tuple[bool, bool, bool, str | None, int]] = {}
+
+
 def _classify_distinct(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The table's answers for distinct names, positional: (eligible, tensor_core, known, precision, rule)."""
+    """The table's answers for distinct names, positional: (eligible, tensor_core, known, precision, rule); the
+    names not seen before in this process are classified (`_classify_new`) and remembered."""
+    new = [name for name in names if name not in _CLASSIFIED]
+    if new:
+        _CLASSIFIED.update(zip(new, zip(*_classify_new(pd.Series(new, dtype=object)), strict=True), strict=True))
+    answers = [_CLASSIFIED[name] for name in names]
+    eligible, tensor_core, known, precision, rule = (
+        np.array([a[i] for a in answers], dtype=dtype) for i, dtype in enumerate((bool, bool, bool, object, np.int64))
+    )
+    return eligible, tensor_core, known, precision, rule
+
+
+def _classify_new(names: pd.Series) -> tuple[list[bool], list[bool], list[bool], list[str | None], list[int]]:
+    """The table's answers for distinct names, each rule's pattern run once over the names still open."""
     rule = _first_match(names, _NAME_PATTERNS)
     eligible = np.array([r.eligible for r in NAME_RULES] + [False])[rule]  # rule -1 (none) -> the appended False
     tensor_core = np.array([r.tensor_core for r in NAME_RULES] + [False])[rule]
@@ -72,7 +90,7 @@ def _classify_distinct(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.nda
         precision[eligible] = np.array([r.precision for r in PRECISION_RULES] + [None], dtype=object)[precision_rule]
     tensor_core |= eligible & ~simt & np.isin(precision.astype(str), TENSOR_CORE_PRECISIONS)
     known = tensor_core | ~eligible | simt | (precision == "fp32")
-    return eligible, tensor_core, known, precision, rule
+    return eligible.tolist(), tensor_core.tolist(), known.tolist(), precision.tolist(), rule.tolist()
 
 
 def classify_kernel_names(names: pd.Series | pd.Index) -> pd.DataFrame:

@@ -85,7 +85,7 @@ class ReportCommand:
             type=positive_int,
             default=default_jobs(),
             metavar="N",
-            help=f"read N trace files at a time, one process each (default: the cores, {default_jobs()})",
+            help=f"read N trace files at a time, one process each (default: the idle cores, {default_jobs()})",
         )
         parser.add_argument(
             "--scheduler",

@@ -53,7 +53,7 @@ class RunsCommand:
             type=positive_int,
             default=default_jobs(),
             metavar="N",
-            help=f"analyse N runs at a time, one process each (default: the cores, {default_jobs()})",
+            help=f"analyse N runs at a time, one process each (default: the idle cores, {default_jobs()})",
         )
         parser.add_argument("-q", "--quiet", action="store_true", help="list the names only, analysing nothing")
         parser.add_argument("--no-cache", action="store_true", help="analyse every run, and keep no report")

@@ -140,7 +140,7 @@ class TrendCommand:
             type=positive_int,
             default=default_jobs(),
             metavar="N",
-            help=f"analyse N runs of a trace path at a time (default: the cores, {default_jobs()})",
+            help=f"analyse N runs of a trace path at a time (default: the idle cores, {default_jobs()})",
         )
         parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 

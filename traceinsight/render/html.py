@@ -12,6 +12,7 @@ import bisect
 import re
 import shlex
 from collections.abc import Sequence
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,10 +96,30 @@ _FILTERS = {
 }
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """The templates compiled by an earlier run, kept by jinja2 in a folder of this user's only (in the temporary
+    folder, made with mode 0700 and refused when another user owns it), each under its file's path and used only
+    while its source is unchanged: compiling them took 0.13-0.17 s of every report (issue 38). A cache that
+    cannot be written is none, never an error."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _template_cache() -> jinja2.BytecodeCache | None:
+    """`_TemplateCache` in jinja2's own folder, or None where no safe one can be made."""
+    try:
+        return _TemplateCache()
+    except (OSError, RuntimeError):  # no temporary folder, or one another user could write to
+        return None
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir()),
+        bytecode_cache=_template_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
