@@ -37,10 +37,9 @@ FENCE = re.compile(r"^\s*```(\w*)\s*$")
 MARK = re.compile(r"^\s*<!--\s*(not run|expect exit (\d+)):\s*(\S.*?)\s*-->\s*$")
 SHARED_PATH = re.compile(r"\.\./shared/traces/([\w./-]+)")
 BLOCK_TIMEOUT_S = 240
+
+
 # Links to files another branch of issue 38 adds; remove each once it is in the tree.
-PENDING_FILES = {"docs/screenshots/vllm-replay.png"}
-
-
 @dataclass(frozen=True)
 class Block:
     document: str
@@ -216,8 +215,7 @@ LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(#[^)]*)?\)")
 def test_relative_links_point_at_files(document: str) -> None:
     base = (REPO / document).parent
     targets = [(base / target).resolve() for target, _ in LINK.findall((REPO / document).read_text())]
-    pending = {(REPO / name).resolve() for name in PENDING_FILES}
-    missing = [str(t) for t in targets if not t.exists() and t not in pending]
+    missing = [str(t) for t in targets if not t.exists()]
     assert not missing, missing
 
 

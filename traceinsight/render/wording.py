@@ -105,12 +105,13 @@ def gap_cause_words(gap: LongGap) -> str:
 
 
 def culprit_text(bottleneck: Bottleneck) -> str | None:
-    """The call, op, kernel or stage that costs the bottleneck most, with its time: 'the call hipMemcpyWithStream,
-    463 ms in 1 call'; None where the evidence names none."""
+    """The call, op, kernel or stage that costs the bottleneck most, with its time: 'the call hipMemcpyWithStream:
+    1 call, 463 ms in all' (over the capture, beside the bottleneck's cost a step); None where the evidence names
+    none."""
     c = bottleneck.culprit
     if c is None:
         return None
-    return f"the {c.what} {c.name}, {fmt_ns(c.ns)} in {plural(c.count, 'call')}"
+    return f"the {c.what} {c.name}: {plural(c.count, 'call')}, {fmt_ns(c.ns)} in all"
 
 
 def verdict_sentence(report: RunReport) -> str:
