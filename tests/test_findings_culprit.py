@@ -16,7 +16,7 @@ from traceinsight.findings import find_bottlenecks
 from traceinsight.render.html import render_html
 from traceinsight.render.markdown import render_markdown
 from traceinsight.render.terminal import render_terminal
-from traceinsight.render.wording import verdict_sentence
+from traceinsight.render.wording import critical_path_sentence, verdict_sentence
 from traceinsight.workflow import analyze_path
 
 SGLANG = "inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
@@ -82,14 +82,16 @@ def test_sglang_first_screen_names_the_blocking_copy():
     top = report.bottlenecks[0]
     assert (top.culprit.name, top.culprit.ns) == (longest["name"], int(longest["dur"] * 1000))
     assert longest["name"] == "hipMemcpyWithStream"
-    assert "hipMemcpyWithStream, 463 ms" in verdict_sentence(report)
+    assert "hipMemcpyWithStream: 1 call, 463 ms in all" in verdict_sentence(report)
     terminal = render_terminal(report).split("Bottlenecks:")[1].splitlines()[1:3]
-    assert "wait outside the trace" in terminal[0] and "hipMemcpyWithStream, 463 ms" in terminal[1]
+    assert "wait outside the trace" in terminal[0] and "hipMemcpyWithStream: 1 call, 463 ms in all" in terminal[1]
     table = render_markdown(report, None).split("\n| 1 | ")[1].splitlines()[0]
-    assert "hipMemcpyWithStream, 463 ms" in table
+    assert "hipMemcpyWithStream: 1 call, 463 ms in all" in table
     page = render_html(report, analyzed.analysis)
     card = page.split('id="bottleneck-external_wait"')[1][:1500]
-    assert "hipMemcpyWithStream, 463 ms" in card
+    assert "hipMemcpyWithStream: 1 call, 463 ms in all" in card
+    # The critical path names the same wait by the same name.
+    assert "(wait outside the trace): 463 ms a step" in critical_path_sentence(report)
 
 
 @pytest.mark.parametrize(
