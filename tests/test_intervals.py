@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceinsight.intervals import exposed, union
+from traceinsight.intervals import difference, exposed, intersection, union
 
 
 def _mask(starts, ends, size):
@@ -51,3 +51,19 @@ def test_union_and_coverage_match_a_boolean_timeline(a, b, w0, w1):
     gaps = ua.gaps()
     assert (ua.ends > ua.starts).all() and (gaps.ends > gaps.starts).all()  # disjoint, sorted, none empty
     assert (gaps.ends - gaps.starts).sum() == ((~ma)[ua.starts[0] : ua.ends[-1]].sum() if len(ua) else 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, intervals)
+def test_difference_and_intersection_match_a_boolean_timeline(a, b):
+    """The segments between both unions' endpoints (merged from their sorted runs, not hashed) give exactly the
+    time in one and not the other, and in both."""
+    sa = np.array([s for s, _ in a], np.int64)
+    ea = sa + np.array([d for _, d in a], np.int64)
+    sb = np.array([s for s, _ in b], np.int64)
+    eb = sb + np.array([d for _, d in b], np.int64)
+    ma, mb = _mask(sa, ea, 400), _mask(sb, eb, 400)
+    ua, ub = union(sa, ea), union(sb, eb)
+    for got, want in ((difference(ua, ub), ma & ~mb), (intersection(ua, ub), ma & mb)):
+        assert (_mask(got.starts, got.ends, 400) == want).all()
+        assert (got.ends > got.starts).all() and (got.starts[1:] > got.ends[:-1]).all()  # disjoint, sorted

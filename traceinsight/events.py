@@ -135,13 +135,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from traceinsight.regex_literals import JoinedNames, required_literals
 from traceinsight.result import DeviceInfo
 from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN, SYNC_API_PATTERN
 
@@ -270,8 +271,9 @@ def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:
 
 class DistinctNames:
     """The distinct names of some rows of a table (`where`; every row when None), each pattern searched once per
-    distinct name (a big trace has thousands of op names; the rows asked about, a few). A row mask is built only
-    for a pattern some name matches, so asking many patterns of one table costs one pass over its rows."""
+    distinct name (a big trace has thousands of op names; the rows asked about, a few), and only in the names that
+    hold a literal every match needs (`regex_literals`). A row mask is built only for a pattern some name matches,
+    so asking many patterns of one table costs one pass over its rows."""
 
     def __init__(self, rows: pd.DataFrame, where: np.ndarray | None = None) -> None:
         self.codes = rows["name"].cat.codes.to_numpy()
@@ -280,11 +282,23 @@ class DistinctNames:
         asked = self.codes if where is None else self.codes[where]
         self.used = np.flatnonzero(np.bincount(asked + 1, minlength=self.count + 1)[1:])  # code -1: no name
         self.names = rows["name"].cat.categories[self.used].tolist()
+        self._joined: JoinedNames | None = None
+
+    def _candidates(self, pattern: re.Pattern[str]) -> Iterable[int]:
+        """The indices of the names `pattern` may match: those holding one of its required literals, else all."""
+        literals = required_literals(pattern)
+        if literals is None:
+            return range(len(self.names))
+        if self._joined is None:
+            self._joined = JoinedNames(self.names)
+        holding = self._joined.holding(literals)
+        return range(len(self.names)) if holding is None else holding
 
     def rows(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Per row, whether it is one of the rows asked about and its name contains `pattern` (re.search)."""
-        search = re.compile(pattern).search if isinstance(pattern, str) else pattern.search
-        hits = [code for code, name in zip(self.used.tolist(), self.names, strict=True) if search(name)]
+        compiled = re.compile(pattern)
+        used, names, search = self.used, self.names, compiled.search
+        hits = [int(used[i]) for i in self._candidates(compiled) if search(names[i])]
         if not hits:
             return np.zeros(len(self.codes), bool)
         found = np.zeros(self.count + 1, bool)  # code -1 finds the last slot: False

@@ -112,7 +112,16 @@ def exposed(work: Intervals, hiding: Intervals) -> int:
 
 def _elementary(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The segments between consecutive endpoints of `a` and `b`, and whether each lies in `a` and in `b`."""
-    points = np.unique(np.concatenate([a.starts, a.ends, b.starts, b.ends]))
+    points = np.empty(2 * (len(a) + len(b)), np.int64)
+    for at, u in ((0, a), (2 * len(a), b)):  # each union's starts and ends interleaved: a sorted run
+        points[at : at + 2 * len(u) : 2], points[at + 1 : at + 2 * len(u) : 2] = u.starts, u.ends
+    # Timsort merges the two runs in linear time; `np.unique` hashed them first (numpy 2.4: 0.1-0.2 s of the
+    # 114 MB XSpace's report, issue 38).
+    points.sort(kind="stable")
+    distinct = np.empty(len(points), bool)
+    distinct[:1] = True
+    np.not_equal(points[1:], points[:-1], out=distinct[1:])
+    points = points[distinct]
     left, right = points[:-1], points[1:]
 
     def inside(u: Intervals) -> np.ndarray:
