@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceinsight.intervals import difference, exposed, intersection, union
+from traceinsight.intervals import Intervals, difference, exposed, intersection, union
 
 
 def _mask(starts, ends, size):
@@ -35,15 +35,17 @@ def test_exposed_is_copy_time_outside_kernels():
 intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(-30, 60)), min_size=0, max_size=25)
 
 
+def _drawn(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, Intervals]:
+    """Drawn (start, duration) pairs as their boolean timeline and their union."""
+    starts = np.array([s for s, _ in pairs], np.int64)
+    ends = starts + np.array([d for _, d in pairs], np.int64)
+    return _mask(starts, ends, 400), union(starts, ends)
+
+
 @settings(max_examples=200, deadline=None)
 @given(intervals, intervals, st.integers(0, 400), st.integers(0, 400))
 def test_union_and_coverage_match_a_boolean_timeline(a, b, w0, w1):
-    sa = np.array([s for s, _ in a], np.int64)
-    ea = sa + np.array([d for _, d in a], np.int64)
-    sb = np.array([s for s, _ in b], np.int64)
-    eb = sb + np.array([d for _, d in b], np.int64)
-    ma, mb = _mask(sa, ea, 400), _mask(sb, eb, 400)
-    ua, ub = union(sa, ea), union(sb, eb)
+    (ma, ua), (mb, ub) = _drawn(a), _drawn(b)
     assert ua.total == ma.sum()
     lo, hi = min(w0, w1), max(w0, w1)
     assert ua.covered_between(np.array([lo]), np.array([hi]))[0] == ma[lo:hi].sum()
@@ -58,12 +60,7 @@ def test_union_and_coverage_match_a_boolean_timeline(a, b, w0, w1):
 def test_difference_and_intersection_match_a_boolean_timeline(a, b):
     """The segments between both unions' endpoints (merged from their sorted runs, not hashed) give exactly the
     time in one and not the other, and in both."""
-    sa = np.array([s for s, _ in a], np.int64)
-    ea = sa + np.array([d for _, d in a], np.int64)
-    sb = np.array([s for s, _ in b], np.int64)
-    eb = sb + np.array([d for _, d in b], np.int64)
-    ma, mb = _mask(sa, ea, 400), _mask(sb, eb, 400)
-    ua, ub = union(sa, ea), union(sb, eb)
+    (ma, ua), (mb, ub) = _drawn(a), _drawn(b)
     for got, want in ((difference(ua, ub), ma & ~mb), (intersection(ua, ub), ma & mb)):
         assert (_mask(got.starts, got.ends, 400) == want).all()
         assert (got.ends > got.starts).all() and (got.starts[1:] > got.ends[:-1]).all()  # disjoint, sorted
