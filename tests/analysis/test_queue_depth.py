@@ -65,6 +65,24 @@ def test_device_depth_sums_its_streams() -> None:
     assert device.max_depth == 3
 
 
+def test_streams_in_the_same_order_whether_a_run_is_read_whole_or_by_input() -> None:
+    """Rank 0 launches on stream 7 then 8, rank 1 on 8 then 7: rank 1's records are the same, in the same order,
+    from the whole run's table as from its own rows alone (as a worker reads it)."""
+
+    def on(rank: int, row: dict) -> dict:
+        return {**row, "input_id": rank}
+
+    rows = [on(0, launch(0, 5, 1)), on(0, kernel(10, 10, corr=1)), on(0, launch(20, 5, 2))]
+    rows += [on(0, kernel(30, 10, corr=2, stream=8))]
+    rows += [on(1, launch(0, 5, 3)), on(1, kernel(10, 10, corr=3, stream=8)), on(1, launch(20, 5, 4))]
+    rows += [on(1, kernel(30, 10, corr=4))]
+    events = table(rows)
+    whole = queue_depth.queue_depth(launched_work(events), []).streams
+    alone = queue_depth.queue_depth(launched_work(events[events["input_id"] == 1]), []).streams
+    assert [(q.stream, q.launches) for q in alone] == [(7, 1), (8, 1)]
+    assert [(q.stream, q.mean_depth) for q in whole[2:]] == [(q.stream, q.mean_depth) for q in alone]
+
+
 def test_copies_and_graphs_are_launches_synchronous_calls_are_not() -> None:
     rows = [
         launch(0, 5, 1, name="cudaMemcpyAsync"),

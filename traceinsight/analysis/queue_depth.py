@@ -142,8 +142,11 @@ def queue_depth(launched: pd.DataFrame, input_steps: Sequence[Steps]) -> QueueDe
         )
         devices = names[device_codes[rows]]
         streams_found, found = _queues(pair[rows], devices, streams[rows], start, end, windows)
-        per_stream += streams_found
-        per_device += _queues(device_codes[rows], devices, np.full(len(rows), -1), start, end, windows, found)[0]
+        devices_found = _queues(device_codes[rows], devices, np.full(len(rows), -1), start, end, windows, found)[0]
+        # In (device, stream) order: the codes above follow first appearance, which differs between a run read
+        # whole and its inputs read apart (`--jobs`), and the JSON must not.
+        per_stream += sorted(streams_found, key=lambda q: (q.device, q.stream))
+        per_device += sorted(devices_found, key=lambda q: q.device)
     return QueueDepth(per_stream, per_device)
 
 
