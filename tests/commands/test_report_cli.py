@@ -200,6 +200,28 @@ sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r
     assert (tmp_path / "r.html").read_text().count("<svg") == 5  # the charts it drew are on the page
 
 
+def test_the_cli_imports_the_module_of_the_command_that_runs_alone():
+    """`report` starts without the page renderers and jinja2 that `diff` and `trend` import at their top: its
+    painter forks sooner. Without a command, or with `--help`, every command is there with its options."""
+    script = """
+import sys
+from traceinsight.cli import build_parser
+report = build_parser(["report", "x", "--jobs", "1"]).parse_args(["report", "x", "--jobs", "1"])
+print(report.jobs, sorted(m for m in ("jinja2", "traceinsight.commands.diff", "traceinsight.commands.trend",
+      "traceinsight.render.html") if m in sys.modules))
+diff = build_parser(["diff", "a", "b", "-q"]).parse_args(["diff", "a", "b", "-q"])
+print(diff.base, diff.new, diff.quiet, "jinja2" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["1 []", "a b True True"]
+    top = subprocess.run([sys.executable, "-m", "traceinsight", "--help"], capture_output=True, text=True)
+    for command in ("report", "diff", "runs", "trend"):
+        assert f"    {command} " in top.stdout
+    trend = subprocess.run([sys.executable, "-m", "traceinsight", "trend", "--help"], capture_output=True, text=True)
+    assert "--window" in trend.stdout and "--trace-out" not in trend.stdout
+
+
 def test_a_tpu_run_says_tpu_util():
     """The share of time some XLA op runs is TPU-Util on TPUs alone, GPU-Util elsewhere."""
     tpu = analyze_path(shared_trace("xprof/test_xplanes")).report
