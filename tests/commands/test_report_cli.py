@@ -242,6 +242,28 @@ def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monk
     assert seen == [(50_000, *before[1:])] and gc.get_threshold() == before
 
 
+def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs_is_1(monkeypatch, tmp_path):
+    """The painter moves work to the other core rather than adding any: by default it is started on a machine
+    whose cores are all busy (one job to read with), as long as two are usable; --jobs 1 keeps one process."""
+    import traceinsight.commands.report as report_command
+
+    started = []
+
+    class Recorded(report_command.Painter):
+        def __init__(self) -> None:
+            started.append(True)
+            super().__init__()
+
+    monkeypatch.setattr(report_command, "Painter", Recorded)
+    monkeypatch.setattr(report_command, "default_jobs", lambda: 1)  # a busy machine: no core idle
+    page = tmp_path / "r.html"
+    for usable, extra, painted in ((2, [], 1), (2, ["--jobs", "1"], 0), (1, [], 0)):
+        monkeypatch.setattr(report_command, "usable_cores", lambda usable=usable: usable)
+        started.clear()
+        assert main(["report", str(INPUT_BOUND), "-o", str(page), "-q", *extra]) == 0
+        assert (len(started), page.read_text().count("<svg")) == (painted, 5)
+
+
 def test_a_tpu_run_says_tpu_util():
     """The share of time some XLA op runs is TPU-Util on TPUs alone, GPU-Util elsewhere."""
     tpu = analyze_path(shared_trace("xprof/test_xplanes")).report
