@@ -15,6 +15,8 @@ failure, so one a user sees is a bug to report, not noise.
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
 import os
 import signal
 import sys
@@ -22,35 +24,51 @@ import threading
 from collections.abc import Sequence
 
 from traceinsight import __version__
-from traceinsight.commands.diff import DiffCommand
-from traceinsight.commands.report import ReportCommand
-from traceinsight.commands.runs import RunsCommand
-from traceinsight.commands.trend import TrendCommand
 from traceinsight.errors import TraceError
 from traceinsight.gating import ExpressionError
 from traceinsight.parallel import exit_now
 from traceinsight.render.format import escape_control
 
-COMMANDS = (ReportCommand, DiffCommand, RunsCommand, TrendCommand)
+# Each command's name and its class in `traceinsight.commands.NAME`, which builds its options and runs it. Only the
+# module of the command that runs is imported: `diff` and `trend` import the page renderers and jinja2 (0.1 s), which
+# `report` imports only once its painter is forked (commands/report.py).
+COMMANDS = {"report": "ReportCommand", "diff": "DiffCommand", "runs": "RunsCommand", "trend": "TrendCommand"}
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # 128 + SIGINT / SIGPIPE / SIGTERM, as a shell reports them
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 130, 141, 143
 DEBUG_ENV = "TRACEINSIGHT_DEBUG"
+# The cyclic garbage collector runs each time 700 more container objects exist than before (Python's default).
+# Importing pandas and matplotlib and building a report's tables make millions, nearly none of them in a cycle:
+# the collections cost 8-10 % of a small report's CPU time (issue 38). A command collects when 50,000 more exist.
+GC_ALLOCATIONS = 50_000
 _MAX_MESSAGE = 500
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given the command line `argv`, of the command it names alone (the others are
+    listed by name, their modules not imported)."""
+    chosen = _command_named(argv)
     parser = argparse.ArgumentParser(
         prog="traceinsight",
         description="Explain why the GPU is not busy, from TensorFlow/JAX XSpace, PyTorch Kineto or Chrome traces.",
     )
     parser.add_argument("--version", action="version", version=f"traceinsight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        sub_parser = sub.add_parser(command.name, help=command.help, description=command.help)
+    for name, class_name in COMMANDS.items():
+        if chosen not in (None, name):
+            sub.add_parser(name)
+            continue
+        command = getattr(importlib.import_module(f"traceinsight.commands.{name}"), class_name)
+        sub_parser = sub.add_parser(name, help=command.help, description=command.help)
         command.prepare_parser(sub_parser)
         sub_parser.set_defaults(handler=command.run)
     return parser
+
+
+def _command_named(argv: Sequence[str] | None) -> str | None:
+    """The command `argv` runs: its first word not an option (the top level's options take no value), if a command."""
+    word = next((a for a in argv or () if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 def _say(message: str) -> None:
@@ -76,14 +94,17 @@ def _debug() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     argv_given = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     args.command_line = ["traceinsight", *argv]  # as run, for the report's `meta`
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         return _run(args)
     previous = signal.signal(signal.SIGTERM, _terminate)
+    collect_at = gc.get_threshold()
+    gc.set_threshold(GC_ALLOCATIONS, *collect_at[1:])  # process-wide: from the main thread alone
     try:
         code = _run(args)
     finally:
+        gc.set_threshold(*collect_at)
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     if not argv_given and code in (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BAD_INPUT, EXIT_INTERNAL):
         # The command itself, cut short (interrupted, or a read stopped by bad input or the memory limit): its

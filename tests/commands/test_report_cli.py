@@ -200,6 +200,70 @@ sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r
     assert (tmp_path / "r.html").read_text().count("<svg") == 5  # the charts it drew are on the page
 
 
+def test_the_cli_imports_the_module_of_the_command_that_runs_alone():
+    """`report` starts without the page renderers and jinja2 that `diff` and `trend` import at their top: its
+    painter forks sooner. Without a command, or with `--help`, every command is there with its options."""
+    script = """
+import sys
+from traceinsight.cli import build_parser
+report = build_parser(["report", "x", "--jobs", "1"]).parse_args(["report", "x", "--jobs", "1"])
+print(report.jobs, sorted(m for m in ("jinja2", "traceinsight.commands.diff", "traceinsight.commands.trend",
+      "traceinsight.render.html") if m in sys.modules))
+diff = build_parser(["diff", "a", "b", "-q"]).parse_args(["diff", "a", "b", "-q"])
+print(diff.base, diff.new, diff.quiet, "jinja2" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["1 []", "a b True True"]
+    top = subprocess.run([sys.executable, "-m", "traceinsight", "--help"], capture_output=True, text=True)
+    for command in ("report", "diff", "runs", "trend"):
+        assert f"    {command} " in top.stdout
+    trend = subprocess.run([sys.executable, "-m", "traceinsight", "trend", "--help"], capture_output=True, text=True)
+    assert "--window" in trend.stdout and "--trace-out" not in trend.stdout
+
+
+def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monkeypatch, tmp_path):
+    """While a command runs, the cyclic collector waits for 50,000 new container objects, not Python's 700: its
+    runs cost 8-10 % of a small report's CPU time. Whoever called `main` gets its own thresholds back."""
+    import gc
+
+    import traceinsight.api
+
+    seen = []
+    analyze = traceinsight.api.analyze
+
+    def recorded(*args, **kwargs):
+        seen.append(gc.get_threshold())
+        return analyze(*args, **kwargs)
+
+    monkeypatch.setattr(traceinsight.api, "analyze", recorded)
+    before = gc.get_threshold()
+    assert main(["report", str(INPUT_BOUND), "-o", str(tmp_path / "r.html"), "-q", "--jobs", "1"]) == 0
+    assert seen == [(50_000, *before[1:])] and gc.get_threshold() == before
+
+
+def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs_is_1(monkeypatch, tmp_path):
+    """The painter moves work to the other core rather than adding any: by default it is started on a machine
+    whose cores are all busy (one job to read with), as long as two are usable; --jobs 1 keeps one process."""
+    import traceinsight.commands.report as report_command
+
+    started = []
+
+    class Recorded(report_command.Painter):
+        def __init__(self) -> None:
+            started.append(True)
+            super().__init__()
+
+    monkeypatch.setattr(report_command, "Painter", Recorded)
+    monkeypatch.setattr(report_command, "default_jobs", lambda: 1)  # a busy machine: no core idle
+    page = tmp_path / "r.html"
+    for usable, extra, painted in ((2, [], 1), (2, ["--jobs", "1"], 0), (1, [], 0)):
+        monkeypatch.setattr(report_command, "usable_cores", lambda usable=usable: usable)
+        started.clear()
+        assert main(["report", str(INPUT_BOUND), "-o", str(page), "-q", *extra]) == 0
+        assert (len(started), page.read_text().count("<svg")) == (painted, 5)
+
+
 def test_a_tpu_run_says_tpu_util():
     """The share of time some XLA op runs is TPU-Util on TPUs alone, GPU-Util elsewhere."""
     tpu = analyze_path(shared_trace("xprof/test_xplanes")).report

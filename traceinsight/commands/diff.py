@@ -1,7 +1,7 @@
 """`traceinsight diff BASE NEW`: compare two runs (traces or saved `--json` reports) and gate CI on regressions.
 
-Like every command module, it imports at its top only what its options need: the CLI builds its parser from
-them all, and `report` forks its painter before pandas is imported (`commands/report.py`).
+It imports pandas and the analyses only when a side is a trace to read (`_reports`); the CLI imports this module
+only when `diff` runs (cli.py).
 """
 
 from __future__ import annotations

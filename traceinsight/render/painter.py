@@ -2,11 +2,11 @@
 
 matplotlib takes 0.4-0.6 s to import and the charts 0.3-0.45 s to draw: most of a report of an everyday trace
 if done after the analyses. A `Painter` starts a painting process at the start of the report command
-(`parallel.Child`), before pandas is imported here (`commands/report.py`); it imports matplotlib at once, on
-the other core, and never imports pandas: `paint` sends it the run as plain data (`chart_data.ChartRun`), and
-it draws the charts while this process compiles the page's templates; `charts` collects them. With one job
-they are drawn here. (A helper forked from the painter to draw half the charts did not pay for its fork:
-benchmarks/README.md.)
+(`parallel.Child`), before numpy and pandas are imported here (`commands/report.py`): it imports numpy and
+matplotlib at once, on the other core, and never imports pandas: `paint` sends it the run as plain data
+(`chart_data.ChartRun`), and it draws the charts while this process compiles the page's templates; `charts`
+collects them. With one job they are drawn here. (A helper forked from the painter to draw half the charts
+did not pay for its fork: benchmarks/README.md.)
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from traceinsight.parallel import Child
-from traceinsight.render.chart_data import ChartRun, chart_run
 from traceinsight.result import RunReport
 
 if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
+    from traceinsight.render.chart_data import ChartRun
 
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).
@@ -35,6 +35,8 @@ class Painter:
 
     def paint(self, report: RunReport, analysis: Analysis) -> None:
         """Start drawing the charts of one report; `charts` collects them."""
+        from traceinsight.render.chart_data import chart_run  # numpy: imported by each process after the fork
+
         self._child.submit(draw_charts, report, chart_run(analysis))
 
     def charts(self) -> Charts:
