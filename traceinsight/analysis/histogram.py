@@ -6,7 +6,7 @@ import numpy as np
 
 from traceinsight.result import Bin
 
-_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"), (1, "ns"))
+_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "\u00b5s"), (1, "ns"))
 
 
 def _unit(ns: int) -> tuple[int, str]:

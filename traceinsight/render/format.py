@@ -42,17 +42,16 @@ def markdown_code(text: object) -> str:
     return f"`{flat}`"
 
 
-_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
+# The time units of every figure and chart axis, largest first: one spelling (µs) on every page and summary.
+_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "\u00b5s"))
 _BYTE_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-# The units a chart's time axis reads in, largest first.
-_AXIS_TIME_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "\u00b5s"))
 
 
 def time_unit(largest_ns: float) -> tuple[int, str]:
     """The unit a time axis reads in, as (ns per unit, name), from the largest value it shows: the largest unit it
     holds at least one of, so that no tick needs more than three digits before the point or a string of zeros
     after it (80,000 ms reads 80 s, 0.020 ms reads 20 \u00b5s); ns below a microsecond."""
-    return next(((scale, unit) for scale, unit in _AXIS_TIME_UNITS if abs(largest_ns) >= scale), (1, "ns"))
+    return next(((scale, unit) for scale, unit in _TIME_UNITS if abs(largest_ns) >= scale), (1, "ns"))
 
 
 def tick_decimals(step: float) -> int:
@@ -70,7 +69,7 @@ def fmt_tick(value: float, decimals: int) -> str:
 
 
 def fmt_ns(ns: float | None) -> str:
-    """A duration for people: 1.23 ms, 45.6 us, 812 ns; '-' when unknown."""
+    """A duration for people: 1.23 ms, 45.6 \u00b5s, 812 ns; '-' when unknown."""
     if ns is None:
         return "-"
     for scale, unit in _TIME_UNITS:

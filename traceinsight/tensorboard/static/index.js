@@ -93,7 +93,7 @@ function thousands(x, digits = 0) {
   return fraction === undefined ? grouped : `${grouped}.${fraction}`;
 }
 
-const TIME_UNITS = [[1e9, "s"], [1e6, "ms"], [1e3, "us"]];
+const TIME_UNITS = [[1e9, "s"], [1e6, "ms"], [1e3, "\u00b5s"]];
 const BYTE_UNITS = [[2 ** 30, "GiB"], [2 ** 20, "MiB"], [2 ** 10, "KiB"]];
 
 function fmtNs(ns) {
