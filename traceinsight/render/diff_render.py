@@ -252,12 +252,6 @@ def diff_sentence(diff: dict[str, Any]) -> str:
     return "; ".join(part for part in (", ".join(figures), counts, *came_went) if part) + "."
 
 
-def comparability_note(diff: dict[str, Any]) -> str | None:
-    """The diff's warnings (`diff.comparability`: other hardware, framework, capture kind or small-kernel
-    threshold) as one sentence, None when the runs compare as they stand."""
-    return "; ".join(w["message"] for w in diff.get("warnings") or []) or None
-
-
 def render_diff_html(diff: dict[str, Any]) -> str:
     run_changes, device_changes = split_changes(diff)
     return (
