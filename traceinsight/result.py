@@ -465,6 +465,8 @@ GAP_CAUSE_PARTS = {
     "host_launch": "host_launch",
     "other": "unexplained",
 }
+# The critical path's waits for what the trace does not hold (`analysis/critical_path.PARTS`).
+PATH_WAIT_PARTS = {"queued": "wait_outside_trace", "blocked": "wait_outside_trace"}
 BOTTLENECK_PARTS = {
     "input_bound": "input_wait",
     "external_wait": "wait_outside_trace",

@@ -14,6 +14,7 @@ from traceinsight.result import (
     BOTTLENECK_PARTS,
     GAP_CAUSE_PARTS,
     PART_WORDS,
+    PATH_WAIT_PARTS,
     Bottleneck,
     ComputeEfficiency,
     LongGap,
@@ -288,15 +289,11 @@ def input_label(report: RunReport, input_id: int) -> str | None:
     return next((r.label for r in report.ranks.items if r.input == input_id), f"input {input_id}")
 
 
-# The critical path's waits for what the trace does not hold, by the ledger's name for that time (`PART_WORDS`).
-_PATH_WAIT_PARTS = {"queued": "wait_outside_trace", "blocked": "wait_outside_trace"}
-
-
 def path_item_text(report: RunReport, item: PathItem) -> str:
     """'data on rank 1: 30.0 ms a step' (no rank with a single input); a wait for work the trace does not hold
     says so, as the headline and the ledger call it ('… (wait outside the trace): 463 ms a step')."""
     where = input_label(report, item.input)
-    wait = _PATH_WAIT_PARTS.get(item.part)
+    wait = PATH_WAIT_PARTS.get(item.part)
     what = f" ({PART_WORDS[wait]})" if wait else ""
     return f"{item.name}{f' on {where}' if where else ''}{what}: {fmt_ns(item.ns_per_step)} a step"
 
