@@ -78,8 +78,9 @@ def stages(path: Path) -> None:
     from traceinsight.render.painter import Painter
 
     mark("imports")
-    with Painter() if default_jobs() > 1 else nullcontext() as painter:
-        profile = load_run(discover(path), path, jobs=default_jobs())
+    jobs = default_jobs()  # once, before the painter starts (as `report` does): counted after, it is a busy core
+    with Painter() if jobs > 1 else nullcontext() as painter:
+        profile = load_run(discover(path), path, jobs=jobs)
         rows = len(profile.events)
         mark(f"load ({rows:,} rows)")
         analysis = analyze(profile)
