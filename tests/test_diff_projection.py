@@ -44,6 +44,12 @@ def _projected(bottleneck: dict[str, Any], basis: str, after_ns: int, speedup: f
     return bottleneck
 
 
+def _on_path(bottleneck: dict[str, Any], after_ns: int) -> dict[str, Any]:
+    """`bottleneck` whose fix, as an edit of the critical path, leaves `after_ns`."""
+    bottleneck["projection"] |= {"path_step_ns_after": after_ns, "path_speedup": round(BASE_STEP / after_ns, 3)}
+    return bottleneck
+
+
 def _sized(bid: str, time_ns: int, fraction: float) -> dict[str, Any]:
     return {**_bottleneck(bid, "high", time_ns), "fraction": fraction}
 
@@ -59,7 +65,7 @@ def _pair() -> tuple[dict[str, Any], dict[str, Any]]:
         "base",
         steps=_steps(BASE_STEP),
         bottlenecks=[
-            _projected(_sized("input_bound", 60 * MS, 0.34), "measured", 115_600_000, 1.5138),
+            _on_path(_projected(_sized("input_bound", 60 * MS, 0.34), "measured", 115_600_000, 1.5138), 120 * MS),
             _projected(_sized("launch_bound", 30 * MS, 0.17), "estimated", 160 * MS, 1.09375),
             _projected(_sized("h2d_copy", 5 * MS, 0.03), "measured", 170 * MS, 1.0294),
             _sized("idle_other", 2 * MS, 0.01),
@@ -105,6 +111,8 @@ def test_gone_and_shrunk_bottlenecks_are_checked_grown_ones_not():
         "measured_saving_ns": 35_300_000,
         "measured_speedup": 175_000_000 / 139_700_000,
         "error": 115_600_000 / 139_700_000 - 1,
+        "path_step_ns_after": 120_000_000,
+        "path_error": 120_000_000 / 139_700_000 - 1,
     }
     assert gone["measured_speedup"] == pytest.approx(1.2527, abs=1e-4)
     assert gone["error"] == pytest.approx(-0.1725, abs=1e-4)  # the projection promised 17 % more than came
@@ -116,6 +124,7 @@ def test_gone_and_shrunk_bottlenecks_are_checked_grown_ones_not():
     assert shrunk["measured_saving_ns"] == 35_300_000
     assert shrunk["error"] == 160_000_000 / 139_700_000 - 1
     assert shrunk["error"] == pytest.approx(0.1453, abs=1e-4)  # too pessimistic: the step fell further
+    assert (shrunk["path_step_ns_after"], shrunk["path_error"]) == (None, None)  # no path projection: none to score
 
 
 def test_a_cause_that_did_not_fall_beyond_the_noise_is_not_checked():
@@ -196,6 +205,8 @@ def test_headline_against_the_measured_step():
         "measured_saving_ns": 35_300_000,
         "measured_speedup": 175_000_000 / 139_700_000,
         "error": 100_000_000 / 139_700_000 - 1,
+        "path_step_ns_after": None,  # the hand-built BASE's headline has no path projection
+        "path_error": None,
         "projected_gpu_util_after": 0.9,
         "measured_gpu_util_before": 0.55,
         "measured_gpu_util_after": 0.7,
@@ -241,7 +252,8 @@ def test_renderers_show_projected_vs_measured():
     md = _plain(render_diff_markdown(diff))
     assert (
         "- input_bound (measured, gone): projected 175.0 -> 115.6 ms/step (1.51x), "
-        "measured 175.0 -> 139.7 ms/step (1.25x), projection off by -17.3 %\n" in md
+        "measured 175.0 -> 139.7 ms/step (1.25x), projection off by -17.3 % "
+        "(critical path: 120.0 ms/step, off by -14.1 %)\n" in md
     )
     assert (
         "- launch_bound (estimated, shrunk): projected 175.0 -> 160.0 ms/step (1.09x), "
@@ -254,9 +266,21 @@ def test_renderers_show_projected_vs_measured():
     section = html[html.index('<section id="projections">') :]
     section = section[: section.index("</section>")]
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", section)
-    assert cells[:8] == ["input_bound", "measured", "gone", "115.6", "139.7", "59.4", "35.3", "-17.3 %"]
-    assert cells[8:16] == ["launch_bound", "estimated", "shrunk", "160.0", "139.7", "15.0", "35.3", "+14.5 %"]
-    assert len(cells) == 16
+    input_bound = ["input_bound", "measured", "gone", "115.6", "139.7", "59.4", "35.3", "-17.3 %", "120.0", "-14.1 %"]
+    assert cells[:10] == input_bound
+    assert cells[10:20] == [
+        "launch_bound",
+        "estimated",
+        "shrunk",
+        "160.0",
+        "139.7",
+        "15.0",
+        "35.3",
+        "+14.5 %",
+        "-",
+        "-",
+    ]
+    assert len(cells) == 20
 
 
 def test_projection_rows_are_escaped():

@@ -88,29 +88,45 @@ def _analyze(path: Path) -> Analysis:
     return analyze(load_run(discover(path), path))
 
 
+def _change(before: float, after: float) -> str:
+    return f"{before / 1e6:.1f} -> {after / 1e6:.1f} ms ({before / after:.2f}x)"
+
+
+def _error(projected: float | None, measured: float) -> str:
+    return "-" if projected is None else f"{(projected / measured - 1) * 100:+.0f} %"
+
+
 def row(pair: Pair) -> str:
-    """One table row: top bottleneck, projected and measured step after, error."""
+    """One table row: top bottleneck, the step model's and the critical path's projected step after, the measured
+    step after, and each projection's error."""
     analysis = _analyze(pair.before)
     after_mean = _run_info_mean_ns(pair.after) if pair.synced else _analyze(pair.after).steps.mean_ns or 0
     found = find_bottlenecks(analysis)
     top = found[0].id if found else "-"
     mine = next((b for b in found if b.id == pair.fix), None)
     if mine is None or not after_mean:
-        return f"| {pair.name} | {top} | - | {after_mean / 1e6:.1f} ms | - |"
+        return f"| {pair.name} | {top} | - | - | {after_mean / 1e6:.1f} ms | - | - |"
     p = mine.projection
-    projected = mine.evidence["step_ns_after_hidden"] if pair.cached else p.step_ns_after
-    which = " (input fully hidden)" if pair.cached else ""
-    error = projected / after_mean - 1
     before = p.step_ns_before
+    if pair.cached:  # the input fully hidden, on the step model and on the path
+        model, path = mine.evidence["step_ns_after_hidden"], mine.evidence.get("path_step_ns_after_hidden")
+    else:
+        model, path = p.step_ns_after, p.path_step_ns_after
+    which = " (input fully hidden)" if pair.cached else ""
+    path_text = "-" if path is None else _change(before, path)
     return (
-        f"| {pair.name} | {top} | {before / 1e6:.1f} -> {projected / 1e6:.1f} ms ({before / projected:.2f}x){which} "
-        f"| {after_mean / 1e6:.1f} ms ({before / after_mean:.2f}x) | {error * 100:+.0f} % |"
+        f"| {pair.name} | {top} | {_change(before, model)}{which} | {path_text} "
+        f"| {after_mean / 1e6:.1f} ms ({before / after_mean:.2f}x) | {_error(model, after_mean)} "
+        f"| {_error(path, after_mean)} |"
     )
 
 
 def main() -> None:
-    print("| pair | top bottleneck (before) | projected step after the fix | measured step after | error |")
-    print("|---|---|---|---|---|")
+    print(
+        "| pair | top bottleneck (before) | step model: step after the fix | critical path: step after the fix "
+        "| measured step after | step model error | critical path error |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for pair in pairs():
         print(row(pair))
 

@@ -25,9 +25,10 @@ traces do. Its parts:
   (from the projection), ``measured_step_ns_before`` / ``measured_step_ns_after`` (BASE / NEW
   ``steps.mean_ns``), ``measured_saving_ns`` (before - after), ``measured_speedup`` (before / after) and
   ``error`` (projected step after / measured step after - 1: below 0 the projection promised more than
-  came). A check adds ``id``, ``basis`` ("measured" | "estimated"), ``status`` ("gone" | "shrunk") and
-  ``cause`` (``measure``, ``base``, ``new``, ``noise``, ``status``); the headline adds ``applied`` (the ids
-  BASE applied), ``addressed`` (all of them), ``projected_gpu_util_after`` and ``measured_gpu_util_before`` /
+  came), and the critical path's projection of the same fixes, ``path_step_ns_after`` and ``path_error`` (null
+  where the path made none). A check adds ``id``, ``basis`` ("measured" | "estimated"), ``status`` ("gone" |
+  "shrunk") and ``cause`` (``measure``, ``base``, ``new``, ``noise``, ``status``); the headline adds ``applied``
+  (the ids BASE applied), ``addressed`` (all of them), ``projected_gpu_util_after`` and ``measured_gpu_util_before`` /
   ``measured_gpu_util_after`` (``totals.gpu_util``). Anything unknown (no mean step, a zero to divide by) is
   null. Reports from before projections existed give no checks and no headline.
 """
@@ -625,6 +626,7 @@ def _projected_versus_measured(projection: Projection, base: RunReport, new: Run
     before, after = _mean_step_ns(base), _mean_step_ns(new)
     projected_after = projection.step_ns_after
     ratio = _ratio(projected_after, after)
+    path_ratio = _ratio(projection.path_step_ns_after, after)
     return {
         "projected_step_ns_before": projection.step_ns_before,
         "projected_step_ns_after": projected_after,
@@ -635,6 +637,8 @@ def _projected_versus_measured(projection: Projection, base: RunReport, new: Run
         "measured_saving_ns": None if before is None or after is None else before - after,
         "measured_speedup": _ratio(before, after),
         "error": None if ratio is None else ratio - 1,
+        "path_step_ns_after": projection.path_step_ns_after,
+        "path_error": None if path_ratio is None else path_ratio - 1,
     }
 
 

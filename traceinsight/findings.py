@@ -34,8 +34,18 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.copies import copy_totals
 from traceinsight.analysis.hardware import MIN_TENSOR_CORE_CC, mixed_precision_speedup, parse_compute_capability
 from traceinsight.analysis.ledger import COPY_PARTS, KERNEL_PARTS, SHOWN_BUSY_PARTS
-from traceinsight.analysis.step_model import Fix, KernelClass, Stall, StepModel, faster_kernels, fix, project
-from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection
+from traceinsight.analysis.path_projection import path_edit, project_on_path
+from traceinsight.analysis.step_model import (
+    Fix,
+    KernelClass,
+    Stall,
+    StepModel,
+    faster_kernels,
+    fix,
+    project,
+    speedup,
+)
+from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, Projection, RunProjection
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -158,6 +168,8 @@ def _input_bound(a: Analysis) -> Finding | None:
     hidden = fix(m, idle_ns=wait)
     evidence["parallelism_assumed"] = parallelism
     evidence["step_ns_after_hidden"] = project(m, [hidden]).step_ns_after
+    if (on_path := _on_path(a, [("input_bound", hidden)])) is not None:
+        evidence["path_step_ns_after_hidden"] = on_path
     return Finding(
         evidence,
         fix(m, idle_ns=wait - still_waiting),
@@ -902,12 +914,28 @@ def severity_for(fraction: float) -> str | None:
     return None
 
 
+def _on_path(a: Analysis, fixes: list[tuple[str, Fix]]) -> int | None:
+    """The mean step after these rules' fixes as edits of the critical path; None if any has no edit there."""
+    edits = [path_edit(rule_id, f) for rule_id, f in fixes]
+    if any(e is None for e in edits):
+        return None
+    return project_on_path(a.critical_path, a.step_model, [e for e in edits if e], a.steps.input_id)
+
+
+def _with_path(projection: Projection, on_path: int | None) -> dict[str, Any]:
+    """A projection's fields with the critical path's step after the same fixes beside the step model's."""
+    path_speedup = None if on_path is None else speedup(projection.step_ns_before, on_path)
+    return {**vars(projection), "path_step_ns_after": on_path, "path_speedup": path_speedup}
+
+
 def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
     if not rule.projects:
         return BottleneckProjection(**vars(project(a.step_model, [])), basis="none", assumption=None)
     basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
-        **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
+        **_with_path(project(a.step_model, [finding.fix]), _on_path(a, [(rule.id, finding.fix)])),
+        basis=basis,
+        assumption=finding.assumption,
     )
 
 
@@ -1106,8 +1134,9 @@ def _headline(analysis: Analysis, found: Found) -> RunProjection | None:
     chosen = [chosen[0]] + [f for f in chosen[1:] if f[3] != "low"]
     chosen = chosen[:HEADLINE_FIXES]
     estimated = any(f[2].basis == "estimated" for f in chosen)
+    on_path = _on_path(analysis, [(f[0].id, f[1].fix) for f in chosen])
     return RunProjection(
-        **vars(project(analysis.step_model, [f[1].fix for f in chosen])),
+        **_with_path(project(analysis.step_model, [f[1].fix for f in chosen]), on_path),
         basis="estimated" if estimated else "measured",
         applied=tuple(f[0].id for f in chosen),
     )

@@ -120,6 +120,10 @@ class Projection:
     speedup: float
     gpu_util_before: float | None = None
     gpu_util_after: float | None = None
+    # The same fixes as edits of each step's critical path (`analysis/path_projection.py`): the mean step after, or
+    # None where the path cannot say (no edit for the fix, or a path mostly of time the trace does not hold).
+    path_step_ns_after: int | None = None
+    path_speedup: float | None = None
 
 
 @dataclass(frozen=True)

@@ -740,6 +740,39 @@ AMPERE_CC = (8, 0)
 BUSY_SHARE_EFFICIENCY_FIRST = 0.9
 # The headline applies at most this many fixes.
 HEADLINE_FIXES = 3
+# Each rule's fix as an edit of the critical path (`analysis/path_projection.py`): the path's parts
+# (`analysis/critical_path.PARTS`) its saving comes out of, in order, while they last. A rule not here has no edit
+# the path can make (a bigger batch changes every node; waits with no fix project nothing).
+PATH_EDIT_OTHER_RANKS = "other_ranks"  # the path's stretches on ranks other than the step's: a straggler's work
+_HOST_STRETCHES = ("launch", "host_gap", "cpu_op", "runtime")
+PATH_EDITS: dict[str, tuple[str, ...]] = {
+    "input_bound": ("input_wait",),  # the wait for input goes (or shrinks to the faster pipeline's)
+    "launch_bound": _HOST_STRETCHES,  # launches at a graph replay's cost: the host's time between kernels
+    "host_bound": _HOST_STRETCHES,  # the host's work between launches
+    "framework_overhead": ("cpu_op", "runtime", "host_gap"),  # the eager runtime's per-op cost
+    "h2d_copy": ("copy",),  # exposed copies overlap compute
+    "transfer_bound": ("copy",),
+    "d2h_sync": ("sync", "copy", *_HOST_STRETCHES),  # the sync and the host's re-launch after it
+    "low_occupancy": ("compute",),  # kernels on the path run faster by the fix's share of kernel time
+    "fp32_compute": ("compute",),
+    "low_compute_efficiency": ("compute",),
+    "straggler": (PATH_EDIT_OTHER_RANKS, "rank_wait"),  # the slow rank at the median's pace
+    "communication": ("collective_transfer",),  # the transfer overlaps compute
+}
+# The path's parts it would pass wherever their time lies: device work, a node of the graph with every edge, so a fix
+# of kernels, copies or transfers none of which is on the path saves nothing there. Host stretches (input waits, CPU
+# ops, launches) are seen only on the threads the walk passes, so an edit of them the path never met projects nothing
+# (XSpace runs wait for input on a thread the walk does not enter while the executor's threads run).
+PATH_SEEN_WHEREVER_THEY_ARE = ("compute", "copy", "collective_transfer")
+# A path projection is made only where the path holds at least this share of its steps' time in stretches the trace
+# holds (not `idle`): below it, most of what a fix could shorten is out of sight.
+PATH_PROJECTION_MIN_KNOWN = 0.5
+# Which projection the headline states, the step model's or the critical path's: the one closer to the measured step
+# on the real before/after pairs (`python -m tools.projection_accuracy`, docs/methodology.md: within 10 % on 6 of
+# 10 pairs both; the path's is never below the step model's, and every miss above is the step model's too).
+HEADLINE_PROJECTION = "step_model"
+# The two projections are said to agree within this share of the stated step after.
+PATHS_AGREE_WITHIN = 0.01
 # An input verdict gives `input_bound` this severity.
 VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
 # CPU-only runs: framework overhead and small ops are judged only where a step holds at least this many ops.

@@ -178,6 +178,8 @@ def _projection_cells(item: dict[str, Any], label: str, basis: str, status: str)
         "projected_speedup": fmt_speedup(item["projected_speedup"]),
         "measured_speedup": fmt_speedup(item["measured_speedup"]),
         "error": fmt_relative(item["error"]),
+        "path_after": fmt_ms(item.get("path_step_ns_after")),
+        "path_error": fmt_relative(item.get("path_error")),
     }
 
 
@@ -202,7 +204,14 @@ def projection_line(row: dict[str, str]) -> str:
         f"{row['label']} ({row['basis']}, {row['status']}): "
         f"projected {row['projected_before']} -> {row['projected_after']} ms/step ({row['projected_speedup']}), "
         f"measured {row['measured_before']} -> {row['measured_after']} ms/step ({row['measured_speedup']}), "
-        f"projection off by {row['error']}"
+        f"projection off by {row['error']}{_path_words(row)}"
+    )
+
+
+def _path_words(row: dict[str, str]) -> str:
+    """`` (critical path: 120.0 ms/step, off by -14.1 %)``, or nothing where the path projected nothing."""
+    return (
+        "" if row["path_after"] == "-" else f" (critical path: {row['path_after']} ms/step, off by {row['path_error']})"
     )
 
 

@@ -53,6 +53,7 @@ from traceinsight.render.wording import (
     other_warnings,
     partial_notes,
     projection_sentence,
+    projection_source,
     run_header,
     util_label,
     verdict_sentence,
@@ -128,7 +129,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(_FILTERS)
     functions = (evidence_rows, gap_step, kernel_tables, partial_notes, other_warnings, run_header, util_label)
     functions += (critical_path_sentence, input_label, path_groups, device_words, folds_devices)  # type: ignore[assignment]
-    functions += (bottleneck_name, culprit_text, gap_cause_words, longest_gaps)  # type: ignore[assignment]
+    functions += (bottleneck_name, culprit_text, gap_cause_words, longest_gaps, projection_source)  # type: ignore[assignment]
     env.globals.update({f.__name__: f for f in (*functions, input_verdict, mfu_text, coverage_text)})
     env.globals.update(bottlenecks_heading=BOTTLENECKS_HEADING, memory_warnings=MEMORY_WARNINGS)
     env.globals.update(part_words=PART_WORDS, part_meanings=PART_MEANINGS)

@@ -13,11 +13,13 @@ from traceinsight.render.wording import (
     culprit_text,
     input_verdict,
     partial_notes,
+    path_change,
+    path_disagrees,
     projection_sentence,
     step_after_fix,
     verdict_sentence,
 )
-from traceinsight.result import RunReport, Steps, Totals
+from traceinsight.result import Bottleneck, RunReport, Steps, Totals
 
 
 def _link(text: str, target: str) -> str:
@@ -58,6 +60,14 @@ def _spread(steps: Steps) -> str:
     if spread is None:
         return ""
     return f", \u03c3 {fmt_ns(spread.stdev_ns)}, min {fmt_ns(spread.min_ns)}, max {fmt_ns(spread.max_ns)}"
+
+
+def _step_after(b: Bottleneck) -> str:
+    """The step after this fix, and the critical path's where it differs (`path_change`)."""
+    p = b.projection
+    if p is None or p.basis == "none" or not path_disagrees(p):
+        return step_after_fix(b)
+    return f"{step_after_fix(b)}; {path_change(p)}"
 
 
 def render_markdown(report: RunReport, html_file: str | None = None, html_url: str | None = None) -> str:
@@ -108,7 +118,7 @@ def render_markdown(report: RunReport, html_file: str | None = None, html_url: s
             lines.append(
                 f"| {b.rank} | {markdown_text(bottleneck_name(b))} | {markdown_text(culprit_text(b) or '-')} "
                 f"| {markdown_text(b.severity)} | {fmt_pct(b.fraction)} "
-                f"| {step_after_fix(b)} | {markdown_text(b.projection.basis if b.projection else 'none')} "
+                f"| {_step_after(b)} | {markdown_text(b.projection.basis if b.projection else 'none')} "
                 f"| {markdown_text(fix)} |"
             )
     else:

@@ -17,6 +17,8 @@ from traceinsight.render.wording import (
     input_verdict,
     other_warnings,
     partial_notes,
+    path_change,
+    path_disagrees,
     projection_sentence,
     run_header,
     step_after_fix,
@@ -97,6 +99,8 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         )
         if culprit := culprit_text(b):
             lines.append(f"       cause: {escape_control(culprit)}")
+        if b.projection and b.projection.basis != "none" and path_disagrees(b.projection):
+            lines.append(f"       {path_change(b.projection)}")
         if b.recommendations:
             lines.append(f"       -> {escape_control(b.recommendations[0])}")
     if warnings := other_warnings(report):

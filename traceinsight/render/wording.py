@@ -19,9 +19,18 @@ from traceinsight.result import (
     ComputeEfficiency,
     LongGap,
     PathItem,
+    Projection,
     RunReport,
 )
-from traceinsight.rules import AMD_DEVICE, AT_LIMIT_FRACTION, DEVICE_EVENTS_CUT, DEVICE_NOT_RECORDED, MIN_STEADY_STEPS
+from traceinsight.rules import (
+    AMD_DEVICE,
+    AT_LIMIT_FRACTION,
+    DEVICE_EVENTS_CUT,
+    DEVICE_NOT_RECORDED,
+    HEADLINE_PROJECTION,
+    MIN_STEADY_STEPS,
+    PATHS_AGREE_WITHIN,
+)
 
 # The bottleneck list's heading, everywhere it is shown.
 BOTTLENECKS_HEADING = "Bottlenecks: by severity, measured before estimated, each with the step it leaves"
@@ -177,7 +186,35 @@ def projection_sentence(report: RunReport) -> str | None:
         util = f", {util_label(report)} in the steps {fmt_pct(p.gpu_util_before)} \u2192 {fmt_pct(p.gpu_util_after)}"
     estimate = " (estimated)" if p.basis == "estimated" else ""
     change = fmt_step_change(p.step_ns_before, p.step_ns_after, p.speedup)
-    return f"Fixing {which}{estimate}: step {change}{util}."
+    return f"Fixing {which}{estimate}: step {change}{util} ({projection_source(p)})."
+
+
+# The projections' names, as `rules.HEADLINE_PROJECTION` spells them.
+PROJECTION_NAMES = {"step_model": "the step model", "critical_path": "the critical path"}
+
+
+def path_disagrees(p: Projection) -> bool:
+    """The critical path's step after the same fixes differs from the step model's (`rules.PATHS_AGREE_WITHIN`)."""
+    path = p.path_step_ns_after
+    return path is not None and abs(path - p.step_ns_after) > PATHS_AGREE_WITHIN * max(p.step_ns_after, 1)
+
+
+def path_change(p: Projection) -> str:
+    """The critical path's step before and after, and how much of the fix's time lies on it: 'on the critical path
+    174.8 -> 174.8 ms (1.00x): none of the time it removes lies on the path'."""
+    path = p.path_step_ns_after or 0
+    change = fmt_step_change(p.step_ns_before, path, p.path_speedup)
+    how_much = "none" if path >= p.step_ns_before else "only part"
+    return f"on the critical path {change}: {how_much} of the time it removes lies on the path"
+
+
+def projection_source(p: Projection) -> str:
+    """Which projection the step after is (`rules.HEADLINE_PROJECTION`), and the critical path's where it says
+    otherwise: 'by the step model; the critical path agrees', or '...; on the critical path ...' (`path_change`)."""
+    source = f"by {PROJECTION_NAMES[HEADLINE_PROJECTION]}"
+    if p.path_step_ns_after is None:
+        return f"{source}; the critical path cannot make this edit"
+    return f"{source}; {path_change(p)}" if path_disagrees(p) else f"{source}; the critical path agrees"
 
 
 NO_PROJECTION = "no speedup projected"
