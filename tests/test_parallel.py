@@ -351,7 +351,7 @@ print(code, os.getpid(), threading.active_count(), len(multiprocessing.active_ch
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's only")
 def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one, tmp_path: Path) -> None:
-    """Every fork of a report (the painting process, the two workers reading the eight ranks) happens in a
+    """Every fork of a report (the two painting processes, the two workers reading the eight ranks) happens in a
     process that runs no other thread, and the report leaves no thread or process behind."""
     log = tmp_path / "forks"
     argv = ["report", str(rank_dir[0]), "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"), "-q"]
@@ -365,7 +365,7 @@ def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one
     code, pid, threads, children = done.stdout.split()
     assert code == "0" and _analyzed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
     forks = [line.split() for line in log.read_text().splitlines()]
-    assert [p for p, _ in forks] == [pid] * 3  # the painter, then the two workers
+    assert [p for p, _ in forks] == [pid] * 4  # the two painters, then the two workers
     assert {count for _, count in forks} == {"1"}
     assert (threads, children) == ("1", "0")
 
@@ -444,3 +444,20 @@ def test_results_come_back_through_the_shared_file_or_else_the_pipe(monkeypatch,
 
 def _no_room(*args: Any) -> int:
     raise OSError(28, "No space left on device")
+
+
+def test_an_input_is_read_here_below_the_size_workers_read_from(tmp_path: Path) -> None:
+    """A second painting process is started only for an input read in this process (`commands/report.py`): under
+    `PARALLEL_FILE_MIN_BYTES` of JSON in all, a .gz counted as eight times its size on disk."""
+    from traceinsight.parallel import read_here
+    from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.json").write_bytes(b"{}")
+    os.truncate(run / "rank0.json", PARALLEL_FILE_MIN_BYTES // 2)
+    assert read_here(run) and read_here(run / "rank0.json")
+    (run / "rank1.json.gz").write_bytes(b"\x1f\x8b")
+    os.truncate(run / "rank1.json.gz", PARALLEL_FILE_MIN_BYTES // 16)  # 1/2 of the limit as JSON: 1 in all
+    assert not read_here(run) and read_here(run / "rank1.json.gz")
+    assert read_here(tmp_path / "missing")  # nothing to read: the reader says why

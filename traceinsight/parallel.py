@@ -82,6 +82,25 @@ def default_jobs() -> int:
     return idle_cores()
 
 
+def read_here(path: Path) -> bool:
+    """Whether the input under `path` is read in this one process: its files hold less than
+    `rules.PARALLEL_FILE_MIN_BYTES` of JSON in all (a .gz counted as `rules.GZIP_JSON_RATIO_GUESS` times its size
+    on disk, like `json_files.json_size_guess`, by its name here: nothing is opened), beyond which workers read it.
+    The walk stops once the sum passes it."""
+    from traceinsight.rules import GZIP_JSON_RATIO_GUESS, PARALLEL_FILE_MIN_BYTES
+
+    total = 0
+    for folder, _, names in os.walk(path) if path.is_dir() else [(str(path.parent), [], [path.name])]:
+        for name in names:
+            with suppress(OSError):
+                total += os.stat(os.path.join(folder, name)).st_size * (
+                    GZIP_JSON_RATIO_GUESS if name.endswith(".gz") else 1
+                )
+            if total >= PARALLEL_FILE_MIN_BYTES:
+                return False
+    return True
+
+
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, at most its cgroup's CPU quota rounded up (a
     container's ``--cpus``, which the affinity does not show)."""
@@ -561,6 +580,11 @@ class Child:
         self.process.join()
         self._pipe.close()
 
+    def abandon(self) -> None:
+        """Kill the process and close the pipe: for work nobody will use."""
+        self.stop()
+        self._pipe.close()
+
     def __enter__(self) -> Child:
         return self
 
@@ -570,8 +594,7 @@ class Child:
         if error is None:
             self.close()
         else:  # interrupted, or failed: no waiting for work nobody will use
-            self.stop()
-            self._pipe.close()
+            self.abandon()
 
 
 SHARED_MEMORY = "/dev/shm"  # tmpfs on Linux: a file there is memory, not disk

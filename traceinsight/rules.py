@@ -159,6 +159,9 @@ PARALLEL_FILE_MIN_BYTES = 32 << 20
 # CPU time bought 1.19x on an idle 2-core machine (issue 38). So from the size a Kineto file's own chunks are
 # shared at (`PARALLEL_FILE_MIN_BYTES`).
 PARALLEL_RUN_MIN_BYTES = PARALLEL_FILE_MIN_BYTES
+# A .gz trace's bytes of JSON, guessed from its size on disk (`json_files.json_size_guess`): Kineto JSON packs
+# about eightfold.
+GZIP_JSON_RATIO_GUESS = 8
 # How many processes by default (`parallel.default_jobs`): the cores left idle, the usable ones (CPU affinity, at most
 # the cgroup's quota) less those other processes keep busy: the fewer of the 1-minute load average, which lags (a
 # command that ended seconds ago still counts, as the last run of this one does), and the processes runnable now, a

@@ -25,9 +25,9 @@ from traceinsight.commands.options import (
 )
 from traceinsight.errors import TraceError
 from traceinsight.gating import evaluate, parse_threshold
-from traceinsight.parallel import default_jobs, usable_cores
+from traceinsight.parallel import default_jobs, read_here, usable_cores
 from traceinsight.render.output import Staged, finish, preflight_outputs, removed_on_interrupt
-from traceinsight.render.painter import Painter
+from traceinsight.render.painter import PAINTERS, Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
@@ -119,10 +119,14 @@ class ReportCommand:
         # numpy or pandas (the module docstring), wherever a second core is usable, however busy: the painter moves
         # work rather than adding it. On nccl_parser_config it cut the wall time by 10-30 % at a load of 1.2-1.9 on
         # 2 cores, for 0-4 % more CPU time, and by 14 % at a load of 3.3, for 11 % more (issue 38). --jobs 1 keeps
-        # everything in one process.
+        # everything in one process. A second painting process adds CPU (its own matplotlib import, about 0.3 s) to
+        # take half the charts off the wall time: it is started only with a second idle core (`jobs`: the idle cores
+        # by default) and for an input read in this one process, whose reading leaves that core idle for its import
+        # (on the 306 MB trace it took 7 % more CPU and no wall time off; on HTA's trace_filter, 0.15 s off).
         jobs = default_jobs() if args.jobs is None else args.jobs
         paint_apart = usable_cores() > 1 if args.jobs is None else args.jobs > 1
-        with Painter() if paint_apart else nullcontext() as painter:
+        painters = PAINTERS if jobs > 1 and read_here(args.path) else 1
+        with Painter(painters) if paint_apart else nullcontext() as painter:
             from traceinsight.api import analyze
             from traceinsight.load import progress_stream
             from traceinsight.workflow import refuse_partial

@@ -22,6 +22,7 @@ from typing import cast
 from traceinsight.errors import TraceError
 from traceinsight.limits import WHOLE_JSON_FACTOR, MemoryLimit
 from traceinsight.readers.regular import open_regular
+from traceinsight.rules import GZIP_JSON_RATIO_GUESS
 
 fast_zlib: ModuleType = zlib  # the standard library's, where ISA-L's wheels are missing
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error,)
@@ -34,7 +35,6 @@ except ImportError:
 
 # Bytes of JSON read at a time: a gzip file's blocks as inflated, the chunks a stream decodes (json_stream.py).
 CHUNK_BYTES = 4 << 20
-_GZIP_RATIO_GUESS = 8
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's code for a gzip stream (header and trailer)
 _PACKED_BLOCK = 1 << 20  # bytes of a .gz file read at a time
 
@@ -196,6 +196,6 @@ def json_size_guess(path: Path | str) -> int:
     For ``.gz``, guessed from the size on disk: Kineto JSON packs about eightfold.
     """
     try:
-        return os.stat(path).st_size * (_GZIP_RATIO_GUESS if _magic(path) == b"\x1f\x8b" else 1)
+        return os.stat(path).st_size * (GZIP_JSON_RATIO_GUESS if _magic(path) == b"\x1f\x8b" else 1)
     except OSError:
         return 0

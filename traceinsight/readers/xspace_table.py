@@ -152,12 +152,15 @@ class Table:
             columns[name] = rows_kept([part.columns.pop(name) for part in self.parts], keeps, kept, dtype)
             release_free_memory()  # the batches' pieces of the column, so the next column can reuse their pages
         for name, on_device in (("stream", True), ("thread", False)):  # the rows' line ids, -1 on the other planes
-            column = columns[name] = np.full(n, -1, np.int64)
+            column = columns[name] = np.empty(n, np.int64)  # each row written once (a fill first took 0.05 s)
             at = 0
             for part, keep, count in zip(self.parts, keeps, kept, strict=True):
-                if (part.device_code >= 0) == on_device:
-                    lines = part.event_line if count == len(keep) else part.event_line[keep]
-                    column[at : at + count] = part.line_ids[lines]
+                if (part.device_code >= 0) != on_device:
+                    column[at : at + count] = -1
+                elif count == len(keep):
+                    np.take(part.line_ids, part.event_line, out=column[at : at + count])
+                else:
+                    np.take(part.line_ids, part.event_line[keep], out=column[at : at + count])
                 at += count
         device = np.repeat(np.array([part.device_code for part in self.parts], np.int16), kept)
         columns["device"] = pd.Categorical.from_codes(device, self.device_labels)

@@ -1,20 +1,23 @@
-"""The page's charts, drawn in a process of their own while this one reads and analyses.
+"""The page's charts, drawn in processes of their own while this one reads and analyses.
 
-matplotlib takes 0.4-0.6 s to import and the charts 0.3-0.45 s to draw: most of a report of an everyday trace
+matplotlib takes 0.2-0.3 s to import and the charts 0.25-0.45 s to draw: most of a report of an everyday trace
 if done after the analyses. A `Painter` starts a painting process at the start of the report command
 (`parallel.Child`), before numpy and pandas are imported here (`commands/report.py`): it imports numpy and
 matplotlib at once, on the other core, and never imports pandas: `paint` sends it the run as plain data
-(`chart_data.ChartRun`), and it draws the charts while this process compiles the page's templates; `charts`
-collects them. With one job they are drawn here. (A helper forked from the painter to draw half the charts
-did not pay for its fork: benchmarks/README.md.)
+(`chart_data.ChartRun`). With a fork to start it, a second painting process imports matplotlib once the first has
+(while this process still analyses, so the two imports never run beside this one's), and the two draw the charts
+side by side, each taking the next chart not yet taken, the costliest first (`DRAW_ORDER`): this process only
+waits for them, so they have both cores. With one job the charts are drawn here.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from traceinsight.parallel import Child
+from traceinsight.parallel import Child, start_context
 from traceinsight.result import RunReport
 
 if TYPE_CHECKING:
@@ -24,24 +27,65 @@ if TYPE_CHECKING:
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).
 CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks", "critical_path")
+# The order the painting processes take them in: the costliest first (the roofline's log axes, a TPU's memory
+# steps), so that the last one taken is short and neither process waits long for the other.
+DRAW_ORDER = ("roofline", "memory", "steps", "timeline", "gaps", "kernels", "mfu", "ranks", "critical_path")
+PAINTERS = 2  # painting processes at most, where they can be forked (this process waits while they draw)
+
+# Shared by the painting processes (inherited at their fork): the report being drawn and the next chart of it not
+# yet taken. None in a process that draws alone.
+_NEXT: Any = None
 
 
 class Painter:
-    """Draws the `CHART_NAMES` charts in a painting process, started (and importing matplotlib) when made."""
+    """Draws the `CHART_NAMES` charts in painting processes, started (and importing matplotlib) when made."""
 
-    def __init__(self) -> None:
-        self._child = Child("painter")
-        self._child.submit(_import_charts)
+    def __init__(self, processes: int = PAINTERS) -> None:
+        global _NEXT
+        context = start_context()
+        count = max(processes, 1) if context.get_start_method() == "fork" else 1
+        _NEXT = context.Array("q", 2) if count > 1 else None  # [report number, next chart]
+        self._painted = 0
+        # The first painter's word to the others that it has imported (a pipe inherited at their fork).
+        imported, may_import = os.pipe() if count > 1 else (-1, -1)
+        self._children: list[Child] = []
+        try:
+            for i in range(count):
+                self._children.append(Child("painter" if i == 0 else f"painter {i + 1}", context))
+        except BaseException as failed:  # interrupted as they started: none left behind
+            self.__exit__(type(failed), failed, None)
+            raise
+        finally:  # this process's ends of the pipe: the painters hold their own
+            for end in (imported, may_import):
+                if end >= 0:
+                    os.close(end)
+        first, *others = self._children
+        first.submit(_import_charts, may_import)
+        for child in others:
+            child.submit(_import_charts_after, imported, may_import)
 
     def paint(self, report: RunReport, analysis: Analysis) -> None:
         """Start drawing the charts of one report; `charts` collects them."""
         from traceinsight.render.chart_data import chart_run  # numpy: imported by each process after the fork
 
-        self._child.submit(draw_charts, report, chart_run(analysis))
+        self._painted += 1
+        if _NEXT is not None:
+            with _NEXT.get_lock():
+                _NEXT[0], _NEXT[1] = self._painted, 0
+        run = pickle.dumps((report, chart_run(analysis)), protocol=pickle.HIGHEST_PROTOCOL)  # pickled once
+        for child in self._children:
+            child.submit(draw_share, self._painted, run)
 
     def charts(self) -> Charts:
-        """The charts `paint` started, as inline SVG (None for a chart the run has no data for)."""
-        return self._child.latest()  # type: ignore[no-any-return]
+        """The charts `paint` started, as inline SVG (None for a chart the run has no data for). A painter still
+        importing when the others had drawn them all is not waited for."""
+        first, *others = self._children
+        drawn: Charts = first.latest()
+        for child in others:
+            if len(drawn) == len(CHART_NAMES):
+                break
+            drawn.update(child.latest())
+        return drawn
 
     def __enter__(self) -> Painter:
         return self
@@ -49,11 +93,50 @@ class Painter:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._child.__exit__(kind, error, trace)
+        for child in self._children[1:]:  # it holds nothing: not waited for (it may still be importing)
+            child.abandon()
+        if self._children:
+            self._children[0].__exit__(kind, error, trace)
 
 
-def _import_charts() -> None:
-    import traceinsight.render.charts  # noqa: F401  # the import is the work
+def _import_charts(tell: int) -> None:
+    """Import matplotlib and the charts (the work), then tell the other painters (`tell`: a pipe's end; -1: none)."""
+    import traceinsight.render.charts  # noqa: F401
+
+    if tell >= 0:
+        os.write(tell, b"go")
+        os.close(tell)
+
+
+def _import_charts_after(wait: int, inherited: int) -> None:
+    """Import the charts once the first painter has: its word on the pipe `wait`, or its end (it died)."""
+    os.close(inherited)  # the first painter's end, which this process holds too: its close must end the wait
+    os.read(wait, 1)
+    os.close(wait)
+    import traceinsight.render.charts  # noqa: F401
+
+
+def _take(report: int) -> str | None:
+    """The next chart of report number `report` not yet taken by a painter (None: none left, or a later report is
+    being drawn)."""
+    with _NEXT.get_lock():
+        if _NEXT[0] != report or _NEXT[1] >= len(DRAW_ORDER):
+            return None
+        _NEXT[1] += 1
+        return DRAW_ORDER[_NEXT[1] - 1]
+
+
+def draw_share(report_number: int, run: bytes) -> Charts:
+    """The charts of the pickled (report, `ChartRun`) this painter takes (all of them when it draws alone)."""
+    from traceinsight.render.charts import draw
+
+    report, chart_data = pickle.loads(run)
+    if _NEXT is None:
+        return draw_charts(report, chart_data)
+    drawn: Charts = {}
+    while (name := _take(report_number)) is not None:
+        drawn[name] = draw(name, report, chart_data)
+    return drawn
 
 
 def draw_charts(report: RunReport, run: ChartRun) -> Charts:
