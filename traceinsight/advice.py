@@ -120,6 +120,30 @@ _ACCUMULATION = "Keep the global batch fixed with gradient accumulation if the r
 _TF_STEPS_PER_CALL = "Run several steps per call: `model.compile(..., steps_per_execution=32)`."
 _TF_XLA = Tip("Compile the step with XLA: `@tf.function(jit_compile=True)`.", skip_if=(("xla", True),))
 _MATMUL_WORK = Tip("Give the matmuls more work each: a bigger batch, fused projections.", when="gemm_below_roofline")
+# A CPU-only run whose step is its own compute (host_bound's `cpu_bound` evidence): where it can run, and how the CPU
+# runs it faster.
+_ACCELERATOR = "The step is CPU compute: run it on an accelerator if the machine has one"
+_CPU_BOUND_TORCH = (
+    Tip(f'{_ACCELERATOR}, the model and each batch moved with `.to("cuda")`.', when="cpu_bound"),
+    Tip(
+        "On the CPU, let each op use every core: `torch.set_num_threads(os.cpu_count())` (`torch.get_num_threads()` "
+        "says how many it uses now).",
+        when="cpu_bound",
+    ),
+    Tip(
+        'On a CPU with bf16 (AVX-512 BF16 or AMX), run the forward pass in `torch.autocast("cpu", '
+        "dtype=torch.bfloat16)`.",
+        when="cpu_bound",
+    ),
+)
+_CPU_BOUND_TF = (
+    Tip(f"{_ACCELERATOR} (`tf.config.list_physical_devices('GPU')` lists them).", when="cpu_bound"),
+    Tip(
+        "On the CPU, let each op use every core: `tf.config.threading.set_intra_op_parallelism_threads(0)` (0: all) "
+        "with oneDNN on (`TF_ENABLE_ONEDNN_OPTS=1`).",
+        when="cpu_bound",
+    ),
+)
 
 # A server's own knobs (`capture.server`): they replace the framework's rows of the rules that read them.
 _VLLM_BATCH = (
@@ -361,6 +385,7 @@ TABLE: tuple[Row, ...] = (
         "tensorflow",
         "any",
         (
+            *_CPU_BOUND_TF,
             Tip(
                 "Run the step as a graph: `@tf.function` on the step function, so ops no longer go through "
                 "Python and the eager runtime one by one.",
@@ -377,6 +402,7 @@ TABLE: tuple[Row, ...] = (
         "pytorch",
         "any",
         (
+            *_CPU_BOUND_TORCH,
             Tip(
                 "Compile the model: `model = torch.compile(model)` fuses small ops and removes per-op Python dispatch.",
                 skip_if=(("torch_compile", True),),

@@ -49,6 +49,7 @@ from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, Proje
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
+    CPU_BOUND_MIN_SHARE,
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
     DRAINED_QUEUE_FOUND_DEPTH,
@@ -120,6 +121,9 @@ class Finding:
     claims: dict[str, np.ndarray] = field(default_factory=dict)
     # The call, op, kernel or stage of the evidence that contributes most to the cost (None: none stands out).
     culprit: Culprit | None = None
+    # False for a variant of a projecting rule whose cause no fix in the trace removes (a CPU-only run's own
+    # compute): reported with its cost, never with a projected step, like a rule that projects nothing.
+    projects: bool = True
 
 
 @dataclass(frozen=True)
@@ -329,9 +333,46 @@ def _framework_overhead(a: Analysis) -> Finding | None:
     )
 
 
+def _cpu_bound(a: Analysis) -> Finding | None:
+    """CPU-only run whose step is the host's own work (its ops, and where the loop is not traced the time between
+    them too), at least `CPU_BOUND_MIN_SHARE` of the step, with at least `MIN_HOST_OPS_PER_STEP` ops a step, and
+    no framework overhead found: the host is the device
+    and it is busy. Nothing in the trace projects its fix (an accelerator, more threads, lower precision change
+    the ops themselves), so it states its cost and names the op with the most self time."""
+    m = a.step_model
+    if not m.count or m.host_op_count < MIN_HOST_OPS_PER_STEP * m.count:  # too few ops to say what the step is
+        return None
+    parts = _host_parts(a)
+    busy = parts["host_work"] + parts["between_ops"]
+    if float(busy.sum()) < CPU_BOUND_MIN_SHARE * float(m.step_ns.sum()):
+        return None
+    top = a.host_ops.top[0] if a.host_ops.top else None
+    evidence: dict[str, Any] = {
+        "cpu_bound": True,
+        "op_time_per_step_ns": m.mean(parts["host_work"]),
+        "between_ops_per_step_ns": m.mean(parts["between_ops"]),
+        "host_ops": a.host_ops.count,
+    }
+    if top is not None:
+        evidence["top_op"] = top.name
+        evidence["top_op_self_ns"] = top.self_ns
+    return Finding(
+        evidence,
+        fix(m),
+        cost=fix(m, idle_ns=busy, host_ns=busy),
+        claims={"host_work": parts["host_work"], "between_ops": parts["between_ops"]},
+        title="CPU-bound: the step is the host's own work (CPU-only run: the host is the device)",
+        culprit=Culprit("op", top.name, top.self_ns, top.calls) if top is not None and top.self_ns > 0 else None,
+        projects=False,
+    )
+
+
 def _host_bound(a: Analysis) -> Finding | None:
     if not a.devices:
-        return _framework_overhead(a)
+        overhead = _framework_overhead(a)
+        step = a.step_model.mean(a.step_model.step_ns)
+        worth = overhead is not None and overhead.evidence["overhead_per_step_ns"] >= LOW_SEVERITY * step
+        return overhead if worth else _cpu_bound(a) or overhead
     if a.step_model.mean(a.step_model.stalls[Stall.HOST_LAUNCH]) <= 0:
         return None
     if (
@@ -928,8 +969,12 @@ def _with_path(projection: Projection, on_path: int | None) -> dict[str, Any]:
     return {**vars(projection), "path_step_ns_after": on_path, "path_speedup": path_speedup}
 
 
+def _projects(rule: Rule, finding: Finding) -> bool:
+    return rule.projects and finding.projects
+
+
 def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
-    if not rule.projects:
+    if not _projects(rule, finding):
         return BottleneckProjection(**vars(project(a.step_model, [])), basis="none", assumption=None)
     basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
@@ -987,7 +1032,7 @@ def _found(analysis: Analysis) -> Found:
         cost = _cost_ns(analysis, finding, projection)
         fraction = cost / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
         severity = _severity(rule, finding, fraction)
-        worth = projection.saving_ns > 0 if rule.projects else cost > 0 or finding.window_cost is not None
+        worth = projection.saving_ns > 0 if _projects(rule, finding) else cost > 0 or finding.window_cost is not None
         if severity is not None and worth:
             found.append((rule, finding, projection, severity, cost))
     lead = EFFICIENCY if _efficiency_first(analysis) else STALL
@@ -996,7 +1041,7 @@ def _found(analysis: Analysis) -> Found:
             f[0].id != WARMUP_RULE,
             -SEVERITIES.index(f[3]),
             f[0].kind != lead,
-            not f[0].projects,
+            not _projects(f[0], f[1]),
             -max(f[2].saving_ns, f[4]),
         )
     )
@@ -1126,7 +1171,7 @@ def _headline(analysis: Analysis, found: Found) -> RunProjection | None:
     `HEADLINE_FIXES`; an estimate is applied only where efficiency leads, so a guess never inflates the
     measured figure. None when nothing fires.
     """
-    found = [f for f in found if f[0].projects]
+    found = [f for f in found if _projects(f[0], f[1])]
     if not found:
         return None
     lead_kind = found[0][0].kind

@@ -780,6 +780,12 @@ PATHS_AGREE_WITHIN = 0.01
 VERDICT_SEVERITY = {"high": "high", "moderate": "medium"}
 # CPU-only runs: framework overhead and small ops are judged only where a step holds at least this many ops.
 MIN_HOST_OPS_PER_STEP = 10
+# CPU-only runs: with no framework overhead found, `host_bound` says the step is the CPU's own work (its ops, and
+# the time between them where the loop is not traced) from this share of the step on, naming the op with the most
+# self time. The corpus' independent labels name host_bound on such runs from 8 sources (TF1 and PyTorch, Kineto
+# and the legacy profiler: ops 90-100 % of the step; PyTorch runs of many tiny ops, 19-47 % ops and the rest
+# between them); XProf's overview calls a CPU-only run's op time its compute.
+CPU_BOUND_MIN_SHARE = 0.5
 # small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
 SMALL_BATCH_KERNEL_SHARE = 0.5
 # CPU-only: the share of the step (less input wait) in per-step costs a batch does not grow (tiny ops, optimizer

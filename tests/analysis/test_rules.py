@@ -174,6 +174,53 @@ def test_cpu_only_framework_overhead_between_ops():
     assert b.recommendations[0].startswith("Compile the model: `model = torch.compile(model)`")
 
 
+def _cpu_steps(ops_per_step: int, op_us: float, first_us: float, steps: int = 2, wait_us: float = 0) -> list[dict]:
+    """Marked 100 us steps on one thread: a DataLoader wait of `wait_us` first, then `ops_per_step` ops back to back
+    (the first, `aten::conv2d`, of `first_us`, the rest, `aten::add`, of `op_us`)."""
+    rows = []
+    for i in range(steps):
+        t = 100 * i
+        rows.append({**host("annotation", t, 100, f"ProfilerStep#{i}"), "thread": 1})
+        if wait_us:
+            name = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+            rows.append({**host("cpu_op", t, wait_us, name), "thread": 1})
+        at = t + wait_us
+        for j in range(ops_per_step):
+            dur = first_us if j == 0 else op_us
+            rows.append({**host("cpu_op", at, dur, "aten::conv2d" if j == 0 else "aten::add"), "thread": 1})
+            at += dur
+    return rows
+
+
+def test_cpu_only_step_of_its_own_ops_is_cpu_bound_with_no_projection():
+    """Two marked 100 us steps, each 11 ops back to back from its start: conv2d 20 us, ten adds of 8 us. The ops
+    fill the step (no time between them: no framework overhead), so the step is the CPU's own work: host_bound
+    costs the whole step (less the 1 ns a projection always leaves) and projects nothing; the culprit is the op with
+    the most self time in all: aten::add, 20 calls of 8 us."""
+    (b,) = [b for b in find_bottlenecks(analyze(profile(_cpu_steps(11, 8, 20)))) if b.id == "host_bound"]
+    assert b.title.startswith("CPU-bound") and b.projection.basis == "none" and b.severity == "high"
+    assert b.fraction == 1.0 and b.time_ns == 2 * (100 * US - 1)
+    assert (b.culprit.what, b.culprit.name, b.culprit.count, b.culprit.ns) == ("op", "aten::add", 20, 160 * US)
+    assert b.recommendations[0].startswith("The step is CPU compute: run it on an accelerator")
+
+
+def test_cpu_only_framework_overhead_wins_over_cpu_bound_where_it_is_worth_reporting():
+    """Ops 16.4 + 10 x 8.2 = 98.4 us of each 100 us step: 1.6 us between them, over 1 % of the step, is framework
+    overhead, which a compiled step removes: host_bound is that finding, projected."""
+    (b,) = [b for b in find_bottlenecks(analyze(profile(_cpu_steps(11, 8.2, 16.4)))) if b.id == "host_bound"]
+    assert b.title.startswith("Framework overhead") and b.projection.basis == "estimated"
+    assert b.evidence["overhead_per_step_ns"] == pytest.approx(1.6 * US, abs=1)
+
+
+def test_cpu_bound_needs_enough_ops_and_the_step_not_spent_waiting():
+    """Nine ops a step (20 + 8 x 10 us) are too few to say what the step is; a step mostly waiting for input (64 us,
+    then 6 + 10 x 3 us of ops) is input-bound."""
+    assert not [b for b in find_bottlenecks(analyze(profile(_cpu_steps(9, 10, 20)))) if b.id == "host_bound"]
+    waiting = find_bottlenecks(analyze(profile(_cpu_steps(11, 3, 6, wait_us=64))))  # 64 us waiting, 36 us of ops
+    assert waiting[0].id == "input_bound"
+    assert not [b for b in waiting if b.title.startswith("CPU-bound")]
+
+
 def test_eager_ops_lose_the_eager_runtime_cost_a_graph_does_not_pay():
     # Two marked 1000 us steps of a TF loop run eagerly, on one thread. Each runs 15 ops, one every 60 us: an
     # `EagerLocalExecute: <op>` row around its `KernelAndDeviceFunc::Run`. Ops that compute nothing run 10 us
