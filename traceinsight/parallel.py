@@ -141,13 +141,13 @@ def busy_cores() -> float:
     fewer of the 1-minute load average and the processes runnable now besides this one; 0 where neither is known
     (not a Unix)."""
     try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # not known here (not a Unix)
-        return 0.0
-    try:
-        runnable_now = int(_LOADAVG.read_text().split()[3].split("/")[0]) - 1  # this process is one of them
-    except (OSError, ValueError, IndexError):  # no /proc (not Linux)
-        return load
+        fields = _LOADAVG.read_text().split()  # both figures from one read
+        load, runnable_now = float(fields[0]), int(fields[3].split("/")[0]) - 1  # this process is one of them
+    except (OSError, ValueError, IndexError):  # no /proc (not Linux): the load average alone
+        try:
+            return os.getloadavg()[0]
+        except (OSError, AttributeError):  # not known here (not a Unix)
+            return 0.0
     return max(0.0, min(load, runnable_now))
 
 

@@ -221,3 +221,19 @@ def test_xprof_gpu_trace_counts_no_conversion_as_matrix_work():
     eligible_ns = dur[got["eligible"].to_numpy()].sum()
     off_tensor_cores_ns = dur[(got["eligible"] & ~got["tensor_core"]).to_numpy()].sum()
     assert eligible_ns == 0 or off_tensor_cores_ns < 0.1 * eligible_ns
+
+
+def test_the_names_remembered_stay_bounded_and_answers_do_not_change(monkeypatch):
+    """A long-lived process (the TensorBoard tab's) classifies every run's kernel names: the process-wide memo is
+    emptied when full, and a name classified after that gets the answer it got before."""
+    from traceinsight.analysis import tensor_cores
+
+    names = ["volta_sgemm_128x64_nn", "ampere_fp16_s16816gemm_fp16_128x128", "elementwise_kernel", "nccl_AllReduce"]
+    first = classify_kernel_names(pd.Series(names[:2])).reset_index(drop=True)
+    monkeypatch.setattr(tensor_cores, "_CLASSIFIED_MAX", 3)
+    monkeypatch.setattr(tensor_cores, "_CLASSIFIED", dict(tensor_cores._CLASSIFIED))
+    later = classify_kernel_names(pd.Series(names[2:] + names[:2])).reset_index(drop=True)
+    assert len(tensor_cores._CLASSIFIED) <= 4  # emptied, then the four names of the call
+    pd.testing.assert_frame_equal(later.iloc[2:].reset_index(drop=True), first)
+    classify_kernel_names(pd.Series(["another_kernel"]))
+    assert len(tensor_cores._CLASSIFIED) == 1

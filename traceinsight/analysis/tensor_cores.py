@@ -60,15 +60,21 @@ def _first_match(names: pd.Series, patterns: tuple[re.Pattern[str], ...]) -> np.
     return first
 
 
-# The answers for every name classified so far in this process, (eligible, tensor_core, known, precision, rule):
-# a report asks for the same kernel names four times (kernel stats, compute efficiency twice, settings).
+# The answers for the names classified so far in this process, (eligible, tensor_core, known, precision, rule):
+# a report asks for the same kernel names four times (kernel stats, compute efficiency twice, settings). Emptied
+# once it holds `_CLASSIFIED_MAX` names, so a long-lived process (the TensorBoard tab's) does not grow with every
+# run it reads.
 _CLASSIFIED: dict[str, tuple[bool, bool, bool, str | None, int]] = {}
+_CLASSIFIED_MAX = 200_000
 
 
 def _classify_distinct(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The table's answers for distinct names, positional: (eligible, tensor_core, known, precision, rule); the
     names not seen before in this process are classified (`_classify_new`) and remembered."""
     new = [name for name in names if name not in _CLASSIFIED]
+    if new and len(_CLASSIFIED) + len(new) > _CLASSIFIED_MAX:
+        _CLASSIFIED.clear()
+        new = list(names)
     if new:
         _CLASSIFIED.update(zip(new, zip(*_classify_new(pd.Series(new, dtype=object)), strict=True), strict=True))
     answers = [_CLASSIFIED[name] for name in names]
