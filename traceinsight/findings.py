@@ -49,6 +49,7 @@ from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, Proje
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
+    CPU_BOUND_MIN_OPS,
     CPU_BOUND_MIN_SHARE,
     DEFAULT_BATCH_FACTOR,
     DEFAULT_INPUT_FIX_PARALLELISM,
@@ -335,12 +336,12 @@ def _framework_overhead(a: Analysis) -> Finding | None:
 
 def _cpu_bound(a: Analysis) -> Finding | None:
     """CPU-only run whose step is the host's own work (its ops, and where the loop is not traced the time between
-    them too), at least `CPU_BOUND_MIN_SHARE` of the step, with at least `MIN_HOST_OPS_PER_STEP` ops a step, and
-    no framework overhead found: the host is the device
+    them too), at least `CPU_BOUND_MIN_SHARE` of the step, with at least `CPU_BOUND_MIN_OPS` ops in the capture,
+    and no framework overhead found: the host is the device
     and it is busy. Nothing in the trace projects its fix (an accelerator, more threads, lower precision change
     the ops themselves), so it states its cost and names the op with the most self time."""
     m = a.step_model
-    if not m.count or m.host_op_count < MIN_HOST_OPS_PER_STEP * m.count:  # too few ops to say what the step is
+    if not m.count or a.host_ops.count < CPU_BOUND_MIN_OPS:  # too few ops to say what the window is
         return None
     parts = _host_parts(a)
     busy = parts["host_work"] + parts["between_ops"]

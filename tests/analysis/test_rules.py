@@ -213,8 +213,8 @@ def test_cpu_only_framework_overhead_wins_over_cpu_bound_where_it_is_worth_repor
 
 
 def test_cpu_bound_needs_enough_ops_and_the_step_not_spent_waiting():
-    """Nine ops a step (20 + 8 x 10 us) are too few to say what the step is; a step mostly waiting for input (64 us,
-    then 6 + 10 x 3 us of ops) is input-bound."""
+    """Nine ops a step in two steps (20 + 8 x 10 us) are too few, 18, to say what the window is; a step mostly
+    waiting for input (64 us, then 6 + 10 x 3 us of ops) is input-bound."""
     assert not [b for b in find_bottlenecks(analyze(profile(_cpu_steps(9, 10, 20)))) if b.id == "host_bound"]
     waiting = find_bottlenecks(analyze(profile(_cpu_steps(11, 3, 6, wait_us=64))))  # 64 us waiting, 36 us of ops
     assert waiting[0].id == "input_bound"
