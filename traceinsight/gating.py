@@ -204,12 +204,16 @@ class Gate:
 
     def lines(self) -> list[str]:
         """One stderr line per threshold crossed, failed for a missing value, or skipped."""
+        return [line for line, _ in self.outcomes()]
+
+    def outcomes(self) -> list[tuple[str, bool]]:
+        """Each of `lines` with whether it fails the gate (a threshold skipped for a missing value does not)."""
         missing = (
-            [f"threshold failed, no value: {m} (--fail-on-missing skip passes it)" for m in self.missing]
+            [(f"threshold failed, no value: {m} (--fail-on-missing skip passes it)", True) for m in self.missing]
             if self.on_missing == FAIL
-            else [f"threshold skipped, no value: {m}" for m in self.missing]
+            else [(f"threshold skipped, no value: {m}", False) for m in self.missing]
         )
-        return [f"threshold crossed: {m}" for m in self.crossed] + missing
+        return [(f"threshold crossed: {m}", True) for m in self.crossed] + missing
 
 
 def evaluate(

@@ -16,9 +16,11 @@ from traceinsight.render.trend import (
 from traceinsight.result import RunSummary
 
 
-def _document(rows: list[RunSummary], window: int = 5, thresholds: tuple[str, ...] = ()) -> dict:
+def _document(
+    rows: list[RunSummary], window: int = 5, thresholds: tuple[str, ...] = (), on_missing: str = "fail"
+) -> dict:
     runs = [TrendRun(row, typed_report(steps={"mean_ns": row.mean_step_ns}), "report", row.name) for row in rows]
-    return build_trend(runs, "given", window, [parse_threshold(t, allow_change=True) for t in thresholds])
+    return build_trend(runs, "given", window, [parse_threshold(t, allow_change=True) for t in thresholds], on_missing)
 
 
 def _row(name: str, step_ms: float, top: str | None, gpu_util: float | None = 0.5) -> RunSummary:
@@ -81,3 +83,15 @@ def test_names_are_safe_in_a_terminal_and_a_markdown_table():
         "delta": 20_000_000,
         "relative": 2.0,
     }
+
+
+def test_a_skipped_threshold_is_not_shown_as_crossed():
+    """The typed report holds no device GPU:0: with --fail-on-missing skip its threshold passes, and the page says
+    so in the muted style; with the default policy it fails, in the crossed (red) style."""
+    from traceinsight.gating import SKIP
+
+    rows, gpu_gate = [_row("a", 10, None), _row("b", 10, None)], ("devices.GPU:0.idle_fraction>0.5",)
+    for on_missing, style in ((SKIP, "skipped muted"), ("fail", "crossed")):
+        html = render_trend_html(_document(rows, thresholds=gpu_gate, on_missing=on_missing))
+        (item,) = re.findall(r'<ul id="thresholds">\s*<li class="([^"]+)">([^<]*)</li>', html)
+        assert item[0] == style and "GPU:0.idle_fraction" in item[1]

@@ -227,7 +227,7 @@ def render_trend_html(document: dict[str, Any]) -> str:
             trend=document,
             title=_title(document),
             verdict=trend_sentence(document),
-            gate_lines=trend_gate(document).lines(),
+            gate_lines=trend_gate(document).outcomes(),
             rows=trend_rows(document),
             chart=Markup(chart) if chart else None,
         )
