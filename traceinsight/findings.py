@@ -362,7 +362,7 @@ def _cpu_bound(a: Analysis) -> Finding | None:
         fix(m),
         cost=fix(m, idle_ns=busy, host_ns=busy),
         claims={"host_work": parts["host_work"], "between_ops": parts["between_ops"]},
-        title="CPU-bound: the step is the host's own work (CPU-only run: the host is the device)",
+        title="CPU-bound: the step is the CPU's own work, and no accelerator ran",
         culprit=Culprit("op", top.name, top.self_ns, top.calls) if top is not None and top.self_ns > 0 else None,
         projects=False,
     )
