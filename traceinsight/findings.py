@@ -337,9 +337,10 @@ def _framework_overhead(a: Analysis) -> Finding | None:
 def _cpu_bound(a: Analysis) -> Finding | None:
     """CPU-only run whose step is the host's own work (its ops, and where the loop is not traced the time between
     them too), at least `CPU_BOUND_MIN_SHARE` of the step, with at least `CPU_BOUND_MIN_OPS` ops in the capture,
-    and no framework overhead found: the host is the device
-    and it is busy. Nothing in the trace projects its fix (an accelerator, more threads, lower precision change
-    the ops themselves), so it states its cost and names the op with the most self time."""
+    and no framework overhead found: the host is the device and it is busy. Nothing in the trace projects its fix
+    (an accelerator, more threads, lower precision change the ops themselves), so it states its cost, the ops' own
+    time (the step table's host compute: the time between them stays idle there), and names the op with the most
+    self time."""
     m = a.step_model
     if not m.count or a.host_ops.count < CPU_BOUND_MIN_OPS:  # too few ops to say what the window is
         return None
@@ -360,8 +361,8 @@ def _cpu_bound(a: Analysis) -> Finding | None:
     return Finding(
         evidence,
         fix(m),
-        cost=fix(m, idle_ns=busy, host_ns=busy),
-        claims={"host_work": parts["host_work"], "between_ops": parts["between_ops"]},
+        cost=fix(m, idle_ns=parts["host_work"], host_ns=parts["host_work"]),  # the step table's host compute
+        claims={"host_work": parts["host_work"]},
         title="CPU-bound: the step is the CPU's own work, and no accelerator ran",
         culprit=Culprit("op", top.name, top.self_ns, top.calls) if top is not None and top.self_ns > 0 else None,
         projects=False,

@@ -204,6 +204,17 @@ def test_cpu_only_step_of_its_own_ops_is_cpu_bound_with_no_projection():
     assert b.recommendations[0].startswith("The step is CPU compute: run it on an accelerator")
 
 
+def test_cpu_bound_without_a_traced_loop_costs_the_ops_own_time():
+    """No step marker: 25 distinct ops of 3 us (no repeating pattern: one step, the whole window), one every 5 us,
+    make one inferred step of 123 us, 75 us of it ops and 48 us between them. Ops and the untraced time between
+    them are the host's (over half the step), so host_bound fires; its cost is the ops' own 75 us, the step table's
+    host compute, not the 48 us it calls idle."""
+    rows = [{**host("cpu_op", 5 * j, 3, f"aten::op{j}"), "thread": 1} for j in range(25)]
+    (b,) = [b for b in find_bottlenecks(analyze(profile(rows))) if b.id == "host_bound"]
+    assert b.title.startswith("CPU-bound") and b.time_ns == 75 * US and b.fraction == round(75 / 123, 4)
+    assert b.evidence["between_ops_per_step_ns"] == 48 * US
+
+
 def test_cpu_only_framework_overhead_wins_over_cpu_bound_where_it_is_worth_reporting():
     """Ops 16.4 + 10 x 8.2 = 98.4 us of each 100 us step: 1.6 us between them, over 1 % of the step, is framework
     overhead, which a compiled step removes: host_bound is that finding, projected."""
