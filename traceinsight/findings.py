@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from traceinsight.analysis.step_model import (
     project,
     speedup,
 )
-from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, Projection, RunProjection
+from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -90,6 +90,7 @@ from traceinsight.rules import (
 )
 
 SEVERITIES = ("low", "medium", "high")
+ProjectionT = TypeVar("ProjectionT", BottleneckProjection, RunProjection)
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 
 
@@ -965,10 +966,11 @@ def _on_path(a: Analysis, fixes: list[tuple[str, Fix]]) -> int | None:
     return project_on_path(a.critical_path, a.step_model, [e for e in edits if e], a.steps.input_id)
 
 
-def _with_path(projection: Projection, on_path: int | None) -> dict[str, Any]:
-    """A projection's fields with the critical path's step after the same fixes beside the step model's."""
+def _with_path(projection: ProjectionT, a: Analysis, fixes: list[tuple[str, Fix]]) -> ProjectionT:
+    """The projection with the critical path's step after the same fixes (`_on_path`) beside the step model's."""
+    on_path = _on_path(a, fixes)
     path_speedup = None if on_path is None else speedup(projection.step_ns_before, on_path)
-    return {**vars(projection), "path_step_ns_after": on_path, "path_speedup": path_speedup}
+    return replace(projection, path_step_ns_after=on_path, path_speedup=path_speedup)
 
 
 def _projects(rule: Rule, finding: Finding) -> bool:
@@ -980,9 +982,7 @@ def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjecti
         return BottleneckProjection(**vars(project(a.step_model, [])), basis="none", assumption=None)
     basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
-        **_with_path(project(a.step_model, [finding.fix]), _on_path(a, [(rule.id, finding.fix)])),
-        basis=basis,
-        assumption=finding.assumption,
+        **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
     )
 
 
@@ -1031,6 +1031,8 @@ def _found(analysis: Analysis) -> Found:
     for rule, finding, _ in fired:
         finding = _within_claims(finding, remaining, bool(analysis.ledger.devices))
         projection = _projection(analysis, finding, rule)
+        if _projects(rule, finding):  # the path's step after the fix as it stands once claimed (only here: final)
+            projection = _with_path(projection, analysis, [(rule.id, finding.fix)])
         cost = _cost_ns(analysis, finding, projection)
         fraction = cost / projection.step_ns_before if projection.step_ns_before > 0 else 0.0
         severity = _severity(rule, finding, fraction)
@@ -1181,9 +1183,9 @@ def _headline(analysis: Analysis, found: Found) -> RunProjection | None:
     chosen = [chosen[0]] + [f for f in chosen[1:] if f[3] != "low"]
     chosen = chosen[:HEADLINE_FIXES]
     estimated = any(f[2].basis == "estimated" for f in chosen)
-    on_path = _on_path(analysis, [(f[0].id, f[1].fix) for f in chosen])
-    return RunProjection(
-        **_with_path(project(analysis.step_model, [f[1].fix for f in chosen]), on_path),
+    headline = RunProjection(
+        **vars(project(analysis.step_model, [f[1].fix for f in chosen])),
         basis="estimated" if estimated else "measured",
         applied=tuple(f[0].id for f in chosen),
     )
+    return _with_path(headline, analysis, [(f[0].id, f[1].fix) for f in chosen])

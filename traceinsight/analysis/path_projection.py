@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceinsight.analysis.critical_path import CriticalPath
-from traceinsight.analysis.step_model import Fix, StepModel
+from traceinsight.analysis.step_model import Fix, StepModel, bounded_step, kernel_time_kept
 from traceinsight.rules import (
     PATH_EDIT_OTHER_RANKS,
     PATH_EDITS,
@@ -55,7 +55,7 @@ def _stretches(path: CriticalPath, part: str, step_input: int) -> np.ndarray:
 def _unseen(edit: PathEdit, left: dict[str, np.ndarray]) -> bool:
     """The edit removes time from host stretches the path never passed (`rules.PATH_SEEN_WHEREVER_THEY_ARE`): the
     walk visits the threads that end last, so it cannot tell whether that time would have been on the path."""
-    removes = float((edit.fix.idle_ns + edit.fix.device_ns + edit.fix.kernel_ns).sum()) > 0
+    removes = float((edit.fix.idle_ns + edit.fix.device_ns).sum()) > 0
     seen_anyway = any(part in PATH_SEEN_WHEREVER_THEY_ARE for part in edit.parts)
     return removes and not seen_anyway and not any(left[part].any() for part in edit.parts)
 
@@ -82,12 +82,10 @@ def project_on_path(path: CriticalPath, model: StepModel, edits: list[PathEdit],
     device = np.zeros(steps)
     host = np.zeros(steps)
     kept = np.ones(steps)
-    busy_kernels = model.kernel_busy_ns.astype(np.float64)
     for edit in edits:
         f = edit.fix
         if f.shrinks:  # faster kernels: each of the path's kernels by the share of kernel time the fix takes
-            share = np.divide(f.kernel_ns, busy_kernels, out=np.zeros(steps), where=busy_kernels > 0).clip(0, 1)
-            kept *= 1.0 - share
+            kept *= kernel_time_kept(model, f)
             continue
         want = f.idle_ns + f.device_ns
         for part in edit.parts:  # the fix's time, taken from its parts on the path while they last
@@ -99,9 +97,5 @@ def project_on_path(path: CriticalPath, model: StepModel, edits: list[PathEdit],
         host += f.host_ns
     saved += left.get("compute", path.parts["compute"]) * (1.0 - kept)
     device += model.kernel_busy_ns * (1.0 - kept)
-    step = model.step_ns.astype(np.float64)
-    busy = model.device_busy_ns.astype(np.float64)
-    floor = model.host_floor_ns.astype(np.float64)
-    after = np.maximum.reduce([step - saved, busy - np.minimum(device, busy), floor - np.minimum(host, floor)])
-    after = np.maximum(np.minimum(after, step), np.minimum(step, 1))
+    after = bounded_step(model, model.step_ns - saved, device, host)
     return int(round(float(after.sum()) / steps))

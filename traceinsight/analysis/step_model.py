@@ -183,6 +183,23 @@ def faster_kernels(model: StepModel, saved_ns: np.ndarray) -> Fix:
     return replace(fix(model, device_ns=saved, kernel_ns=saved), shrinks=True)
 
 
+def kernel_time_kept(model: StepModel, f: Fix) -> np.ndarray:
+    """Of each step's kernel busy time, what a shrinking fix (`Fix.shrinks`) leaves."""
+    busy = model.kernel_busy_ns
+    return 1.0 - np.divide(f.kernel_ns, busy, out=np.zeros(model.count), where=busy > 0).clip(0.0, 1.0)
+
+
+def bounded_step(model: StepModel, chain_ns: np.ndarray, device_ns: np.ndarray, host_ns: np.ndarray) -> np.ndarray:
+    """Each step once fixes are applied: the longest of `chain_ns` (what they leave of the step's own chain), the
+    device's busy time less `device_ns` and the host floor less `host_ns` (neither below 0), never longer than the
+    step and never 0 ns. The step model's and the critical path's projections both end here."""
+    step = model.step_ns.astype(np.float64)
+    busy = model.device_busy_ns.astype(np.float64)
+    floor = model.host_floor_ns.astype(np.float64)
+    after = np.maximum.reduce([chain_ns, busy - np.minimum(device_ns, busy), floor - np.minimum(host_ns, floor)])
+    return np.maximum(np.minimum(after, step), np.minimum(step, 1))
+
+
 def project(model: StepModel, fixes: list[Fix]) -> Projection:
     """The mean step once every fix is applied, one after another, on the same steps."""
     step = model.step_ns.astype(np.float64)
@@ -194,9 +211,7 @@ def project(model: StepModel, fixes: list[Fix]) -> Projection:
     kept = np.ones(model.count)  # of the kernel busy time, what the shrinking fixes leave
     for f in fixes:
         if f.shrinks:
-            kept *= 1.0 - np.divide(
-                f.kernel_ns, model.kernel_busy_ns, out=np.zeros(model.count), where=model.kernel_busy_ns > 0
-            ).clip(0.0, 1.0)
+            kept *= kernel_time_kept(model, f)
             continue
         idle = np.minimum(idle + f.idle_ns, step - busy)  # no more idle time than the step has
         device = np.minimum(device + f.device_ns, busy)
@@ -205,9 +220,7 @@ def project(model: StepModel, fixes: list[Fix]) -> Projection:
     shrunk = model.kernel_busy_ns * (1.0 - kept)
     device = np.minimum(device + shrunk, busy)
     kernel = np.minimum(kernel + shrunk, model.kernel_busy_ns)
-    floor = model.host_floor_ns - host
-    after = np.maximum.reduce([step - idle - device, busy - device, floor])
-    after = np.maximum(np.minimum(after, step), np.minimum(step, 1))  # never longer, never 0 ns
+    after = bounded_step(model, step - idle - device, device, host)
     before_ns, after_ns = float(step.sum()), float(after.sum())
     n = max(model.count, 1)
     has_device = model.device_count > 0 and before_ns > 0

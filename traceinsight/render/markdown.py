@@ -65,7 +65,7 @@ def _spread(steps: Steps) -> str:
 def _step_after(b: Bottleneck) -> str:
     """The step after this fix, and the critical path's where it differs (`path_change`)."""
     p = b.projection
-    if p is None or p.basis == "none" or not path_disagrees(p):
+    if p is None or not path_disagrees(p):
         return step_after_fix(b)
     return f"{step_after_fix(b)}; {path_change(p)}"
 

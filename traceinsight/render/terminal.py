@@ -99,7 +99,7 @@ def render_terminal(report: RunReport, color: bool = False) -> str:
         )
         if culprit := culprit_text(b):
             lines.append(f"       cause: {escape_control(culprit)}")
-        if b.projection and b.projection.basis != "none" and path_disagrees(b.projection):
+        if b.projection and path_disagrees(b.projection):
             lines.append(f"       {path_change(b.projection)}")
         if b.recommendations:
             lines.append(f"       -> {escape_control(b.recommendations[0])}")
