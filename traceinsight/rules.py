@@ -751,8 +751,7 @@ _HOST_STRETCHES = ("launch", "host_gap", "cpu_op", "runtime")
 PATH_EDITS: dict[str, tuple[str, ...]] = {
     "input_bound": ("input_wait",),  # the wait for input goes (or shrinks to the faster pipeline's)
     "launch_bound": _HOST_STRETCHES,  # launches at a graph replay's cost: the host's time between kernels
-    "host_bound": _HOST_STRETCHES,  # the host's work between launches
-    "framework_overhead": ("cpu_op", "runtime", "host_gap"),  # the eager runtime's per-op cost
+    "host_bound": _HOST_STRETCHES,  # the host's work between launches; on a CPU-only run, the time between ops
     "h2d_copy": ("copy",),  # exposed copies overlap compute
     "transfer_bound": ("copy",),
     "d2h_sync": ("sync", "copy", *_HOST_STRETCHES),  # the sync and the host's re-launch after it

@@ -14,6 +14,7 @@ from tests.analysis.test_projections import _model
 from traceinsight.analysis.critical_path import PARTS, CriticalPath
 from traceinsight.analysis.path_projection import PathEdit, path_edit, project_on_path
 from traceinsight.analysis.step_model import fix, project
+from traceinsight.findings import RULES
 from traceinsight.rules import PATH_EDIT_OTHER_RANKS, PATH_EDITS
 
 
@@ -107,8 +108,9 @@ def test_an_input_wait_the_path_never_passed_projects_nothing() -> None:
 
 
 def test_every_edit_names_parts_of_the_path() -> None:
+    rule_ids = {rule.id for rule in RULES}
     for rule, parts in PATH_EDITS.items():
-        assert parts and set(parts) <= {*PARTS, PATH_EDIT_OTHER_RANKS}, rule
+        assert rule in rule_ids and parts and set(parts) <= {*PARTS, PATH_EDIT_OTHER_RANKS}, rule
 
 
 def _real(path: Path) -> list:
