@@ -235,6 +235,21 @@ def test_trace_out_reads_the_files_in_processes(rank_dir, one_by_one, tmp_path: 
     assert {f"rank{r}/device:GPU:0" for r in range(RANKS)} <= processes
 
 
+@pytest.mark.parametrize("export", [False, True])
+def test_on_read_is_called_once_the_workers_free_the_cores(rank_dir, monkeypatch, export: bool) -> None:
+    """`on_read` (the CLI's painter imports matplotlib then): where each input is read and analysed in a worker,
+    before the workers start, this process only merging after them; where the inputs are read (by workers too, for
+    an export's event table) and analysed here, once they are read, before the analysis."""
+    workflow = importlib.import_module("traceinsight.workflow")
+    events: list[str] = []
+    for name in ("map_run", "load_run", "analyze"):
+        real = getattr(workflow, name)
+        monkeypatch.setattr(workflow, name, lambda *a, real=real, name=name, **k: events.append(name) or real(*a, **k))
+    on_analyzed = (lambda *args: None) if export else None
+    workflow.analyze_path(rank_dir[0], jobs=2, on_read=lambda: events.append("on_read"), on_analyzed=on_analyzed)
+    assert events == (["load_run", "on_read", "analyze"] if export else ["on_read", "map_run"])
+
+
 @pytest.mark.parametrize("over", [False, True])
 def test_a_run_is_read_in_processes_only_from_its_size_on(rank_dir, monkeypatch, over: bool) -> None:
     """Workers are started for a run's files only when they hold `PARALLEL_RUN_MIN_BYTES` of JSON in all (the
@@ -446,18 +461,28 @@ def _no_room(*args: Any) -> int:
     raise OSError(28, "No space left on device")
 
 
-def test_an_input_is_read_here_below_the_size_workers_read_from(tmp_path: Path) -> None:
-    """A second painting process is started only for an input read in this process (`commands/report.py`): under
-    `PARALLEL_FILE_MIN_BYTES` of JSON in all, a .gz counted as eight times its size on disk."""
-    from traceinsight.parallel import read_here
+def test_an_input_is_read_here_below_the_size_workers_read_from_and_as_one_file_when_one_holds_most(
+    tmp_path: Path,
+) -> None:
+    """A second painting process is started only for an input read in this process, and the painter imports after
+    the reading where workers read one file's pieces (`commands/report.py`): here under `PARALLEL_FILE_MIN_BYTES`
+    of JSON in all, a .gz counted as eight times its size on disk; one file when it holds 3/4 of the bytes."""
+    from traceinsight.parallel import Reading, input_reading
     from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
+
+    def sized(name: str, size: int) -> Path:
+        (run / name).write_bytes(b"\x1f\x8b" if name.endswith(".gz") else b"{}")
+        os.truncate(run / name, size)
+        return run / name
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "rank0.json").write_bytes(b"{}")
-    os.truncate(run / "rank0.json", PARALLEL_FILE_MIN_BYTES // 2)
-    assert read_here(run) and read_here(run / "rank0.json")
-    (run / "rank1.json.gz").write_bytes(b"\x1f\x8b")
-    os.truncate(run / "rank1.json.gz", PARALLEL_FILE_MIN_BYTES // 16)  # 1/2 of the limit as JSON: 1 in all
-    assert not read_here(run) and read_here(run / "rank1.json.gz")
-    assert read_here(tmp_path / "missing")  # nothing to read: the reader says why
+    half = sized("rank0.json", PARALLEL_FILE_MIN_BYTES // 2)
+    assert input_reading(run) is input_reading(half) is Reading.HERE
+    quarter = sized("rank1.json.gz", PARALLEL_FILE_MIN_BYTES // 16)  # 1/2 of the limit as JSON: 1 in all
+    assert input_reading(run) is Reading.FILES and input_reading(quarter) is Reading.HERE
+    big = sized("host.xplane.pb", PARALLEL_FILE_MIN_BYTES * 3)  # 3/4 of 4 limits
+    assert input_reading(run) is input_reading(big) is Reading.ONE_FILE
+    sized("events.out.tfevents", 1)  # a byte more: under 3/4
+    assert input_reading(run) is Reading.FILES
+    assert input_reading(tmp_path / "missing") is Reading.HERE  # nothing to read: the reader says why

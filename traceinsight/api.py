@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -143,6 +143,7 @@ def analyze(
     *,
     scheduler: str | None = None,
     progress: TextIO | None = None,
+    on_read: Callable[[], None] | None = None,
     on_analyzed: OnAnalyzed | None = None,
     max_memory: str | int | None = None,
     step_range: str | None = None,
@@ -155,10 +156,13 @@ def analyze(
     under the path (``--run``). `jobs`: read and analyze that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the CLI's
-    ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
-    `load`. `within`: a folder nothing is read outside of, links resolved (the TensorBoard tab's logdir): runs that
-    would read there are not found, so neither analyzed, nor read beside the run, nor listed in `meta.runs`.
+    `on_read()` is called once the inputs are read, as this process starts to analyse them (where worker processes
+    read and analyse each input: before they start); the CLI's chart painter imports matplotlib then, on a core the
+    reading no longer needs. `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds
+    the event table (the CLI's ``--trace-out`` export); the inputs are then read in this process. `max_memory`
+    and `step_range`: as for `load`. `within`: a folder nothing is read outside of, links resolved (the
+    TensorBoard tab's logdir): runs that would read there are not found, so neither analyzed, nor read beside the
+    run, nor listed in `meta.runs`.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -174,7 +178,17 @@ def analyze(
     limit = MemoryLimit.of(max_memory)
     folder = None if within is None else Path(within)
     analyzed = analyze_path(
-        path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit, step_range, within=folder
+        path,
+        run,
+        small_kernel_ns,
+        jobs,
+        scheduler,
+        progress,
+        on_analyzed,
+        limit,
+        step_range,
+        within=folder,
+        on_read=on_read,
     )
     return Report(analyzed, path)
 

@@ -182,9 +182,9 @@ from traceinsight.render import painter
 build_parser()
 print("pandas at start:", "pandas" in sys.modules)
 started, drawn = painter.Painter.__init__, painter.draw_share
-def recorded(self, *args):
+def recorded(self, *args, **kwargs):
     print("pandas at the fork:", "pandas" in sys.modules)
-    started(self, *args)
+    started(self, *args, **kwargs)
 def draw_recorded(*args):
     charts = drawn(*args)
     with open({str(painted)!r}, "a") as f:
@@ -249,25 +249,49 @@ def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monk
 def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs_is_1(monkeypatch, tmp_path):
     """The painter moves work to the other core rather than adding any: by default it is started on a machine
     whose cores are all busy (one job to read with), as long as two are usable; --jobs 1 keeps one process. A
-    second painting process, which adds CPU (its own matplotlib import), only with two idle cores."""
+    second painting process, which adds CPU (its own matplotlib import), only with two idle cores, and only for an
+    input read in this process: one read by workers has one painter, which imports once the reading is done."""
     import traceinsight.commands.report as report_command
+    import traceinsight.workflow as workflow
 
     started = []
+    events = []
 
     class Recorded(report_command.Painter):
-        def __init__(self, processes: int) -> None:
-            started.append(processes)
-            super().__init__(processes)
+        def __init__(self, processes: int, import_later: bool) -> None:
+            started.append((processes, import_later))
+            super().__init__(processes, import_later)
 
+        def import_charts(self) -> None:
+            events.append("import")
+            super().import_charts()
+
+    def load_run(*args, **kwargs):
+        profile = real_load_run(*args, **kwargs)
+        events.append("read")
+        return profile
+
+    real_load_run = workflow.load_run
+    monkeypatch.setattr(workflow, "load_run", load_run)
     monkeypatch.setattr(report_command, "Painter", Recorded)
     page = tmp_path / "r.html"
-    cases = ((1, 2, [], [1]), (2, 2, [], [2]), (1, 2, ["--jobs", "1"], []), (1, 1, [], []))
-    for idle, usable, extra, painters in cases:
+    small, big = 1 << 40, 1  # PARALLEL_FILE_MIN_BYTES: the input is read here; by workers
+    cases = (
+        (1, 2, [], small, [(1, False)]),
+        (2, 2, [], small, [(2, False)]),
+        (2, 2, [], big, [(1, True)]),
+        (1, 2, ["--jobs", "1"], small, []),
+        (1, 1, [], small, []),
+    )
+    for idle, usable, extra, parallel_from, painters in cases:
         monkeypatch.setattr(report_command, "default_jobs", lambda idle=idle: idle)
         monkeypatch.setattr(report_command, "usable_cores", lambda usable=usable: usable)
+        monkeypatch.setattr("traceinsight.rules.PARALLEL_FILE_MIN_BYTES", parallel_from)
         started.clear()
+        events.clear()
         assert main(["report", str(INPUT_BOUND), "-o", str(page), "-q", *extra]) == 0
         assert (started, page.read_text().count("<svg")) == (painters, 5)
+        assert events == (["read", "import"] if painters else ["read"])
 
 
 def test_a_tpu_run_says_tpu_util():

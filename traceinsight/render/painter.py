@@ -8,6 +8,11 @@ matplotlib at once, on the other core, and never imports pandas: `paint` sends i
 (while this process still analyses, so the two imports never run beside this one's), and the two draw the charts
 side by side, each taking the next chart not yet taken, the costliest first (`DRAW_ORDER`): this process only
 waits for them, so they have both cores. With one job the charts are drawn here.
+
+One big file read by worker processes (`parallel.Reading.ONE_FILE`) keeps both cores busy while it is read: a
+painter importing matplotlib at the start took CPU from this process's imports and the readers. There the one painter
+imports when told (`import_charts`), once the file is read and this process analyses it alone
+(`rules.ONE_FILE_SHARE`).
 """
 
 from __future__ import annotations
@@ -38,12 +43,13 @@ _NEXT: Any = None
 
 
 class Painter:
-    """Draws the `CHART_NAMES` charts in painting processes, started (and importing matplotlib) when made."""
+    """Draws the `CHART_NAMES` charts in painting processes, started when made; they import matplotlib at once,
+    unless `import_later`: then the one painter imports on `import_charts` (or, never told, when it first draws)."""
 
-    def __init__(self, processes: int = PAINTERS) -> None:
+    def __init__(self, processes: int = PAINTERS, import_later: bool = False) -> None:
         global _NEXT
         context = start_context()
-        count = max(processes, 1) if context.get_start_method() == "fork" else 1
+        count = 1 if import_later or context.get_start_method() != "fork" else max(processes, 1)
         _NEXT = context.Array("q", 2) if count > 1 else None  # [report number, next chart]
         self._painted = 0
         # The first painter's word to the others that it has imported (a pipe inherited at their fork).
@@ -60,9 +66,17 @@ class Painter:
                 if end >= 0:
                     os.close(end)
         first, *others = self._children
-        first.submit(_import_charts, may_import)
+        self._import_pending = import_later
+        if not import_later:
+            first.submit(_import_charts, may_import)
         for child in others:
             child.submit(_import_charts_after, imported, may_import)
+
+    def import_charts(self) -> None:
+        """Have the painter import matplotlib now, where it was made to import later (else nothing)."""
+        if self._import_pending:
+            self._import_pending = False
+            self._children[0].submit(_import_charts, -1)
 
     def paint(self, report: RunReport, analysis: Analysis) -> None:
         """Start drawing the charts of one report; `charts` collects them."""
