@@ -15,8 +15,8 @@ from markupsafe import escape
 import traceinsight as ti
 from tests.conftest import SAMPLE_TRACES
 from tests.render.test_escaping import SCRIPT
-from traceinsight.render.charts import PATH_GROUP_COLOURS, critical_path_chart
 from traceinsight.render.html import render_html
+from traceinsight.render.svg_charts import PATH_GROUP_COLOURS, critical_path_chart
 from traceinsight.result import CriticalPathSummary, PathItem
 
 SLEEP_RANK1 = SAMPLE_TRACES / "distributed" / "sleep_rank1"  # rank 1 sleeps ~30 ms a step in `data` (its README)

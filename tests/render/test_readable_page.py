@@ -99,7 +99,10 @@ def test_step_and_gap_charts_have_a_hover_for_each_bar(page: Page) -> None:
 
 
 def test_chart_text_is_at_least_10_px(page: Page) -> None:
-    sizes = [float(s) for svg in svgs(page.html) for s in re.findall(r"font[-\w]*:[^;\"]*?([\d.]+)px", svg)]
+    # matplotlib's text sets its size in a style, the charts written directly in an attribute (`svg_charts`)
+    size = r"font[-\w]*:[^;\"]*?([\d.]+)px|font-size=\"([\d.]+)\""
+    found = [m for svg in svgs(page.html) for m in re.findall(size, svg)]
+    sizes = [float(style or attribute) for style, attribute in found]
     assert sizes and min(sizes) >= 10
 
 

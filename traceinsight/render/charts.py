@@ -1,9 +1,9 @@
-"""Charts for the HTML report, drawn with matplotlib as inline SVG.
+"""The charts matplotlib draws, as inline SVG: the utilisation timeline, the memory, the roofline, the ranks and
+`trend`'s panels (the bar charts are written directly: `svg_charts`).
 
 SVG keeps the report one self-contained file with no network requests, stays
 sharp when printed, and keeps text as text. Labels that come from a trace (kernel
-names) are escaped by matplotlib's SVG writer, and the SVG is inlined only from
-here.
+names) are escaped by matplotlib's SVG writer.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from traceinsight.render.format import (  # noqa: E402
     fmt_tick,
     plural,
     tick_decimals,
-    time_unit,
 )
-from traceinsight.render.wording import device_words, mfu_text  # noqa: E402
+from traceinsight.render.svg_charts import DIRECT_CHARTS, FONT_SIZE, TimeAxis, tick_every  # noqa: E402
+from traceinsight.render.wording import device_words  # noqa: E402
 from traceinsight.result import (  # noqa: E402
-    PART_WORDS,  # noqa: E402
     ComputeEfficiency,
     Memory,
     Rank,
@@ -53,35 +52,11 @@ TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
 _BUSY = "#2e7d32"
 _TARGET = "#1565c0"
-MAX_STEP_BARS = 40
-MAX_TICK_LABELS = 20
 # The timeline shows the span that holds this share of the devices' busy time (and every step), not empty capture.
 TIMELINE_BUSY_SHARE = 0.99
 _ZOOM_GRID = 4000
 ZOOM_AT_MOST = 0.9  # a zoom that would keep more of the window than this shows the whole window
 _BAND = 0.85  # a band's height at 100 %, in rows
-_BREAKDOWN_COLOURS = {
-    "device_compute": "#2e7d32",
-    "device_copy": "#1565c0",
-    "host_runtime": "#8e24aa",
-    "input_wait": "#d84315",
-    "host_compute": "#f9a825",
-    "idle": "#bdbdbd",
-    # The ledger's parts (analysis/ledger.py): busy in greens and blues, idle causes in warm colours, unexplained grey.
-    "compute": "#2e7d32",
-    "collective_wait": "#6a1b9a",
-    "collective_transfer": "#ab47bc",
-    "copy_h2d": "#1565c0",
-    "copy_d2h": "#42a5f5",
-    "copy_d2d": "#0097a7",
-    "copy_other": "#80deea",
-    "graph_internal": "#9e9d24",
-    "wait_outside_trace": "#795548",
-    "blocking_wait": "#c62828",
-    "host_launch": "#f9a825",
-    "unexplained": "#bdbdbd",
-}
-FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
 _STYLE: Any = {  # matplotlib rcParams (its stubs want literal keys)
     "svg.fonttype": "none",
     "text.parse_math": False,  # names from traces ("$a$", "node$x^$") are text, not formulas
@@ -115,21 +90,6 @@ def _plain(*axes: Any) -> None:
     """Plain tick labels (`_PlainTicks`) on each of these axes (`ax.xaxis`, `ax.yaxis`)."""
     for axis in axes:
         axis.set_major_formatter(_PlainTicks())
-
-
-class _TimeAxis:
-    """A time axis's unit, chosen from the largest value it shows (`format.time_unit`): ns, \u00b5s, ms or s."""
-
-    def __init__(self, largest_ns: float) -> None:
-        self.scale, self.unit = time_unit(largest_ns)
-
-    def of(self, ns: Any) -> Any:
-        """`ns` (a number or a numpy array) in the axis's unit."""
-        return ns / self.scale
-
-    def text(self, ns: float) -> str:
-        """'12.5 ms': a time in the axis's unit, for its labels."""
-        return f"{ns / self.scale:,.1f} {self.unit}"
 
 
 class _Hovers:
@@ -227,7 +187,7 @@ def utilisation_timeline(run: ChartRun, word: str = "GPU-Util") -> str | None:
         return None
     origin = run.window_start_ns
     start, end = _zoom(run)
-    time = _TimeAxis(end - origin)
+    time = TimeAxis(end - origin)
     edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
     centres = time.of(edges[:-1] + np.diff(edges) / 2 - origin)
     busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in run.devices])
@@ -315,103 +275,6 @@ def utilisation_timeline(run: ChartRun, word: str = "GPU-Util") -> str | None:
         return _svg(fig, hovers)
 
 
-def gap_histogram(report: RunReport) -> str | None:
-    """Idle time per gap-length bin, summed over devices."""
-    devices = report.devices
-    if not devices or not any(d.gaps.count for d in devices):
-        return None
-    labels = [b.label for b in devices[0].gaps.histogram]
-    totals = np.sum([[b.total_ns for b in d.gaps.histogram] for d in devices], axis=0)
-    counts = np.sum([[b.count for b in d.gaps.histogram] for d in devices], axis=0)
-    hovers = _Hovers("gaps")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(8, 2.8))
-        time = _TimeAxis(float(totals.max()))
-        bars = ax.bar(labels, time.of(totals), color="#d84315")
-        for bar, label, count, total in zip(bars, labels, counts, totals, strict=True):
-            hovers.add(bar, f"gaps {label}: {plural(int(count), 'gap')}, {fmt_ns(int(total))} idle")
-        ax.bar_label(bars, labels=[plural(int(c), "gap") for c in counts], fontsize=FONT_SIZE)
-        ax.set_ylabel(f"idle time ({time.unit})")
-        ax.set_xlabel("gap length")
-        _plain(ax.yaxis)
-        return _svg(fig, hovers)
-
-
-def _tick_every(n: int) -> int:
-    return max(1, -(-n // MAX_TICK_LABELS))
-
-
-def step_breakdown(report: RunReport) -> str | None:
-    """Stacked bars: where each step's time went (a stacked area past `MAX_STEP_BARS` steps, which
-    would otherwise be hundreds of SVG rectangles); parts no step has are left out."""
-    items = report.steps.items
-    if not items:
-        return None
-    x = np.arange(len(items))
-    every = list(items[0].breakdown)
-    parts = [cat for cat in every if any(s.breakdown[cat] for s in items)] or every
-    values = {cat: np.array([s.breakdown[cat] for s in items], dtype=np.float64) for cat in parts}
-    names = {cat: PART_WORDS.get(cat, cat.replace("_", " ")) for cat in parts}
-    durations = [sum(s.breakdown.values()) for s in items]  # the parts sum to the step
-    time = _TimeAxis(max(durations))
-    hovers = _Hovers("steps")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(9, 2.8))
-        ticks = x[:: _tick_every(len(x))]
-        if len(items) > MAX_STEP_BARS:
-            areas = ax.stackplot(
-                x,
-                *(time.of(v) for v in values.values()),
-                labels=list(names.values()),
-                colors=[_BREAKDOWN_COLOURS[c] for c in parts],
-                step="mid",
-            )
-            for area, (cat, vals) in zip(areas, values.items(), strict=True):
-                hovers.add(
-                    area, f"{names[cat]}: {fmt_ns(int(vals.sum()))} in {len(items)} steps, mean {fmt_ns(vals.mean())}"
-                )
-        else:
-            bottom = np.zeros(len(items))
-            for cat, vals in values.items():
-                bars = ax.bar(
-                    x, time.of(vals), bottom=bottom, color=_BREAKDOWN_COLOURS[cat], label=names[cat], width=0.8
-                )
-                for bar, step, ns, length in zip(bars, items, vals, durations, strict=True):
-                    share = fmt_pct(ns / length if length else None)
-                    hovers.add(bar, f"step {step.id}, {names[cat]}: {fmt_ns(int(ns))} ({share} of {fmt_ns(length)})")
-                bottom += time.of(vals)
-        ax.set_xticks(ticks, [str(items[i].id) for i in ticks])
-        ax.set_xlabel("step")
-        ax.set_ylabel(f"time ({time.unit})")
-        _plain(ax.yaxis)
-        ax.legend(ncols=3, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.3))
-        return _svg(fig, hovers)
-
-
-def kernel_histogram(report: RunReport) -> str | None:
-    """Kernel counts per duration bin, with the small-kernel threshold marked."""
-    devices = [d for d in report.devices if d.kernels.count]
-    if not devices:
-        return None
-    bins = devices[0].kernels.histogram
-    counts = np.sum([[b.count for b in d.kernels.histogram] for d in devices], axis=0)
-    totals = np.sum([[b.total_ns for b in d.kernels.histogram] for d in devices], axis=0)
-    threshold = devices[0].kernels.small_threshold_ns
-    small = [b.upper_ns is not None and b.upper_ns <= threshold for b in bins]
-    hovers = _Hovers("kernels")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(8, 2.8))
-        bars = ax.bar([b.label for b in bins], counts, color=["#ef6c00" if s else "#1565c0" for s in small])
-        for bar, b, count, total, is_small in zip(bars, bins, counts, totals, small, strict=True):
-            kind = " (small)" if is_small else ""
-            hovers.add(bar, f"kernels {b.label}{kind}: {plural(int(count), 'kernel')}, {fmt_ns(int(total))} in all")
-        ax.set_ylabel("kernels")
-        _plain(ax.yaxis)
-        ax.set_xlabel(f"kernel duration (orange: small kernels, below {fmt_ns(threshold)})")
-        ax.tick_params(axis="x", labelrotation=20)
-        return _svg(fig, hovers)
-
-
 MEMORY_OFF_SCALE = 5  # a capacity more than this many times the peak is a note, not a line (the levels stay readable)
 MAX_MEMORY_PANELS = 8  # past this many devices with memory, the ones whose peak is highest are drawn
 _ALLOCATED = "#6a1b9a"
@@ -468,7 +331,7 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
     shown = sorted(panels, key=lambda panel: -panel[1].peak_in_use_bytes)[:MAX_MEMORY_PANELS]
     shown = [panel for panel in panels if panel in shown]  # in the report's order
     origin = report.window.start_ns or 0
-    time = _TimeAxis(max(max(m.series.ts_ns) for _, m in shown) - origin)
+    time = TimeAxis(max(max(m.series.ts_ns) for _, m in shown) - origin)
     hovers = _Hovers("memory")
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(shown), 1, figsize=(9, 0.6 + 2.0 * len(shown)), sharex=True, squeeze=False)
@@ -631,130 +494,6 @@ def roofline(report: RunReport) -> str | None:
         return _svg(fig, hovers)
 
 
-def mfu_chart(report: RunReport) -> str | None:
-    """MFU's decomposition as bars on one 0-100 % scale: which of busy time, the share of it spent in arithmetic
-    kernels and their speed against the peak takes MFU down."""
-    c = report.compute
-    shares = [v for v in (c.gpu_util, c.compute_share, c.compute_efficiency, c.mfu) if v is not None]
-    if len(shares) < 4:
-        return None
-    window = "device-side step windows" if c.window == "device step" else "steps"
-    util = device_words(report).util
-    titles = (
-        f"{util} {fmt_pct(c.gpu_util)}: some kernel runs in that share of the {window}",
-        f"compute share {fmt_pct(c.compute_share)}: the share of that busy time in matmul, conv and attention kernels "
-        "(and any other kernel whose FLOPs are counted)",
-        f"their efficiency {fmt_pct(c.compute_efficiency)}: those kernels' counted FLOPs against the {c.device}'s "
-        f"dense {c.dtype} peak ({fmt_rate(c.peak_tflops)} TFLOP/s) over their time",
-        f"MFU {mfu_text(c)} = {fmt_pct(c.gpu_util)} x {fmt_pct(c.compute_share)} x {fmt_pct(c.compute_efficiency)}",
-    )
-    rows = np.arange(len(shares))[::-1]  # GPU-Util on top, MFU at the bottom
-    hovers = _Hovers("mfu")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(8, 1.9))
-        ax.barh(rows, [100] * len(rows), color="#eeeeee", height=0.6)
-        colours = [_BUSY, _TARGET, _CLASS_COLOURS["conv"], _ROOF]
-        bars = ax.barh(rows, [v * 100 for v in shares], color=colours, height=0.6)
-        for bar, title in zip(bars, titles, strict=True):
-            hovers.add(bar, title)
-        ax.bar_label(bars, labels=[fmt_pct(v) for v in shares], padding=3, fontsize=FONT_SIZE)
-        ax.set_yticks(rows, [util, "x compute share", "x their efficiency", "= MFU"])
-        ax.set_xlim(0, 100)
-        ax.set_xlabel(f"% (MFU = {util} x compute share x their efficiency)")
-        _plain(ax.xaxis)
-        return _svg(fig, hovers)
-
-
-# The critical path's groups (`analysis/critical_path.GROUPS`), in its order, coloured as the step breakdown's
-# parts of the same kind: host work amber, launches purple, device compute green, copies blue, waits warm, idle grey.
-PATH_GROUP_COLOURS = {
-    "cpu": "#f9a825",
-    "launch": "#8e24aa",
-    "gpu_compute": "#2e7d32",
-    "copy": "#1565c0",
-    "collective": "#ab47bc",
-    "rank_wait": "#6a1b9a",
-    "input": "#d84315",
-    "idle": "#bdbdbd",
-}
-_OTHER_GROUP = "#795548"  # a group this chart does not know (a newer analysis)
-
-
-def critical_path_chart(report: RunReport) -> str | None:
-    """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
-    in the unit of its longest step; past `MAX_STEP_BARS` steps, the longest of them (in step order). Written as
-    SVG directly, not drawn by matplotlib: bars, ticks and a legend are all it has, and a matplotlib draw took
-    0.05-0.1 s of every report."""
-    steps = report.critical_path.steps
-    if not steps:
-        return None
-    shown = (
-        sorted(sorted(steps, key=lambda s: -s.step_ns)[:MAX_STEP_BARS], key=lambda s: s.id)
-        if len(steps) > MAX_STEP_BARS
-        else list(steps)
-    )
-    seen = {g for s in shown for g, ns in s.groups.items() if ns}
-    groups = [g for g in PATH_GROUP_COLOURS if g in seen] + sorted(seen - PATH_GROUP_COLOURS.keys())
-    width, left, right, top, row, bar = 720, 64, 16, 30, 20, 14
-    time = _TimeAxis(max(s.step_ns for s in shown))
-    longest = time.of(max(s.step_ns for s in shown)) or 1.0
-    tick = _nice_tick(longest)
-    span = tick * -(-longest // tick)
-    scale = (width - left - right) / span  # px per unit
-    bottom = top + row * len(shown)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{bottom + 44}" '
-        f'viewBox="0 0 {width} {bottom + 44}" style="background:#fff" font-family="DejaVu Sans, sans-serif" '
-        f'font-size="{FONT_SIZE + 2}">'
-    ]
-    x = left
-    for group in groups:  # the legend, across the top
-        label = html.escape(group.replace("_", " "))
-        out.append(f'<rect x="{x}" y="8" width="10" height="10" fill="{PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)}"/>')
-        out.append(f'<text x="{x + 14}" y="17">{label}</text>')
-        x += 24 + 7 * len(label)
-    every = _tick_every(len(shown))
-    for i, step in enumerate(shown):
-        y = top + i * row
-        if i % every == 0:
-            out.append(f'<text x="{left - 6}" y="{y + bar - 3}" text-anchor="end">{step.id}</text>')
-        along = 0.0  # where the next group starts, in the axis's unit
-        for group in groups:
-            ns = step.groups.get(group, 0)
-            if not ns:
-                continue
-            share = fmt_pct(ns / step.step_ns if step.step_ns else None)
-            title = html.escape(f"step {step.id}, {group}: {fmt_ns(ns)} ({share} of {fmt_ns(step.step_ns)})")
-            colour = PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)
-            out.append(
-                f'<rect x="{left + along * scale:.2f}" y="{y}" width="{time.of(ns) * scale:.2f}" height="{bar}" '
-                f'fill="{colour}"><title>{title}</title></rect>'
-            )
-            along += time.of(ns)
-    out.append(f'<line x1="{left}" y1="{bottom}" x2="{width - right}" y2="{bottom}" stroke="#444"/>')
-    for k in range(int(round(span / tick)) + 1):
-        tx = left + k * tick * scale
-        out.append(f'<line x1="{tx:.2f}" y1="{bottom}" x2="{tx:.2f}" y2="{bottom + 4}" stroke="#444"/>')
-        label = fmt_tick(k * tick, tick_decimals(tick))
-        out.append(f'<text x="{tx:.2f}" y="{bottom + 16}" text-anchor="middle">{label}</text>')
-    axis = f"time on the critical path ({time.unit})"
-    step_label = "step" if len(shown) == len(steps) else f"step ({len(shown)} longest of {len(steps)})"
-    out.append(f'<text x="{(left + width - right) / 2}" y="{bottom + 34}" text-anchor="middle">{axis}</text>')
-    out.append(
-        f'<text x="12" y="{(top + bottom) / 2}" transform="rotate(-90 12 {(top + bottom) / 2})" '
-        f'text-anchor="middle">{html.escape(step_label)}</text>'
-    )
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _nice_tick(span: float, count: int = 6) -> float:
-    """A round tick spacing (1, 2 or 5 times a power of ten) giving about `count` ticks over `span`."""
-    raw = span / count
-    power = 10.0 ** np.floor(np.log10(raw))
-    return float(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
-
-
 # The ranks chart's measures: (name, colour, what a hover says it is).
 RANK_MEASURES = (
     ("wait", "#d84315", "inside collectives, waiting for later ranks"),
@@ -781,7 +520,7 @@ def ranks_chart(report: RunReport) -> str | None:
     per_step = all(r.wait_per_step_ns is not None and r.late_per_step_ns is not None and r.steps.count for r in ranks)
     when = "a step" if per_step else "over the capture"
     values = np.array([_rank_values(r, per_step) for r in ranks], np.float64)
-    time = _TimeAxis(float(values.max()))
+    time = TimeAxis(float(values.max()))
     rows = np.arange(len(ranks))[::-1]  # the first rank on top
     height = 0.8 / len(RANK_MEASURES)
     hovers = _Hovers("ranks")
@@ -792,7 +531,7 @@ def ranks_chart(report: RunReport) -> str | None:
             bars = ax.barh(rows + offset, time.of(values[:, k]), height=height, color=colour, label=measure)
             for bar, rank, ns in zip(bars, ranks, values[:, k], strict=True):
                 hovers.add(bar, f"{rank.label}: {measure} {fmt_ns(int(ns))} {when} ({meaning})")
-        every = _tick_every(len(ranks))
+        every = tick_every(len(ranks))
         ax.set_yticks(rows[::every], [r.label for r in ranks][::every])
         ax.set_ylim(-0.5, len(ranks) - 0.5)
         ax.set_xlabel(f"{time.unit} {when}")
@@ -814,7 +553,7 @@ _TREND_CHANGE = "#8e24aa"
 TREND_LABEL_CHARS = 28
 
 
-def _trend_value(row: RunSummary, attribute: str, time: _TimeAxis) -> float | None:
+def _trend_value(row: RunSummary, attribute: str, time: TimeAxis) -> float | None:
     """A row's figure in its panel's unit: `time`'s for the step, % for the shares."""
     value = getattr(row, attribute)
     if value is None:
@@ -844,7 +583,7 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
         return None
     x = np.arange(len(rows))
     changes = bottleneck_changes(rows)
-    time = _TimeAxis(max(row.mean_step_ns or 0 for row in rows))
+    time = TimeAxis(max(row.mean_step_ns or 0 for row in rows))
     hovers = _Hovers("trend")
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(TREND_PANELS), 1, figsize=(8, 1.7 * len(TREND_PANELS)), sharex=True)
@@ -881,7 +620,7 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
             )
             title = f"{rows[i].name}: top bottleneck {before}{rows[i].top_bottleneck or 'none'}"
             hovers.add(mark, escape_control(title))
-        every = _tick_every(len(rows))
+        every = tick_every(len(rows))
         ticks = x[::every]
         labels = [escape_control(clip(rows[i].name, TREND_LABEL_CHARS)) for i in ticks]
         axes[-1].set_xticks(ticks, labels, rotation=30, ha="right")
@@ -891,19 +630,11 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
 
 
 def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
-    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "steps", ..., "critical_path"), as inline SVG; None
-    when the run has nothing to show."""
+    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "roofline", "ranks", and those `svg_charts` writes), as
+    inline SVG; None when the run has nothing to show."""
     if name == "timeline":
         return utilisation_timeline(run, device_words(report).util)
     if name == "memory":
         return memory_chart(report, run)
-    charts = {
-        "steps": step_breakdown,
-        "gaps": gap_histogram,
-        "kernels": kernel_histogram,
-        "mfu": mfu_chart,
-        "roofline": roofline,
-        "ranks": ranks_chart,
-        "critical_path": critical_path_chart,
-    }
-    return charts[name](report)
+    drawn = {"roofline": roofline, "ranks": ranks_chart, **DIRECT_CHARTS}
+    return drawn[name](report)

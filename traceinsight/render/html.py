@@ -37,6 +37,7 @@ from traceinsight.render.format import (
     plural,
 )
 from traceinsight.render.painter import Charts, Painter, draw_charts
+from traceinsight.render.svg_charts import DIRECT_CHARTS
 from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
@@ -270,12 +271,14 @@ def with_contents(page: str) -> str:
 
 
 def render_html(report: RunReport, analysis: Analysis, painter: Painter | None = None) -> str:
-    """The page; its charts drawn by `painter` (in its own process, while the templates compile here), else here."""
+    """The page; its matplotlib charts drawn by `painter` (in its own process, while the bar charts are written and
+    the templates compile here), else here."""
     if painter is None:
         return _page(report, draw_charts(report, chart_run(analysis)))
     painter.paint(report, analysis)
+    written = {name: write(report) for name, write in DIRECT_CHARTS.items()}
     compile_templates()
-    return _page(report, painter.charts())
+    return _page(report, {**painter.charts(), **written})
 
 
 def _page(report: RunReport, drawn: Charts) -> str:

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).
 CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks", "critical_path")
-# The order the painting processes take them in: the costliest first (the roofline's log axes, a TPU's memory
-# steps), so that the last one taken is short and neither process waits long for the other.
-DRAW_ORDER = ("roofline", "memory", "steps", "timeline", "gaps", "kernels", "mfu", "ranks", "critical_path")
+# Those drawn with matplotlib, in the order the painting processes take them: the costliest first (the roofline's
+# log axes, a TPU's memory steps), so that the last one taken is short and neither process waits long for the other.
+# The others are bars, written as SVG directly in the report's process (`svg_charts.DIRECT_CHARTS`).
+DRAW_ORDER = ("roofline", "memory", "timeline", "ranks")
 PAINTERS = 2  # painting processes at most, where they can be forked (this process waits while they draw)
 
 # Shared by the painting processes (inherited at their fork): the report being drawn and the next chart of it not
@@ -43,8 +44,9 @@ _NEXT: Any = None
 
 
 class Painter:
-    """Draws the `CHART_NAMES` charts in painting processes, started when made; they import matplotlib at once,
-    unless `import_later`: then the one painter imports on `import_charts` (or, never told, when it first draws)."""
+    """Draws the matplotlib charts (`DRAW_ORDER`) in painting processes, started when made; they import matplotlib
+    at once, unless `import_later`: then the one painter imports on `import_charts` (or, never told, when it first
+    draws)."""
 
     def __init__(self, processes: int = PAINTERS, import_later: bool = False) -> None:
         global _NEXT
@@ -96,7 +98,7 @@ class Painter:
         first, *others = self._children
         drawn: Charts = first.latest()
         for child in others:
-            if len(drawn) == len(CHART_NAMES):
+            if len(drawn) == len(DRAW_ORDER):
                 break
             drawn.update(child.latest())
         return drawn
@@ -141,12 +143,13 @@ def _take(report: int) -> str | None:
 
 
 def draw_share(report_number: int, run: bytes) -> Charts:
-    """The charts of the pickled (report, `ChartRun`) this painter takes (all of them when it draws alone)."""
+    """The matplotlib charts of the pickled (report, `ChartRun`) this painter takes (all of them when it draws
+    alone)."""
     from traceinsight.render.charts import draw
 
     report, chart_data = pickle.loads(run)
     if _NEXT is None:
-        return draw_charts(report, chart_data)
+        return {name: draw(name, report, chart_data) for name in DRAW_ORDER}
     drawn: Charts = {}
     while (name := _take(report_number)) is not None:
         drawn[name] = draw(name, report, chart_data)

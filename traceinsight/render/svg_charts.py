@@ -1,0 +1,393 @@
+"""The page's bar charts, written as SVG directly: bars, ticks, a legend and hover titles are all they have.
+
+A matplotlib draw costs 30-75 ms a chart however little it shows (its tick and text machinery), after 0.3 s of
+importing it: these charts are written here in a few milliseconds, in the report's own process, while the painter
+draws the others with matplotlib (`render/charts.py`: the timeline, the memory, the roofline and the ranks). Every
+text from a trace is escaped here; a hover is an SVG ``<title>`` in the group of what it describes (no script).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from traceinsight.render.format import fmt_ns, fmt_pct, fmt_rate, fmt_tick, plural, tick_decimals, time_unit
+from traceinsight.render.wording import device_words, mfu_text
+from traceinsight.result import PART_WORDS, RunReport
+
+FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
+_TEXT = FONT_SIZE + 2  # px, the text of these charts
+_CHAR = 0.6 * _TEXT  # px, about a character's width in DejaVu Sans: room for labels and the legend
+_WIDTH = 720  # px
+MAX_STEP_BARS = 40  # past this many steps, the step chart's parts are areas, not a rectangle a step and part
+MAX_TICK_LABELS = 20
+BREAKDOWN_COLOURS = {
+    "device_compute": "#2e7d32",
+    "device_copy": "#1565c0",
+    "host_runtime": "#8e24aa",
+    "input_wait": "#d84315",
+    "host_compute": "#f9a825",
+    "idle": "#bdbdbd",
+    # The ledger's parts (analysis/ledger.py): busy in greens and blues, idle causes in warm colours, unexplained grey.
+    "compute": "#2e7d32",
+    "collective_wait": "#6a1b9a",
+    "collective_transfer": "#ab47bc",
+    "copy_h2d": "#1565c0",
+    "copy_d2h": "#42a5f5",
+    "copy_d2d": "#0097a7",
+    "copy_other": "#80deea",
+    "graph_internal": "#9e9d24",
+    "wait_outside_trace": "#795548",
+    "blocking_wait": "#c62828",
+    "host_launch": "#f9a825",
+    "unexplained": "#bdbdbd",
+}
+_GAPS = "#d84315"
+_SMALL_KERNELS, _KERNELS = "#ef6c00", "#1565c0"
+MFU_COLOURS = ("#2e7d32", "#1565c0", "#6a1b9a", "#c62828")  # busy, compute share, efficiency, MFU
+# The critical path's groups (`analysis/critical_path.GROUPS`), in its order, coloured as the step breakdown's
+# parts of the same kind: host work amber, launches purple, device compute green, copies blue, waits warm, idle grey.
+PATH_GROUP_COLOURS = {
+    "cpu": "#f9a825",
+    "launch": "#8e24aa",
+    "gpu_compute": "#2e7d32",
+    "copy": "#1565c0",
+    "collective": "#ab47bc",
+    "rank_wait": "#6a1b9a",
+    "input": "#d84315",
+    "idle": "#bdbdbd",
+}
+_OTHER_GROUP = "#795548"  # a group this chart does not know (a newer analysis)
+
+
+class TimeAxis:
+    """A time axis's unit, chosen from the largest value it shows (`format.time_unit`): ns, \u00b5s, ms or s."""
+
+    def __init__(self, largest_ns: float) -> None:
+        self.scale, self.unit = time_unit(largest_ns)
+
+    def of(self, ns: Any) -> Any:
+        """`ns` (a number or a numpy array) in the axis's unit."""
+        return ns / self.scale
+
+    def text(self, ns: float) -> str:
+        """'12.5 ms': a time in the axis's unit, for its labels."""
+        return f"{ns / self.scale:,.1f} {self.unit}"
+
+
+def tick_every(n: int) -> int:
+    """Label every this many of `n` categories: at most `MAX_TICK_LABELS` labels."""
+    return max(1, -(-n // MAX_TICK_LABELS))
+
+
+def nice_tick(span: float, count: int = 6) -> float:
+    """A round tick spacing (1, 2 or 5 times a power of ten) giving about `count` ticks over `span`."""
+    raw = span / count if span > 0 else 1.0
+    power = 10.0 ** math.floor(math.log10(raw))
+    return float(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
+
+
+def _text_width(text: str) -> float:
+    return _CHAR * len(text)
+
+
+class _Svg:
+    """One chart's SVG elements; `hover` wraps one in a group titled with what it shows (``<chart>-hover-<n>``)."""
+
+    def __init__(self, chart: str) -> None:
+        self.chart = chart
+        self.elements: list[str] = []
+        self.hovers = 0
+
+    def add(self, element: str) -> None:
+        self.elements.append(element)
+
+    def hover(self, element: str, title: str) -> None:
+        gid = f"{self.chart}-hover-{self.hovers}"
+        self.hovers += 1
+        self.elements.append(f'<g id="{gid}"><title>{html.escape(title)}</title>{element}</g>')
+
+    def text(self, x: float, y: float, text: str, anchor: str = "start", rotate: float = 0, fill: str = "") -> None:
+        turn = f' transform="rotate({rotate:g} {x:.1f} {y:.1f})"' if rotate else ""
+        colour = f' fill="{fill}"' if fill else ""
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn}{colour}>{html.escape(text)}</text>')
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str = "#444") -> None:
+        self.add(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}"/>')
+
+    def legend(self, x: float, y: float, items: Sequence[tuple[str, str]], columns: int | None = None) -> float:
+        """A colour box and its label per item, in rows of `columns` (one row: all); the y below it."""
+        columns = columns or max(len(items), 1)
+        step = 24 + max((_text_width(label) for label, _ in items), default=0) if columns < len(items) else 0
+        at = x
+        for i, (label, colour) in enumerate(items):
+            if i and i % columns == 0:
+                at, y = x, y + _TEXT + 6
+            self.add(f'<rect x="{at:.1f}" y="{y - 10:.1f}" width="10" height="10" fill="{colour}"/>')
+            self.text(at + 14, y - 1, label)
+            at += step or 24 + _text_width(label)
+        return y + _TEXT
+
+    def svg(self, width: float, height: float) -> str:
+        head = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" style="background:#fff" '
+            f'font-family="DejaVu Sans, sans-serif" font-size="{_TEXT}">'
+        )
+        return head + "".join(self.elements) + "</svg>"
+
+
+class _Scale:
+    """A value axis from 0 to a round top at or above `high`, its ticks `nice_tick` apart, `length` px long."""
+
+    def __init__(self, high: float, length: float, top: float | None = None) -> None:
+        self.tick = nice_tick(high) if top is None else nice_tick(top, 5)
+        self.top = top if top is not None else self.tick * max(1, math.ceil(high / self.tick - 1e-9))
+        self.length = length
+
+    def px(self, value: float) -> float:
+        return value / self.top * self.length
+
+    def ticks(self) -> list[tuple[float, str]]:
+        decimals = tick_decimals(self.tick)
+        return [(k * self.tick, fmt_tick(k * self.tick, decimals)) for k in range(round(self.top / self.tick) + 1)]
+
+
+class _Columns:
+    """A column a category along the x axis, values up the y axis (`_Scale`): the frame of the column charts."""
+
+    def __init__(
+        self,
+        svg: _Svg,
+        categories: Sequence[str],
+        high: float,
+        y_label: str,
+        x_label: str,
+        rotate: float = 0,
+        every: int = 1,
+    ) -> None:
+        self.top, self.height = 14.0, 170.0
+        self.scale = _Scale(high, self.height)
+        self.left = 38 + max(_text_width(label) for _, label in self.scale.ticks())  # the axis label, the ticks'
+        self.width = _WIDTH - self.left - 12
+        self.slot = self.width / max(len(categories), 1)
+        self.svg = svg
+        bottom = self.top + self.height
+        for value, label in self.scale.ticks():
+            y = bottom - self.scale.px(value)
+            svg.line(self.left - 4, y, self.left, y)
+            svg.text(self.left - 6, y + 4, label, anchor="end")
+        svg.line(self.left, self.top, self.left, bottom)
+        svg.line(self.left, bottom, self.left + self.width, bottom)
+        label_room = 0.0
+        for i, name in enumerate(categories):
+            if i % every:
+                continue
+            x = self.x(i)
+            svg.line(x, bottom, x, bottom + 4)
+            if rotate:
+                svg.text(x, bottom + 14, name, anchor="end", rotate=-rotate)
+                label_room = max(label_room, _text_width(name) * math.sin(math.radians(rotate)))
+            else:
+                svg.text(x, bottom + 16, name, anchor="middle")
+        middle = self.top + self.height / 2
+        svg.text(14, middle, y_label, anchor="middle", rotate=-90)
+        baseline = bottom + 34 + label_room
+        for line in x_label.split("\n"):
+            svg.text(self.left + self.width / 2, baseline, line, anchor="middle")
+            baseline += _TEXT + 3
+        self.below = baseline - _TEXT + 6  # the first free y under the frame and its labels
+
+    def x(self, i: float) -> float:
+        """The centre of category `i` (fractions: between categories)."""
+        return self.left + (i + 0.5) * self.slot
+
+    def y(self, value: float) -> float:
+        return self.top + self.height - self.scale.px(value)
+
+    def column(self, i: int, low: float, high: float, fill: str, title: str, share: float = 0.8) -> None:
+        """Category `i`'s column from `low` to `high` (a stacked part: from the parts below it), `share` of its slot
+        wide."""
+        width = self.slot * share
+        top, bottom = self.y(high), self.y(low)
+        rect = (
+            f'<rect x="{self.x(i) - width / 2:.2f}" y="{top:.2f}" width="{width:.2f}" '
+            f'height="{max(bottom - top, 0):.2f}" fill="{fill}"/>'
+        )
+        self.svg.hover(rect, title)
+
+
+def gap_histogram(report: RunReport) -> str | None:
+    """Idle time per gap-length bin, summed over devices."""
+    devices = report.devices
+    if not devices or not any(d.gaps.count for d in devices):
+        return None
+    labels = [b.label for b in devices[0].gaps.histogram]
+    totals = [sum(d.gaps.histogram[i].total_ns for d in devices) for i in range(len(labels))]
+    counts = [sum(d.gaps.histogram[i].count for d in devices) for i in range(len(labels))]
+    time = TimeAxis(float(max(totals)))
+    svg = _Svg("gaps")
+    frame = _Columns(svg, labels, time.of(max(totals)) or 1.0, f"idle time ({time.unit})", "gap length")
+    for i, (label, count, total) in enumerate(zip(labels, counts, totals, strict=True)):
+        frame.column(i, 0, time.of(total), _GAPS, f"gaps {label}: {plural(count, 'gap')}, {fmt_ns(total)} idle")
+        svg.text(frame.x(i), frame.y(time.of(total)) - 4, plural(count, "gap"), anchor="middle")
+    return svg.svg(_WIDTH, frame.below)
+
+
+def kernel_histogram(report: RunReport) -> str | None:
+    """Kernel counts per duration bin, with the small-kernel threshold marked."""
+    devices = [d for d in report.devices if d.kernels.count]
+    if not devices:
+        return None
+    bins = devices[0].kernels.histogram
+    counts = [sum(d.kernels.histogram[i].count for d in devices) for i in range(len(bins))]
+    totals = [sum(d.kernels.histogram[i].total_ns for d in devices) for i in range(len(bins))]
+    threshold = devices[0].kernels.small_threshold_ns
+    small = [b.upper_ns is not None and b.upper_ns <= threshold for b in bins]
+    svg = _Svg("kernels")
+    x_label = f"kernel duration (orange: small kernels, below {fmt_ns(threshold)})"
+    frame = _Columns(svg, [b.label for b in bins], max(counts) or 1, "kernels", x_label, rotate=20)
+    for i, (b, count, total, is_small) in enumerate(zip(bins, counts, totals, small, strict=True)):
+        kind = " (small)" if is_small else ""
+        title = f"kernels {b.label}{kind}: {plural(count, 'kernel')}, {fmt_ns(total)} in all"
+        frame.column(i, 0, count, _SMALL_KERNELS if is_small else _KERNELS, title)
+    return svg.svg(_WIDTH, frame.below)
+
+
+def step_breakdown(report: RunReport) -> str | None:
+    """Stacked bars: where each step's time went (a stacked area a part past `MAX_STEP_BARS` steps, which would
+    otherwise be hundreds of rectangles); parts no step has are left out."""
+    items = report.steps.items
+    if not items:
+        return None
+    every = list(items[0].breakdown)
+    parts = [cat for cat in every if any(s.breakdown[cat] for s in items)] or every
+    names = {cat: PART_WORDS.get(cat, cat.replace("_", " ")) for cat in parts}
+    durations = [sum(s.breakdown.values()) for s in items]  # the parts sum to the step
+    time = TimeAxis(max(durations))
+    svg = _Svg("steps")
+    labels = [str(s.id) for s in items]
+    frame = _Columns(
+        svg, labels, time.of(max(durations)) or 1.0, f"time ({time.unit})", "step", every=tick_every(len(items))
+    )
+    below = [0.0] * len(items)
+    for cat in parts:
+        values = [time.of(s.breakdown[cat]) for s in items]
+        upper = [b + v for b, v in zip(below, values, strict=True)]
+        colour = BREAKDOWN_COLOURS[cat]
+        if len(items) > MAX_STEP_BARS:  # one area: each step's band from the parts below it, a step wide
+            edge = [f"{frame.x(i + side):.2f},{frame.y(v):.2f}" for i, v in enumerate(upper) for side in (-0.5, 0.5)]
+            back = [
+                f"{frame.x(i + side):.2f},{frame.y(v):.2f}"
+                for i, v in reversed(list(enumerate(below)))
+                for side in (0.5, -0.5)
+            ]
+            total = sum(s.breakdown[cat] for s in items)
+            title = f"{names[cat]}: {fmt_ns(total)} in {len(items)} steps, mean {fmt_ns(total / len(items))}"
+            svg.hover(f'<path d="M{" L".join(edge + back)} Z" fill="{colour}"/>', title)
+        else:
+            for i, (step, v, length) in enumerate(zip(items, values, durations, strict=True)):
+                ns = step.breakdown[cat]
+                share = fmt_pct(ns / length if length else None)
+                title = f"step {step.id}, {names[cat]}: {fmt_ns(ns)} ({share} of {fmt_ns(length)})"
+                frame.column(i, below[i], below[i] + v, colour, title)
+        below = upper
+    end = svg.legend(frame.left, frame.below + _TEXT + 4, [(names[c], BREAKDOWN_COLOURS[c]) for c in parts], columns=3)
+    return svg.svg(_WIDTH, end)
+
+
+def mfu_chart(report: RunReport) -> str | None:
+    """MFU's decomposition as bars on one 0-100 % scale: which of busy time, the share of it spent in arithmetic
+    kernels and their speed against the peak takes MFU down."""
+    c = report.compute
+    shares = [v for v in (c.gpu_util, c.compute_share, c.compute_efficiency, c.mfu) if v is not None]
+    if len(shares) < 4:
+        return None
+    window = "device-side step windows" if c.window == "device step" else "steps"
+    util = device_words(report).util
+    titles = (
+        f"{util} {fmt_pct(c.gpu_util)}: some kernel runs in that share of the {window}",
+        f"compute share {fmt_pct(c.compute_share)}: the share of that busy time in matmul, conv and attention kernels "
+        "(and any other kernel whose FLOPs are counted)",
+        f"their efficiency {fmt_pct(c.compute_efficiency)}: those kernels' counted FLOPs against the {c.device}'s "
+        f"dense {c.dtype} peak ({fmt_rate(c.peak_tflops)} TFLOP/s) over their time",
+        f"MFU {mfu_text(c)} = {fmt_pct(c.gpu_util)} x {fmt_pct(c.compute_share)} x {fmt_pct(c.compute_efficiency)}",
+    )
+    labels = [util, "x compute share", "x their efficiency", "= MFU"]
+    svg = _Svg("mfu")
+    left = 12 + max(_text_width(label) for label in labels)
+    width, row, bar = _WIDTH - left - 60, 26.0, 16.0
+    scale = _Scale(100, width, top=100)
+    bottom = 8 + row * len(shares)
+    for k, (label, share, colour, title) in enumerate(zip(labels, shares, MFU_COLOURS, titles, strict=True)):
+        y = 8 + k * row + (row - bar) / 2
+        svg.add(f'<rect x="{left:.1f}" y="{y:.1f}" width="{width:.1f}" height="{bar}" fill="#eeeeee"/>')
+        rect = f'<rect x="{left:.1f}" y="{y:.1f}" width="{scale.px(share * 100):.2f}" height="{bar}" fill="{colour}"/>'
+        svg.hover(rect, title)
+        svg.text(left + scale.px(share * 100) + 4, y + bar - 3, fmt_pct(share))
+        svg.text(left - 6, y + bar - 3, label, anchor="end")
+    svg.line(left, bottom, left + width, bottom)
+    for value, label in scale.ticks():
+        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
+        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    svg.text(left + width / 2, bottom + 34, f"% (MFU = {util} x compute share x their efficiency)", anchor="middle")
+    return svg.svg(_WIDTH, bottom + 42)
+
+
+def critical_path_chart(report: RunReport) -> str | None:
+    """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
+    in the unit of its longest step; past `MAX_STEP_BARS` steps, the longest of them (in step order)."""
+    steps = report.critical_path.steps
+    if not steps:
+        return None
+    shown = (
+        sorted(sorted(steps, key=lambda s: -s.step_ns)[:MAX_STEP_BARS], key=lambda s: s.id)
+        if len(steps) > MAX_STEP_BARS
+        else list(steps)
+    )
+    seen = {g for s in shown for g, ns in s.groups.items() if ns}
+    groups = [g for g in PATH_GROUP_COLOURS if g in seen] + sorted(seen - PATH_GROUP_COLOURS.keys())
+    left, right, top, row, bar = 64, 16, 30, 20, 14
+    time = TimeAxis(max(s.step_ns for s in shown))
+    scale = _Scale(time.of(max(s.step_ns for s in shown)) or 1.0, _WIDTH - left - right)
+    bottom = top + row * len(shown)
+    svg = _Svg("critical_path")
+    svg.legend(left, 18, [(g.replace("_", " "), PATH_GROUP_COLOURS.get(g, _OTHER_GROUP)) for g in groups])
+    every = tick_every(len(shown))
+    for i, step in enumerate(shown):
+        y = top + i * row
+        if i % every == 0:
+            svg.text(left - 6, y + bar - 3, str(step.id), anchor="end")
+        along = 0.0  # where the next group starts, in the axis's unit
+        for group in groups:
+            ns = step.groups.get(group, 0)
+            if not ns:
+                continue
+            share = fmt_pct(ns / step.step_ns if step.step_ns else None)
+            title = f"step {step.id}, {group}: {fmt_ns(ns)} ({share} of {fmt_ns(step.step_ns)})"
+            colour = PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)
+            svg.add(
+                f'<rect x="{left + scale.px(along):.2f}" y="{y}" width="{scale.px(time.of(ns)):.2f}" height="{bar}" '
+                f'fill="{colour}"><title>{html.escape(title)}</title></rect>'
+            )
+            along += time.of(ns)
+    svg.line(left, bottom, _WIDTH - right, bottom)
+    for value, label in scale.ticks():
+        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
+        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    step_label = "step" if len(shown) == len(steps) else f"step ({len(shown)} longest of {len(steps)})"
+    svg.text((left + _WIDTH - right) / 2, bottom + 34, f"time on the critical path ({time.unit})", anchor="middle")
+    svg.text(12, (top + bottom) / 2, step_label, anchor="middle", rotate=-90)
+    return svg.svg(_WIDTH, bottom + 44)
+
+
+# The charts written here, by the name the page gives them (`painter.CHART_NAMES`).
+DIRECT_CHARTS: dict[str, Callable[[RunReport], str | None]] = {
+    "steps": step_breakdown,
+    "gaps": gap_histogram,
+    "kernels": kernel_histogram,
+    "mfu": mfu_chart,
+    "critical_path": critical_path_chart,
+}
