@@ -27,7 +27,9 @@ from benchmarks.replicate import DEFAULT_SOURCE, SHARED_TRACES, Replicator
 
 PATCHES = {
     "as shipped": "",
-    "drawn here": "import contextlib, traceinsight.commands.report as r; r.Painter = contextlib.nullcontext\n",
+    "drawn here": (
+        "import contextlib, traceinsight.commands.report as r; r.Painter = lambda **_: contextlib.nullcontext()\n"
+    ),
     "malloc_trim after loading": (
         "import traceinsight.workflow as p; from traceinsight.heap import release_free_memory; load = p.load_run\n"
         "def trimmed(*args, **kwargs):\n    profile = load(*args, **kwargs); release_free_memory(); return profile\n"

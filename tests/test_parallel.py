@@ -366,7 +366,7 @@ print(code, os.getpid(), threading.active_count(), len(multiprocessing.active_ch
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's only")
 def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one, tmp_path: Path) -> None:
-    """Every fork of a report (the two painting processes, the two workers reading the eight ranks) happens in a
+    """Every fork of a report (the painting process, the two workers reading the eight ranks) happens in a
     process that runs no other thread, and the report leaves no thread or process behind."""
     log = tmp_path / "forks"
     argv = ["report", str(rank_dir[0]), "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"), "-q"]
@@ -380,7 +380,7 @@ def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one
     code, pid, threads, children = done.stdout.split()
     assert code == "0" and _analyzed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
     forks = [line.split() for line in log.read_text().splitlines()]
-    assert [p for p, _ in forks] == [pid] * 4  # the two painters, then the two workers
+    assert [p for p, _ in forks] == [pid] * 3  # the painter, then the two workers
     assert {count for _, count in forks} == {"1"}
     assert (threads, children) == ("1", "0")
 
@@ -461,13 +461,11 @@ def _no_room(*args: Any) -> int:
     raise OSError(28, "No space left on device")
 
 
-def test_an_input_is_read_here_below_the_size_workers_read_from_and_as_one_file_when_one_holds_most(
-    tmp_path: Path,
-) -> None:
-    """A second painting process is started only for an input read in this process, and the painter imports after
-    the reading where workers read one file's pieces (`commands/report.py`): here under `PARALLEL_FILE_MIN_BYTES`
-    of JSON in all, a .gz counted as eight times its size on disk; one file when it holds 3/4 of the bytes."""
-    from traceinsight.parallel import Reading, input_reading
+def test_one_big_file_from_the_size_workers_read_from_when_one_file_holds_most(tmp_path: Path) -> None:
+    """The painter imports matplotlib after the reading where workers read one file's pieces (`commands/report.py`):
+    from `PARALLEL_FILE_MIN_BYTES` of JSON in all, a .gz counted as eight times its size on disk, one file holding
+    3/4 of the bytes."""
+    from traceinsight.parallel import one_big_file
     from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
 
     def sized(name: str, size: int) -> Path:
@@ -478,11 +476,11 @@ def test_an_input_is_read_here_below_the_size_workers_read_from_and_as_one_file_
     run = tmp_path / "run"
     run.mkdir()
     half = sized("rank0.json", PARALLEL_FILE_MIN_BYTES // 2)
-    assert input_reading(run) is input_reading(half) is Reading.HERE
+    assert not one_big_file(run) and not one_big_file(half)  # read here
     quarter = sized("rank1.json.gz", PARALLEL_FILE_MIN_BYTES // 16)  # 1/2 of the limit as JSON: 1 in all
-    assert input_reading(run) is Reading.FILES and input_reading(quarter) is Reading.HERE
+    assert not one_big_file(run) and not one_big_file(quarter)  # two ranks, a file a worker
     big = sized("host.xplane.pb", PARALLEL_FILE_MIN_BYTES * 3)  # 3/4 of 4 limits
-    assert input_reading(run) is input_reading(big) is Reading.ONE_FILE
+    assert one_big_file(run) and one_big_file(big)
     sized("events.out.tfevents", 1)  # a byte more: under 3/4
-    assert input_reading(run) is Reading.FILES
-    assert input_reading(tmp_path / "missing") is Reading.HERE  # nothing to read: the reader says why
+    assert not one_big_file(run)
+    assert not one_big_file(tmp_path / "missing")  # nothing to read: the reader says why

@@ -29,7 +29,6 @@ a process starts (`held_signals`): the one started begins with them blocked unti
 from __future__ import annotations
 
 import ctypes
-import enum
 import math
 import mmap
 import multiprocessing
@@ -83,32 +82,21 @@ def default_jobs() -> int:
     return idle_cores()
 
 
-class Reading(enum.Enum):
-    """How the input under a path is read, as `input_reading` guesses it before anything is imported."""
-
-    HERE = "here"  # in this one process: the other core stays idle
-    ONE_FILE = "one file"  # one file holds most of it: workers read its pieces, then this process analyses it
-    FILES = "files"  # workers read and analyse a file each, while this process waits
-
-
-def input_reading(path: Path) -> Reading:
-    """How the input under `path` will be read: here while its files hold less than `rules.PARALLEL_FILE_MIN_BYTES`
-    of JSON in all (a .gz counted as `rules.GZIP_JSON_RATIO_GUESS` times its size on disk, like
-    `json_files.json_size_guess`, by its name here: nothing is opened), by workers beyond: a piece of one file at a
-    time when one file holds `rules.ONE_FILE_SHARE` of it, else a file each."""
+def one_big_file(path: Path) -> bool:
+    """Whether the input under `path` is one file that workers read piece by piece, as this process waits: its files
+    hold `rules.PARALLEL_FILE_MIN_BYTES` of JSON in all or more (a .gz counted as `rules.GZIP_JSON_RATIO_GUESS` times
+    its size on disk, like `json_files.json_size_guess`, by its name here: nothing is opened, nor pandas imported),
+    one of them `rules.ONE_FILE_SHARE` of it (a run of ranks is read a file a worker)."""
     from traceinsight.rules import GZIP_JSON_RATIO_GUESS, ONE_FILE_SHARE, PARALLEL_FILE_MIN_BYTES
 
     total = largest = 0
     for folder, _, names in os.walk(path) if path.is_dir() else [(str(path.parent), [], [path.name])]:
         for name in names:
             with suppress(OSError):
-                size = os.stat(os.path.join(folder, name)).st_size * (
-                    GZIP_JSON_RATIO_GUESS if name.endswith(".gz") else 1
-                )
+                ratio = GZIP_JSON_RATIO_GUESS if name.endswith(".gz") else 1
+                size = os.stat(os.path.join(folder, name)).st_size * ratio
                 total, largest = total + size, max(largest, size)
-    if total < PARALLEL_FILE_MIN_BYTES:
-        return Reading.HERE
-    return Reading.ONE_FILE if largest >= ONE_FILE_SHARE * total else Reading.FILES
+    return total >= PARALLEL_FILE_MIN_BYTES and largest >= ONE_FILE_SHARE * total
 
 
 def usable_cores() -> int:

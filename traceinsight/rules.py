@@ -159,7 +159,7 @@ PARALLEL_FILE_MIN_BYTES = 32 << 20
 # CPU time bought 1.19x on an idle 2-core machine (issue 38). So from the size a Kineto file's own chunks are
 # shared at (`PARALLEL_FILE_MIN_BYTES`).
 PARALLEL_RUN_MIN_BYTES = PARALLEL_FILE_MIN_BYTES
-# An input whose largest file holds this share of its bytes is read as one file (`parallel.input_reading`): workers
+# An input whose largest file holds this share of its bytes is read as one file (`parallel.one_big_file`): workers
 # read its pieces and this process analyses it, so the chart painter imports matplotlib once it is read, beside the
 # analysis (on the 114 MB XSpace 2.58 -> 2.03 s, the 306 MB Kineto trace 2.97 -> 2.75 s); with a file each in
 # workers, this process's own imports are the only time a core is free for it (8 ranks of 32 MB: 3.18 s importing

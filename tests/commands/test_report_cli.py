@@ -181,7 +181,7 @@ from traceinsight.render import painter
 
 build_parser()
 print("pandas at start:", "pandas" in sys.modules)
-started, drawn = painter.Painter.__init__, painter.draw_share
+started, drawn = painter.Painter.__init__, painter.draw_painted
 def recorded(self, *args, **kwargs):
     print("pandas at the fork:", "pandas" in sys.modules)
     started(self, *args, **kwargs)
@@ -190,15 +190,14 @@ def draw_recorded(*args):
     with open({str(painted)!r}, "a") as f:
         f.write(f"{{'pandas' in sys.modules}} {{sum(map(bool, charts.values()))}}\\n")
     return charts
-painter.Painter.__init__, painter.draw_share = recorded, draw_recorded
+painter.Painter.__init__, painter.draw_painted = recorded, draw_recorded
 sys.exit(main(["report", {str(INPUT_BOUND)!r}, "-o", {str(tmp_path / "r.html")!r}, "-q", "--jobs", "2"]))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["pandas at start: False", "pandas at the fork: False"]
-    # Each painting process that drew: no pandas in it; the charts they drew between them, the timeline alone here
-    # (the bar charts are written in this process; the second painter may have been stopped before it reported,
-    # had the first drawn them all).
+    # The painting process: no pandas in it; the charts it drew, the timeline alone here (the bar charts are written
+    # in this process).
     drew = [line.split() for line in painted.read_text().splitlines()]
     assert {pandas for pandas, _ in drew} == {"False"}
     assert sum(int(charts) for _, charts in drew) == 1
@@ -249,9 +248,8 @@ def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monk
 
 def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs_is_1(monkeypatch, tmp_path):
     """The painter moves work to the other core rather than adding any: by default it is started on a machine
-    whose cores are all busy (one job to read with), as long as two are usable; --jobs 1 keeps one process. A
-    second painting process, which adds CPU (its own matplotlib import), only with two idle cores, and only for an
-    input read in this process: one read by workers has one painter, which imports once the reading is done."""
+    whose cores are all busy (one job to read with), as long as two are usable; --jobs 1 keeps one process. For one
+    big file read by workers, it imports matplotlib once the reading is done."""
     import traceinsight.commands.report as report_command
     import traceinsight.workflow as workflow
 
@@ -259,9 +257,9 @@ def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs
     events = []
 
     class Recorded(report_command.Painter):
-        def __init__(self, processes: int, import_later: bool) -> None:
-            started.append((processes, import_later))
-            super().__init__(processes, import_later)
+        def __init__(self, import_later: bool) -> None:
+            started.append(import_later)
+            super().__init__(import_later)
 
         def import_charts(self) -> None:
             events.append("import")
@@ -278,9 +276,9 @@ def test_the_charts_are_drawn_apart_wherever_a_second_core_is_usable_unless_jobs
     page = tmp_path / "r.html"
     small, big = 1 << 40, 1  # PARALLEL_FILE_MIN_BYTES: the input is read here; by workers
     cases = (
-        (1, 2, [], small, [(1, False)]),
-        (2, 2, [], small, [(2, False)]),
-        (2, 2, [], big, [(1, True)]),
+        (1, 2, [], small, [False]),
+        (2, 2, [], small, [False]),
+        (2, 2, [], big, [True]),
         (1, 2, ["--jobs", "1"], small, []),
         (1, 1, [], small, []),
     )

@@ -101,8 +101,7 @@ def test_timeline_is_one_band_per_device_then_a_heatmap():
 
 
 def test_painter_process_draws_the_page_this_process_draws():
-    """The page whose charts the painting process draws (half of them by its helper) is the page drawn here,
-    byte for byte."""
+    """The page whose matplotlib charts the painting process draws is the page drawn here, byte for byte."""
     run = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
     here = render_html(run.report, run.analysis)
     with Painter() as painter:

@@ -25,9 +25,9 @@ from traceinsight.commands.options import (
 )
 from traceinsight.errors import TraceError
 from traceinsight.gating import evaluate, parse_threshold
-from traceinsight.parallel import Reading, default_jobs, input_reading, usable_cores
+from traceinsight.parallel import default_jobs, one_big_file, usable_cores
 from traceinsight.render.output import Staged, finish, preflight_outputs, removed_on_interrupt
-from traceinsight.render.painter import PAINTERS, Painter
+from traceinsight.render.painter import Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
@@ -115,20 +115,15 @@ class ReportCommand:
 
     @staticmethod
     def _report(args: argparse.Namespace) -> int:
-        # The charts are drawn in a process of their own, started now while this one is small and has not imported
-        # numpy or pandas (the module docstring), wherever a second core is usable, however busy: the painter moves
-        # work rather than adding it. On nccl_parser_config it cut the wall time by 10-30 % at a load of 1.2-1.9 on
-        # 2 cores, for 0-4 % more CPU time, and by 14 % at a load of 3.3, for 11 % more (issue 38). --jobs 1 keeps
-        # everything in one process. A second painting process adds CPU (its own matplotlib import, about 0.3 s) to
-        # take half the charts off the wall time: it is started only with a second idle core (`jobs`: the idle cores
-        # by default) and for an input read in this one process, whose reading leaves that core idle for its import
-        # (on the 306 MB trace it took 7 % more CPU and no wall time off; on HTA's trace_filter, 0.15 s off).
-        # One file read by workers has the painter import matplotlib only once it is read (`Painter`).
+        # The matplotlib charts are drawn in a process of their own, started now while this one is small and has not
+        # imported numpy or pandas (the module docstring), wherever a second core is usable, however busy: the
+        # painter moves work rather than adding it. On nccl_parser_config it cut the wall time by 10-30 % at a load of
+        # 1.2-1.9 on 2 cores, for 0-4 % more CPU time, and by 14 % at a load of 3.3, for 11 % more (issue 38).
+        # --jobs 1 keeps everything in one process. One big file read by workers has the painter import matplotlib
+        # only once it is read (`Painter`).
         jobs = default_jobs() if args.jobs is None else args.jobs
         paint_apart = usable_cores() > 1 if args.jobs is None else args.jobs > 1
-        reading = input_reading(args.path)
-        painters = PAINTERS if jobs > 1 and reading is Reading.HERE else 1
-        with Painter(painters, import_later=reading is Reading.ONE_FILE) if paint_apart else nullcontext() as painter:
+        with Painter(import_later=one_big_file(args.path)) if paint_apart else nullcontext() as painter:
             from traceinsight.api import analyze
             from traceinsight.load import progress_stream
             from traceinsight.workflow import refuse_partial
