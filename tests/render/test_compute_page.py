@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 from tests.conftest import SAMPLE_TRACES, shared_trace, typed_report
 from tests.render.test_readable_page import table_rows, visible_text
 from traceinsight.cli import main
-from traceinsight.render import charts, svg_charts
+from traceinsight.render import svg_charts
 from traceinsight.render.format import fmt_count, fmt_ns, fmt_pct, plural
 from traceinsight.render.html import environment, fmt_flop, fmt_rate, inline_code, without_empty_columns
 from traceinsight.result import RunReport
@@ -143,7 +143,7 @@ def test_without_flops_the_note_and_the_classes_only(where: str, tmp_path: Path)
 
 
 def _render_section(report: RunReport) -> str:
-    drawn = {"mfu": svg_charts.mfu_chart(report), "roofline": charts.roofline(report)}
+    drawn = {"mfu": svg_charts.mfu_chart(report), "roofline": svg_charts.roofline(report)}
     page = (
         environment()
         .get_template("_compute.html")

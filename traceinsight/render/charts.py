@@ -1,5 +1,5 @@
-"""The charts matplotlib draws, as inline SVG: the utilisation timeline, the memory, the roofline, the ranks and
-`trend`'s panels (the bar charts are written directly: `svg_charts`).
+"""The charts matplotlib draws, as inline SVG: the utilisation timeline, the memory, the ranks and `trend`'s panels
+(the bar charts and the roofline are written directly: `svg_charts`).
 
 SVG keeps the report one self-contained file with no network requests, stays
 sharp when printed, and keeps text as text. Labels that come from a trace (kernel
@@ -19,8 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import Formatter  # noqa: E402
 
 from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans  # noqa: E402
 from traceinsight.render.format import (  # noqa: E402
@@ -29,7 +28,6 @@ from traceinsight.render.format import (  # noqa: E402
     fmt_bytes,
     fmt_ns,
     fmt_pct,
-    fmt_rate,
     fmt_tick,
     plural,
     tick_decimals,
@@ -37,16 +35,14 @@ from traceinsight.render.format import (  # noqa: E402
 from traceinsight.render.svg_charts import DIRECT_CHARTS, FONT_SIZE, TimeAxis, tick_every  # noqa: E402
 from traceinsight.render.wording import device_words  # noqa: E402
 from traceinsight.result import (  # noqa: E402
-    ComputeEfficiency,
     Memory,
     Rank,
-    RooflineOp,
     RunReport,
     RunSummary,
     Step,
     StepMemory,
 )
-from traceinsight.rules import GPU_UTIL_TARGET, KERNEL_CLASSES  # noqa: E402
+from traceinsight.rules import GPU_UTIL_TARGET  # noqa: E402
 
 TIMELINE_BINS = 200
 MAX_TIMELINE_BANDS = 24
@@ -398,102 +394,6 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
         return _svg(fig, hovers)
 
 
-_CLASS_COLOURS = dict(
-    zip(KERNEL_CLASSES, ("#1565c0", "#6a1b9a", "#2e7d32", "#ef6c00", "#00838f", "#8d6e63", "#757575"), strict=True)
-)
-_ROOF = "#c62828"
-_POINT_AREA = (30.0, 600.0)  # pt^2 of the shortest and the longest op's circle
-
-
-def _colour(op_class: str) -> str:
-    return _CLASS_COLOURS.get(op_class, _CLASS_COLOURS["other"])
-
-
-def _placed(op: RooflineOp) -> bool:
-    """Whether an op has a place on the roofline: FLOPs, bytes and time all known and positive (log axes)."""
-    return op.flops > 0 and op.time_ns > 0 and op.bytes is not None and op.bytes > 0
-
-
-def _op_title(op: RooflineOp) -> str:
-    share = f", {fmt_pct(op.roofline_fraction)} of its roofline" if op.roofline_fraction is not None else ""
-    bound = f", {op.bound}-bound" if op.bound else ""
-    return (
-        f"{op.name} ({op.op_class}, {op.dtype or 'dtype unknown'}): {fmt_rate(op.tflops)} TFLOP/s, "
-        f"{fmt_rate(op.tbps)} TB/s, "
-        f"{fmt_rate(op.intensity)} FLOP/byte{bound}{share}; {plural(op.calls, 'call')}, {fmt_ns(op.time_ns)}"
-    )
-
-
-def _roof(ax: Any, c: ComputeEfficiency, low: float, high: float, hovers: _Hovers) -> None:
-    """The device's roofline for the run's dtype: bandwidth x intensity up to the flat peak, from `low` to `high`."""
-    if c.peak_tflops is None or c.memory_tbps is None:
-        return
-    ridge = c.peak_tflops / c.memory_tbps
-    xs = [low, ridge, high] if low < ridge < high else [low, high]
-    line = ax.plot(xs, [min(c.memory_tbps * x, c.peak_tflops) for x in xs], color=_ROOF, linewidth=1.5)[0]
-    hovers.add(
-        line,
-        f"{c.device} roofline, {c.dtype}: {fmt_rate(c.memory_tbps)} TB/s x FLOP/byte up to the dense peak "
-        f"{fmt_rate(c.peak_tflops)} TFLOP/s (ridge at {fmt_rate(ridge)} FLOP/byte); {c.peak_source}",
-    )
-    for text, at, offset in (
-        (f"{c.dtype} peak {fmt_rate(c.peak_tflops)} TFLOP/s", (ridge, c.peak_tflops), (0, 6)),
-        (f"{fmt_rate(c.memory_tbps)} TB/s", (low * 1.5, c.memory_tbps * low * 1.5), (4, -14)),  # below the slope
-    ):
-        ax.annotate(
-            text, at, textcoords="offset points", xytext=offset, ha="right" if offset[0] == 0 else "left", color=_ROOF
-        )
-
-
-def _log_axis(axis: Any, low: float, high: float) -> None:
-    """Ticks of a log axis as plain numbers (1,000, not mathtext's 10^3), at 1, 2 and 5 of each decade where the
-    axis spans few decades (else one tick a decade would leave two labels)."""
-    few = np.log10(high / low) <= 3
-    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if few else (1,)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_tick(v, tick_decimals(v))))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def roofline(report: RunReport) -> str | None:
-    """Each counted op with FLOPs and bytes at its arithmetic intensity and achieved TFLOP/s (a circle sized by its
-    kernel time, coloured by its class) under the device's roofline for the run's dtype, where the device is known:
-    how far each op is from what the hardware allows, and whether bandwidth or arithmetic bounds it."""
-    c = report.compute
-    placed = [op for op in c.ops if _placed(op)]
-    if not placed:
-        return None
-    x = np.array([op.flops / op.bytes for op in placed if op.bytes])
-    y = np.array([op.flops / op.time_ns / 1e3 for op in placed])  # FLOP per ns = 1e-3 TFLOP/s
-    times = np.array([op.time_ns for op in placed], np.float64)
-    smallest, largest = _POINT_AREA
-    areas = smallest + (largest - smallest) * times / times.max()
-    ridge = [c.peak_tflops / c.memory_tbps] if c.peak_tflops and c.memory_tbps else []
-    low, high = min([*x, *ridge]) / 4, max([*x, *ridge]) * 4
-    hovers = _Hovers("roofline")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _roof(ax, c, low, high, hovers)
-        for op, xi, yi, area in zip(placed, x, y, areas, strict=True):
-            point = ax.scatter([xi], [yi], s=area, color=_colour(op.op_class), alpha=0.6, edgecolors="#333")
-            hovers.add(point, _op_title(op))
-        top = max([*y, *([c.peak_tflops] if ridge else [])])
-        ax.set_xlim(low, high)
-        ax.set_ylim(min(y) / 4, top * 3)
-        _log_axis(ax.xaxis, low, high)
-        _log_axis(ax.yaxis, min(y) / 4, top * 3)
-        unplaced = sum(1 for op in c.ops if op.flops > 0 and not _placed(op))
-        missing = f"; {plural(unplaced, 'op')} without bytes not placed" if unplaced else ""
-        roof = "" if ridge else "\nno roofline: the device or its peak is not in the hardware table"
-        ax.set_xlabel(f"arithmetic intensity (FLOP/byte), circles sized by kernel time{missing}{roof}")
-        ax.set_ylabel("achieved TFLOP/s")
-        classes = dict.fromkeys(op.op_class for op in placed)  # one legend entry a class, of one size
-        handles = [Line2D([], [], marker="o", linestyle="", color=_colour(name), label=name) for name in classes]
-        ax.legend(handles=handles, frameon=False, loc="upper left", ncols=len(handles))
-        return _svg(fig, hovers)
-
-
 # The ranks chart's measures: (name, colour, what a hover says it is).
 RANK_MEASURES = (
     ("wait", "#d84315", "inside collectives, waiting for later ranks"),
@@ -630,11 +530,11 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
 
 
 def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
-    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "roofline", "ranks", and those `svg_charts` writes), as
+    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "ranks", and those `svg_charts` writes), as
     inline SVG; None when the run has nothing to show."""
     if name == "timeline":
         return utilisation_timeline(run, device_words(report).util)
     if name == "memory":
         return memory_chart(report, run)
-    drawn = {"roofline": roofline, "ranks": ranks_chart, **DIRECT_CHARTS}
+    drawn = {"ranks": ranks_chart, **DIRECT_CHARTS}
     return drawn[name](report)

@@ -1,9 +1,11 @@
-"""The page's bar charts, written as SVG directly: bars, ticks, a legend and hover titles are all they have.
+"""The page's bar charts and roofline, written as SVG directly: bars, circles, ticks, a legend and hover titles are
+all they have.
 
-A matplotlib draw costs 30-75 ms a chart however little it shows (its tick and text machinery), after 0.3 s of
-importing it: these charts are written here in a few milliseconds, in the report's own process, while the painter
-draws the others with matplotlib (`render/charts.py`: the timeline, the memory, the roofline and the ranks). Every
-text from a trace is escaped here; a hover is an SVG ``<title>`` in the group of what it describes (no script).
+A matplotlib draw costs 30-150 ms a chart however little it shows (its tick and text machinery; the roofline's log
+axes the most), after 0.3 s of importing it: these charts are written here in a few milliseconds, in the report's
+own process, while the painter draws the others with matplotlib (`render/charts.py`: the timeline, the memory and
+the ranks). Every text from a trace is escaped here; a hover is an SVG ``<title>`` in the group of what it describes
+(no script).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 from traceinsight.render.format import fmt_ns, fmt_pct, fmt_rate, fmt_tick, plural, tick_decimals, time_unit
 from traceinsight.render.wording import device_words, mfu_text
-from traceinsight.result import PART_WORDS, RunReport
+from traceinsight.result import PART_WORDS, ComputeEfficiency, RooflineOp, RunReport
+from traceinsight.rules import KERNEL_CLASSES
 
 FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
 _TEXT = FONT_SIZE + 2  # px, the text of these charts
@@ -46,7 +49,7 @@ BREAKDOWN_COLOURS = {
 }
 _GAPS = "#d84315"
 _SMALL_KERNELS, _KERNELS = "#ef6c00", "#1565c0"
-MFU_COLOURS = ("#2e7d32", "#1565c0", "#6a1b9a", "#c62828")  # busy, compute share, efficiency, MFU
+MFU_COLOURS = ("#2e7d32", "#1565c0", "#6a1b9a", "#c62828")  # busy, compute share, efficiency (conv), MFU (roof)
 # The critical path's groups (`analysis/critical_path.GROUPS`), in its order, coloured as the step breakdown's
 # parts of the same kind: host work amber, launches purple, device compute green, copies blue, waits warm, idle grey.
 PATH_GROUP_COLOURS = {
@@ -336,6 +339,133 @@ def mfu_chart(report: RunReport) -> str | None:
     return svg.svg(_WIDTH, bottom + 42)
 
 
+CLASS_COLOURS = dict(
+    zip(KERNEL_CLASSES, ("#1565c0", "#6a1b9a", "#2e7d32", "#ef6c00", "#00838f", "#8d6e63", "#757575"), strict=True)
+)
+_ROOF = "#c62828"
+_POINT_AREA = (30.0, 600.0)  # px^2 of the shortest and the longest op's circle
+
+
+def _colour(op_class: str) -> str:
+    return CLASS_COLOURS.get(op_class, CLASS_COLOURS["other"])
+
+
+def _placed(op: RooflineOp) -> bool:
+    """Whether an op has a place on the roofline: FLOPs, bytes and time all known and positive (log axes)."""
+    return op.flops > 0 and op.time_ns > 0 and op.bytes is not None and op.bytes > 0
+
+
+def _op_title(op: RooflineOp) -> str:
+    share = f", {fmt_pct(op.roofline_fraction)} of its roofline" if op.roofline_fraction is not None else ""
+    bound = f", {op.bound}-bound" if op.bound else ""
+    return (
+        f"{op.name} ({op.op_class}, {op.dtype or 'dtype unknown'}): {fmt_rate(op.tflops)} TFLOP/s, "
+        f"{fmt_rate(op.tbps)} TB/s, "
+        f"{fmt_rate(op.intensity)} FLOP/byte{bound}{share}; {plural(op.calls, 'call')}, {fmt_ns(op.time_ns)}"
+    )
+
+
+class _LogScale:
+    """A log axis from `low` to `high`, `length` px long: ticks at 1, 2 and 5 of each decade where it spans few
+    decades (else one a decade, which would leave two labels), labelled as plain numbers (1,000, not 10^3)."""
+
+    def __init__(self, low: float, high: float, length: float) -> None:
+        self.low, self.high, self.length = math.log10(low), math.log10(high), length
+
+    def px(self, value: float) -> float:
+        return (math.log10(value) - self.low) / (self.high - self.low) * self.length
+
+    def ticks(self) -> list[tuple[float, str]]:
+        subs = (1, 2, 5) if self.high - self.low <= 3 else (1,)
+        decades = range(math.floor(self.low), math.ceil(self.high) + 1)
+        values = [m * 10.0**d for d in decades for m in subs]
+        return [(v, fmt_tick(v, tick_decimals(v))) for v in values if self.low <= math.log10(v) <= self.high + 1e-9]
+
+
+def _roof(svg: _Svg, c: ComputeEfficiency, x: _LogScale, y: _LogScale, at: tuple[float, float]) -> None:
+    """The device's roofline for the run's dtype: bandwidth x intensity up to the flat peak, across the x axis,
+    with its two labels; `at`: the plot's left and bottom (px)."""
+    if c.peak_tflops is None or c.memory_tbps is None:
+        return
+    left, bottom = at
+    low, high = 10**x.low, 10**x.high
+    ridge = c.peak_tflops / c.memory_tbps
+    xs = [low, ridge, high] if low < ridge < high else [low, high]
+    points = [(left + x.px(v), bottom - y.px(min(c.memory_tbps * v, c.peak_tflops))) for v in xs]
+    line = " ".join(f"{px:.2f},{py:.2f}" for px, py in points)
+    title = (
+        f"{c.device} roofline, {c.dtype}: {fmt_rate(c.memory_tbps)} TB/s x FLOP/byte up to the dense peak "
+        f"{fmt_rate(c.peak_tflops)} TFLOP/s (ridge at {fmt_rate(ridge)} FLOP/byte); {c.peak_source}"
+    )
+    svg.hover(f'<polyline points="{line}" fill="none" stroke="{_ROOF}" stroke-width="1.5"/>', title)
+    svg.text(
+        left + x.px(ridge),
+        bottom - y.px(c.peak_tflops) - 6,
+        f"{c.dtype} peak {fmt_rate(c.peak_tflops)} TFLOP/s",
+        anchor="end",
+        fill=_ROOF,
+    )
+    slope = (low * 1.5, c.memory_tbps * low * 1.5)
+    svg.text(left + x.px(slope[0]) + 4, bottom - y.px(slope[1]) + 14, f"{fmt_rate(c.memory_tbps)} TB/s", fill=_ROOF)
+
+
+def roofline(report: RunReport) -> str | None:
+    """Each counted op with FLOPs and bytes at its arithmetic intensity and achieved TFLOP/s (a circle sized by its
+    kernel time, coloured by its class) under the device's roofline for the run's dtype, where the device is known:
+    how far each op is from what the hardware allows, and whether bandwidth or arithmetic bounds it."""
+    c = report.compute
+    placed = [op for op in c.ops if _placed(op)]
+    if not placed:
+        return None
+    xs = [op.flops / op.bytes for op in placed if op.bytes]
+    ys = [op.flops / op.time_ns / 1e3 for op in placed]  # FLOP per ns = 1e-3 TFLOP/s
+    longest = max(op.time_ns for op in placed)
+    smallest, largest = _POINT_AREA
+    ridge = [c.peak_tflops / c.memory_tbps] if c.peak_tflops and c.memory_tbps else []
+    top = max([*ys, *([c.peak_tflops] if ridge and c.peak_tflops else [])])
+    svg = _Svg("roofline")
+    height = 220.0
+    y = _LogScale(min(ys) / 4, top * 3, height)
+    left, plot_top = 38 + max(_text_width(label) for _, label in y.ticks()), 30.0
+    x = _LogScale(min([*xs, *ridge]) / 4, max([*xs, *ridge]) * 4, _WIDTH - left - 12)
+    bottom = plot_top + height
+    for value, label in y.ticks():
+        svg.line(left - 4, bottom - y.px(value), left, bottom - y.px(value))
+        svg.text(left - 6, bottom - y.px(value) + 4, label, anchor="end")
+    for value, label in x.ticks():
+        svg.line(left + x.px(value), bottom, left + x.px(value), bottom + 4)
+        svg.text(left + x.px(value), bottom + 16, label, anchor="middle")
+    svg.line(left, plot_top, left, bottom)
+    svg.line(left, bottom, left + x.length, bottom)
+    _roof(svg, c, x, y, (left, bottom))
+    for op, xi, yi in zip(placed, xs, ys, strict=True):
+        radius = math.sqrt(smallest + (largest - smallest) * op.time_ns / longest) / 2
+        circle = (
+            f'<circle cx="{left + x.px(xi):.2f}" cy="{bottom - y.px(yi):.2f}" r="{radius:.2f}" '
+            f'fill="{_colour(op.op_class)}" fill-opacity="0.6" stroke="#333"/>'
+        )
+        svg.hover(circle, _op_title(op))
+    classes = dict.fromkeys(op.op_class for op in placed)  # one legend entry a class
+    svg.legend(left + 8, plot_top - 8, [(name, _colour(name)) for name in classes])
+    unplaced = sum(1 for op in c.ops if op.flops > 0 and not _placed(op))
+    missing = f"; {plural(unplaced, 'op')} without bytes not placed" if unplaced else ""
+    svg.text(
+        left + x.length / 2,
+        bottom + 34,
+        f"arithmetic intensity (FLOP/byte), circles sized by kernel time{missing}",
+        anchor="middle",
+    )
+    if not ridge:
+        svg.text(
+            left + x.length / 2,
+            bottom + 49,
+            "no roofline: the device or its peak is not in the hardware table",
+            anchor="middle",
+        )
+    svg.text(14, plot_top + height / 2, "achieved TFLOP/s", anchor="middle", rotate=-90)
+    return svg.svg(_WIDTH, bottom + (56 if ridge else 71))
+
+
 def critical_path_chart(report: RunReport) -> str | None:
     """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
     in the unit of its longest step; past `MAX_STEP_BARS` steps, the longest of them (in step order)."""
@@ -389,5 +519,6 @@ DIRECT_CHARTS: dict[str, Callable[[RunReport], str | None]] = {
     "gaps": gap_histogram,
     "kernels": kernel_histogram,
     "mfu": mfu_chart,
+    "roofline": roofline,
     "critical_path": critical_path_chart,
 }
