@@ -16,10 +16,10 @@ from markupsafe import Markup, escape
 
 from tests.conftest import SAMPLE_TRACES, shared_trace
 from tests.render.test_compute_page import SCRIPT, chart, render, table, text, titles
-from traceinsight.render import charts
-from traceinsight.render.charts import RANK_MEASURES
+from traceinsight.render import svg_charts
 from traceinsight.render.format import fmt_bytes, fmt_count, fmt_ns, fmt_rate
 from traceinsight.render.html import environment, without_empty_columns
+from traceinsight.render.svg_charts import RANK_MEASURES
 from traceinsight.result import from_document
 
 DISTRIBUTED = SAMPLE_TRACES / "distributed"
@@ -141,7 +141,7 @@ def test_a_hostile_rank_label_is_text(sleep_rank1: tuple[str, dict[str, Any]]) -
     doc["collectives"]["groups"][0]["collective"] = SCRIPT
     doc["collectives"]["straggler"]["message"] = f"{SCRIPT} arrives last"
     typed = from_document(json.loads(json.dumps(doc)))
-    svg = charts.ranks_chart(typed)
+    svg = svg_charts.ranks_chart(typed)
     assert svg
     pages = [
         environment().get_template(name).render(report=typed, charts={"ranks": Markup(svg)})

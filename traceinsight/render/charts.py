@@ -1,5 +1,5 @@
-"""The charts matplotlib draws, as inline SVG: the utilisation timeline, the memory, the ranks and `trend`'s panels
-(the bar charts and the roofline are written directly: `svg_charts`).
+"""The charts matplotlib draws, as inline SVG: the utilisation timeline, the memory and `trend`'s panels (the bar
+charts, the ranks and the roofline are written directly: `svg_charts`).
 
 SVG keeps the report one self-contained file with no network requests, stays
 sharp when printed, and keeps text as text. Labels that come from a trace (kernel
@@ -36,7 +36,6 @@ from traceinsight.render.svg_charts import DIRECT_CHARTS, FONT_SIZE, TimeAxis, t
 from traceinsight.render.wording import device_words  # noqa: E402
 from traceinsight.result import (  # noqa: E402
     Memory,
-    Rank,
     RunReport,
     RunSummary,
     Step,
@@ -394,52 +393,6 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
         return _svg(fig, hovers)
 
 
-# The ranks chart's measures: (name, colour, what a hover says it is).
-RANK_MEASURES = (
-    ("wait", "#d84315", "inside collectives, waiting for later ranks"),
-    ("transfer", "#1565c0", "the collectives' own transfers"),
-    ("late", "#8e24aa", "arriving at collectives after the first rank"),
-)
-MAX_RANK_ROWS = 64  # ranks past this share the chart's height (a run of hundreds stays one small drawing)
-
-
-def _rank_values(rank: Rank, per_step: bool) -> list[int]:
-    """A rank's wait, transfer and lateness (ns): a step, or over the capture."""
-    wait, transfer, late = rank.wait_ns or 0, rank.transfer_ns or 0, rank.late_ns or 0
-    if not per_step:
-        return [wait, transfer, late]
-    return [rank.wait_per_step_ns or 0, rank.transfer_per_step_ns or 0, rank.late_per_step_ns or 0]
-
-
-def ranks_chart(report: RunReport) -> str | None:
-    """Per rank, how long it waits in collectives, transfers and arrives late, a step (over the capture where a rank
-    has no steps), as grouped horizontal bars: the ranks that wait and the one they wait for side by side."""
-    ranks = [r for r in report.ranks.items if r.wait_ns is not None] if report.ranks else []
-    if not ranks:
-        return None
-    per_step = all(r.wait_per_step_ns is not None and r.late_per_step_ns is not None and r.steps.count for r in ranks)
-    when = "a step" if per_step else "over the capture"
-    values = np.array([_rank_values(r, per_step) for r in ranks], np.float64)
-    time = TimeAxis(float(values.max()))
-    rows = np.arange(len(ranks))[::-1]  # the first rank on top
-    height = 0.8 / len(RANK_MEASURES)
-    hovers = _Hovers("ranks")
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(8, 0.9 + min(len(ranks), MAX_RANK_ROWS) * 0.5))
-        for k, (measure, colour, meaning) in enumerate(RANK_MEASURES):
-            offset = (1 - k) * height  # wait on top of each rank's group
-            bars = ax.barh(rows + offset, time.of(values[:, k]), height=height, color=colour, label=measure)
-            for bar, rank, ns in zip(bars, ranks, values[:, k], strict=True):
-                hovers.add(bar, f"{rank.label}: {measure} {fmt_ns(int(ns))} {when} ({meaning})")
-        every = tick_every(len(ranks))
-        ax.set_yticks(rows[::every], [r.label for r in ranks][::every])
-        ax.set_ylim(-0.5, len(ranks) - 0.5)
-        ax.set_xlabel(f"{time.unit} {when}")
-        _plain(ax.xaxis)
-        ax.legend(ncols=len(RANK_MEASURES), frameon=False, loc="lower left", bbox_to_anchor=(0, 1))
-        return _svg(fig, hovers)
-
-
 # `traceinsight trend`: one panel per figure, over the runs in their order (figures as `RunSummary` has them).
 # (panel, axis label, `RunSummary` field, top of the axis: None, a little above the highest point).
 TREND_PANELS = (
@@ -530,11 +483,10 @@ def trend_chart(rows: Sequence[RunSummary]) -> str | None:
 
 
 def draw(name: str, report: RunReport, run: ChartRun) -> str | None:
-    """One chart (`painter.CHART_NAMES`: "timeline", "memory", "ranks", and those `svg_charts` writes), as
+    """One chart (`painter.CHART_NAMES`: "timeline", "memory", and those `svg_charts` writes), as
     inline SVG; None when the run has nothing to show."""
     if name == "timeline":
         return utilisation_timeline(run, device_words(report).util)
     if name == "memory":
         return memory_chart(report, run)
-    drawn = {"ranks": ranks_chart, **DIRECT_CHARTS}
-    return drawn[name](report)
+    return DIRECT_CHARTS[name](report)

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 Charts = dict[str, str | None]
 # The page's charts (`charts.draw`).
 CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks", "critical_path")
-# Those drawn with matplotlib, by the painter; the others (bars, the roofline) are written as SVG directly in the
-# report's process (`svg_charts.DIRECT_CHARTS`).
-DRAW_ORDER = ("memory", "timeline", "ranks")
+# Those drawn with matplotlib, by the painter; the others (bars, the ranks, the roofline) are written as SVG directly
+# in the report's process (`svg_charts.DIRECT_CHARTS`).
+DRAW_ORDER = ("memory", "timeline")
 
 
 class Painter(Child):

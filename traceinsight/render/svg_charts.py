@@ -1,10 +1,10 @@
-"""The page's bar charts and roofline, written as SVG directly: bars, circles, ticks, a legend and hover titles are
-all they have.
+"""The page's bar charts, ranks and roofline, written as SVG directly: bars, circles, ticks, a legend and hover
+titles are all they have.
 
 A matplotlib draw costs 30-150 ms a chart however little it shows (its tick and text machinery; the roofline's log
 axes the most), after 0.3 s of importing it: these charts are written here in a few milliseconds, in the report's
-own process, while the painter draws the others with matplotlib (`render/charts.py`: the timeline, the memory and
-the ranks). Every text from a trace is escaped here; a hover is an SVG ``<title>`` in the group of what it describes
+own process, while the painter draws the others with matplotlib (`render/charts.py`: the timeline and the
+memory). Every text from a trace is escaped here; a hover is an SVG ``<title>`` in the group of what it describes
 (no script).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from traceinsight.render.format import fmt_ns, fmt_pct, fmt_rate, fmt_tick, plural, tick_decimals, time_unit
 from traceinsight.render.wording import device_words, mfu_text
-from traceinsight.result import PART_WORDS, ComputeEfficiency, RooflineOp, RunReport
+from traceinsight.result import PART_WORDS, ComputeEfficiency, Rank, RooflineOp, RunReport
 from traceinsight.rules import KERNEL_CLASSES
 
 FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
@@ -466,6 +466,61 @@ def roofline(report: RunReport) -> str | None:
     return svg.svg(_WIDTH, bottom + (56 if ridge else 71))
 
 
+# The ranks chart's measures: (name, colour, what a hover says it is).
+RANK_MEASURES = (
+    ("wait", "#d84315", "inside collectives, waiting for later ranks"),
+    ("transfer", "#1565c0", "the collectives' own transfers"),
+    ("late", "#8e24aa", "arriving at collectives after the first rank"),
+)
+MAX_RANK_ROWS = 64  # ranks past this share the chart's height (a run of hundreds stays one small drawing)
+
+
+def _rank_values(rank: Rank, per_step: bool) -> list[int]:
+    """A rank's wait, transfer and lateness (ns): a step, or over the capture."""
+    wait, transfer, late = rank.wait_ns or 0, rank.transfer_ns or 0, rank.late_ns or 0
+    if not per_step:
+        return [wait, transfer, late]
+    return [rank.wait_per_step_ns or 0, rank.transfer_per_step_ns or 0, rank.late_per_step_ns or 0]
+
+
+def ranks_chart(report: RunReport) -> str | None:
+    """Per rank, how long it waits in collectives, transfers and arrives late, a step (over the capture where a rank
+    has no steps), as grouped horizontal bars: the ranks that wait and the one they wait for side by side."""
+    ranks = [r for r in report.ranks.items if r.wait_ns is not None] if report.ranks else []
+    if not ranks:
+        return None
+    per_step = all(r.wait_per_step_ns is not None and r.late_per_step_ns is not None and r.steps.count for r in ranks)
+    when = "a step" if per_step else "over the capture"
+    values = [_rank_values(r, per_step) for r in ranks]
+    time = TimeAxis(max(max(v) for v in values))
+    row = 36.0 * min(len(ranks), MAX_RANK_ROWS) / len(ranks)  # px a rank
+    bar = row * 0.8 / len(RANK_MEASURES)
+    left = 12 + max(_text_width(r.label) for r in ranks)
+    top = 30.0
+    scale = _Scale(time.of(max(max(v) for v in values)) or 1.0, _WIDTH - left - 16)
+    bottom = top + row * len(ranks)
+    svg = _Svg("ranks")
+    svg.legend(left, top - 10, [(measure, colour) for measure, colour, _ in RANK_MEASURES])
+    every = tick_every(len(ranks))
+    for i, (rank, ns_of) in enumerate(zip(ranks, values, strict=True)):  # the first rank on top, wait on top
+        y = top + i * row + row * 0.1
+        for k, ((measure, colour, meaning), ns) in enumerate(zip(RANK_MEASURES, ns_of, strict=True)):
+            rect = (
+                f'<rect x="{left:.1f}" y="{y + k * bar:.2f}" width="{scale.px(time.of(ns)):.2f}" '
+                f'height="{bar:.2f}" fill="{colour}"/>'
+            )
+            svg.hover(rect, f"{rank.label}: {measure} {fmt_ns(ns)} {when} ({meaning})")
+        if i % every == 0:
+            svg.text(left - 6, top + (i + 0.5) * row + 4, rank.label, anchor="end")
+    svg.line(left, top, left, bottom)
+    svg.line(left, bottom, left + scale.length, bottom)
+    for value, label in scale.ticks():
+        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
+        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    svg.text(left + scale.length / 2, bottom + 34, f"{time.unit} {when}", anchor="middle")
+    return svg.svg(_WIDTH, bottom + 42)
+
+
 def critical_path_chart(report: RunReport) -> str | None:
     """Per step, what its critical path is made of: a horizontal bar a step (the first on top), stacked by group,
     in the unit of its longest step; past `MAX_STEP_BARS` steps, the longest of them (in step order)."""
@@ -520,5 +575,6 @@ DIRECT_CHARTS: dict[str, Callable[[RunReport], str | None]] = {
     "kernels": kernel_histogram,
     "mfu": mfu_chart,
     "roofline": roofline,
+    "ranks": ranks_chart,
     "critical_path": critical_path_chart,
 }
