@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 ORJSON_PARSE = """
@@ -75,22 +74,19 @@ def stages(path: Path) -> None:
     from traceinsight.parallel import default_jobs
     from traceinsight.render.html import render_html
     from traceinsight.render.json import dumps
-    from traceinsight.render.painter import Painter
 
     mark("imports")
-    jobs = default_jobs()  # once, before the painter starts (as `report` does): counted after, it is a busy core
-    with Painter() if jobs > 1 else nullcontext() as painter:
-        profile = load_run(discover(path), path, jobs=jobs)
-        rows = len(profile.events)
-        mark(f"load ({rows:,} rows)")
-        analysis = analyze(profile)
-        del profile
-        mark("analyze")
-        report = report_of(analysis)
-        dumps(report)
-        mark("findings + JSON")
-        render_html(report, analysis.without_events(), painter)
-        mark("HTML")
+    profile = load_run(discover(path), path, jobs=default_jobs())
+    rows = len(profile.events)
+    mark(f"load ({rows:,} rows)")
+    analysis = analyze(profile)
+    del profile
+    mark("analyze")
+    report = report_of(analysis)
+    dumps(report)
+    mark("findings + JSON")
+    render_html(report, analysis.without_events())
+    mark("HTML")
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e6
     total = time.perf_counter() - start
     print(f"    {'total':22s} {total:7.2f} s   (the largest other process peaked at {workers:,.0f} MB)")

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM during a report: exit 130 / 143, one line from the main process only (no traceback from a
-reader or the chart painter), no process left behind, no output or temp file left.
+reader), no process left behind, no output or temp file left.
 
 The input is a real Kineto trace (../shared/traces) replicated to about 300 MB (`benchmarks/replicate.py`, the
 `trace_300mb` fixture), as the issue asks: the signal lands while it is being read, by several processes (the
@@ -167,12 +167,12 @@ runpy.run_module("traceinsight", run_name="__main__", alter_sys=True)
 @EACH_SIGNAL
 @EACH_TARGET
 def test_signal_as_a_process_starts(tmp_path, trace_300mb, signum, code, word, to):
-    """The signal lands as each process of the report starts in turn: the chart painter, then the JOBS - 1
-    reading workers (forked at the pool's first call). Each run ends as one interrupted mid-read does; one that
+    """The signal lands as each process of the report starts in turn: the JOBS - 1 reading workers (forked at
+    the pool's first call). Each run ends as one interrupted mid-read does; one that
     starts fewer processes ends with its report written, and fails here."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRACEINSIGHT_DEBUG", None)
-    for nth in range(1, JOBS + 1):
+    for nth in range(1, JOBS):
         out = tmp_path / f"out{nth}"
         out.mkdir()
         command = [sys.executable, "-c", _SIGNAL_AT_FORK, str(int(signum)), str(nth), to]

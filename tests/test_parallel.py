@@ -235,21 +235,6 @@ def test_trace_out_reads_the_files_in_processes(rank_dir, one_by_one, tmp_path: 
     assert {f"rank{r}/device:GPU:0" for r in range(RANKS)} <= processes
 
 
-@pytest.mark.parametrize("export", [False, True])
-def test_on_read_is_called_once_the_workers_free_the_cores(rank_dir, monkeypatch, export: bool) -> None:
-    """`on_read` (the CLI's painter imports matplotlib then): where each input is read and analysed in a worker,
-    before the workers start, this process only merging after them; where the inputs are read (by workers too, for
-    an export's event table) and analysed here, once they are read, before the analysis."""
-    workflow = importlib.import_module("traceinsight.workflow")
-    events: list[str] = []
-    for name in ("map_run", "load_run", "analyze"):
-        real = getattr(workflow, name)
-        monkeypatch.setattr(workflow, name, lambda *a, real=real, name=name, **k: events.append(name) or real(*a, **k))
-    on_analyzed = (lambda *args: None) if export else None
-    workflow.analyze_path(rank_dir[0], jobs=2, on_read=lambda: events.append("on_read"), on_analyzed=on_analyzed)
-    assert events == (["load_run", "on_read", "analyze"] if export else ["on_read", "map_run"])
-
-
 @pytest.mark.parametrize("over", [False, True])
 def test_a_run_is_read_in_processes_only_from_its_size_on(rank_dir, monkeypatch, over: bool) -> None:
     """Workers are started for a run's files only when they hold `PARALLEL_RUN_MIN_BYTES` of JSON in all (the
@@ -366,7 +351,7 @@ print(code, os.getpid(), threading.active_count(), len(multiprocessing.active_ch
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's only")
 def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one, tmp_path: Path) -> None:
-    """Every fork of a report (the painting process, the two workers reading the eight ranks) happens in a
+    """Every fork of a report (the two workers reading the eight ranks) happens in a
     process that runs no other thread, and the report leaves no thread or process behind."""
     log = tmp_path / "forks"
     argv = ["report", str(rank_dir[0]), "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"), "-q"]
@@ -380,7 +365,7 @@ def test_a_report_forks_only_from_processes_without_threads(rank_dir, one_by_one
     code, pid, threads, children = done.stdout.split()
     assert code == "0" and _analyzed(json.loads((tmp_path / "r.json").read_text())) == one_by_one[0]
     forks = [line.split() for line in log.read_text().splitlines()]
-    assert [p for p, _ in forks] == [pid] * 3  # the painter, then the two workers
+    assert [p for p, _ in forks] == [pid] * 2  # the two workers
     assert {count for _, count in forks} == {"1"}
     assert (threads, children) == ("1", "0")
 
@@ -459,28 +444,3 @@ def test_results_come_back_through_the_shared_file_or_else_the_pipe(monkeypatch,
 
 def _no_room(*args: Any) -> int:
     raise OSError(28, "No space left on device")
-
-
-def test_one_big_file_from_the_size_workers_read_from_when_one_file_holds_most(tmp_path: Path) -> None:
-    """The painter imports matplotlib after the reading where workers read one file's pieces (`commands/report.py`):
-    from `PARALLEL_FILE_MIN_BYTES` of JSON in all, a .gz counted as eight times its size on disk, one file holding
-    3/4 of the bytes."""
-    from traceinsight.parallel import one_big_file
-    from traceinsight.rules import PARALLEL_FILE_MIN_BYTES
-
-    def sized(name: str, size: int) -> Path:
-        (run / name).write_bytes(b"\x1f\x8b" if name.endswith(".gz") else b"{}")
-        os.truncate(run / name, size)
-        return run / name
-
-    run = tmp_path / "run"
-    run.mkdir()
-    half = sized("rank0.json", PARALLEL_FILE_MIN_BYTES // 2)
-    assert not one_big_file(run) and not one_big_file(half)  # read here
-    quarter = sized("rank1.json.gz", PARALLEL_FILE_MIN_BYTES // 16)  # 1/2 of the limit as JSON: 1 in all
-    assert not one_big_file(run) and not one_big_file(quarter)  # two ranks, a file a worker
-    big = sized("host.xplane.pb", PARALLEL_FILE_MIN_BYTES * 3)  # 3/4 of 4 limits
-    assert one_big_file(run) and one_big_file(big)
-    sized("events.out.tfevents", 1)  # a byte more: under 3/4
-    assert not one_big_file(run)
-    assert not one_big_file(tmp_path / "missing")  # nothing to read: the reader says why

@@ -19,11 +19,10 @@ code 2). All times are integer nanoseconds on the trace's own clock.
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import orjson
@@ -60,9 +59,6 @@ from traceinsight.workflow import (
     analyze_profile,
     load_path,
 )
-
-if TYPE_CHECKING:
-    from traceinsight.render.painter import Painter
 
 __all__ = ["Profile", "Report", "TraceError", "analyze", "load", "runs"]
 
@@ -105,7 +101,6 @@ _PATH_COLUMNS = (
     *("step", "start_ns", "end_ns", "dur_ns", "part", "group", "kernel_class", "name", "input_id", "input"),
     "resource",
 )
-_CHARTS_MODULE = "traceinsight.render.charts"
 
 
 def load(
@@ -143,7 +138,6 @@ def analyze(
     *,
     scheduler: str | None = None,
     progress: TextIO | None = None,
-    on_read: Callable[[], None] | None = None,
     on_analyzed: OnAnalyzed | None = None,
     max_memory: str | int | None = None,
     step_range: str | None = None,
@@ -156,11 +150,9 @@ def analyze(
     under the path (``--run``). `jobs`: read and analyze that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_read()` is called once the inputs are read, as this process starts to analyse them (where worker processes
-    read and analyse each input: before they start); the CLI's chart painter imports matplotlib then, on a core the
-    reading no longer needs. `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds
-    the event table (the CLI's ``--trace-out`` export); the inputs are then read in this process. `max_memory`
-    and `step_range`: as for `load`. `within`: a folder nothing is read outside of, links resolved (the
+    `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the
+    CLI's ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
+    `load`. `within`: a folder nothing is read outside of, links resolved (the
     TensorBoard tab's logdir): runs that would read there are not found, so neither analyzed, nor read beside the
     run, nor listed in `meta.runs`.
 
@@ -188,7 +180,6 @@ def analyze(
         limit,
         step_range,
         within=folder,
-        on_read=on_read,
     )
     return Report(analyzed, path)
 
@@ -465,12 +456,10 @@ class Report:
         """The ``--json`` document as text, as the CLI writes it (sorted keys, two-space indent)."""
         return dumps(self._analyzed.report)
 
-    def to_html(self, painter: Painter | None = None) -> str:
+    def to_html(self) -> str:
         """The full page, one self-contained file (no network requests), as ``traceinsight report -o`` writes
-        it; its charts drawn by `painter` (the CLI's, in a process of its own), else here."""
-        if painter is None:
-            _import_charts()
-        return render_html(self._analyzed.report, self.analysis, painter)
+        it."""
+        return render_html(self._analyzed.report, self.analysis)
 
     def to_markdown(self, html_file: str | None = None, html_url: str | None = None) -> str:
         """The short Markdown summary for CI (``--markdown``): it names `html_file` (the HTML page), and links
@@ -507,7 +496,6 @@ class Report:
         """The notebook view: the headline, the bottleneck cards and the timeline chart. One HTML fragment
         with its own scoped style: no script, no network request, well under 1 MB; text from the trace is
         escaped."""
-        _import_charts()
         return render_notebook(self._analyzed.report, self.analysis)
 
     def __str__(self) -> str:
@@ -538,23 +526,3 @@ def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     first = [c for c in columns if c in frame.columns]
     return frame[first + [c for c in frame.columns if c not in first]]
-
-
-def _import_charts() -> None:
-    """Import the chart module (matplotlib, with its Agg backend) and keep the backend the user had chosen.
-
-    The charts draw off screen and close their figures, whatever the backend. Importing them selects Agg,
-    which in a notebook would silence every later ``plt.show()``: a backend set before (by the notebook's
-    ``MPLBACKEND``, ``%matplotlib`` or ``matplotlib.use``) is put back.
-    """
-    if _CHARTS_MODULE in sys.modules:
-        return
-    import importlib
-
-    import matplotlib
-
-    chosen = dict.get(matplotlib.rcParams, "backend")  # the raw value: asking for it would pick one
-    importlib.import_module(_CHARTS_MODULE)
-    # A name, not matplotlib's "pick one when needed" sentinel (a script's default, where Agg is what we want).
-    if isinstance(chosen, str) and dict.get(matplotlib.rcParams, "backend") != chosen:
-        matplotlib.use(chosen)

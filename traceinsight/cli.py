@@ -31,7 +31,7 @@ from traceinsight.render.format import escape_control
 
 # Each command's name and its class in `traceinsight.commands.NAME`, which builds its options and runs it. Only the
 # module of the command that runs is imported: `diff` and `trend` import the page renderers and jinja2 (0.1 s), which
-# `report` imports only once its painter is forked (commands/report.py).
+# `report` imports only once its options are checked (commands/report.py).
 COMMANDS = {"report": "ReportCommand", "diff": "DiffCommand", "runs": "RunsCommand", "trend": "TrendCommand"}
 EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # 128 + SIGINT / SIGPIPE / SIGTERM, as a shell reports them

@@ -82,23 +82,6 @@ def default_jobs() -> int:
     return idle_cores()
 
 
-def one_big_file(path: Path) -> bool:
-    """Whether the input under `path` is one file that workers read piece by piece, as this process waits: its files
-    hold `rules.PARALLEL_FILE_MIN_BYTES` of JSON in all or more (a .gz counted as `rules.GZIP_JSON_RATIO_GUESS` times
-    its size on disk, like `json_files.json_size_guess`, by its name here: nothing is opened, nor pandas imported),
-    one of them `rules.ONE_FILE_SHARE` of it (a run of ranks is read a file a worker)."""
-    from traceinsight.rules import GZIP_JSON_RATIO_GUESS, ONE_FILE_SHARE, PARALLEL_FILE_MIN_BYTES
-
-    total = largest = 0
-    for folder, _, names in os.walk(path) if path.is_dir() else [(str(path.parent), [], [path.name])]:
-        for name in names:
-            with suppress(OSError):
-                ratio = GZIP_JSON_RATIO_GUESS if name.endswith(".gz") else 1
-                size = os.stat(os.path.join(folder, name)).st_size * ratio
-                total, largest = total + size, max(largest, size)
-    return total >= PARALLEL_FILE_MIN_BYTES and largest >= ONE_FILE_SHARE * total
-
-
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, at most its cgroup's CPU quota rounded up (a
     container's ``--cpus``, which the affinity does not show)."""
@@ -502,11 +485,10 @@ def given(key: str) -> tuple[Any, ...]:
 
 
 class Child:
-    """A process of its own that runs the calls sent to it one at a time, in order: the chart painter, a
-    TensorBoard report job. It is started at once (`start_context`, or `context`) and talks through a pipe, so
-    this process runs no thread for it and a later fork from here stays safe (a `ProcessPoolExecutor` would
-    leave two behind). As a context manager: left by an exception (Ctrl-C, SIGTERM, an error) it is killed,
-    else told to end and joined."""
+    """A process of its own that runs the calls sent to it one at a time, in order: a TensorBoard report job. It is
+    started at once (`start_context`, or `context`) and talks through a pipe, so this process runs no thread for it
+    and a later fork from here stays safe (a `ProcessPoolExecutor` would leave two behind). As a context manager:
+    left by an exception (Ctrl-C, SIGTERM, an error) it is killed, else told to end and joined."""
 
     def __init__(self, what: str, context: Context | None = None) -> None:
         self.what = what

@@ -7,9 +7,8 @@ mypy finds every reader that still uses the old name. HTML, Markdown, the termin
 API and the TensorBoard tab read these attributes; `--fail-on` paths resolve against them (`gating.lookup`).
 
 The analyses build the records that are theirs (a kernel of the top list, a memory series, a wait): those classes
-live here so this module needs nothing but the standard library. The painting process unpickles a report
-without importing pandas (`render/painter.py`), and a saved `--json` report is read back into these classes
-(`from_document`) without analysing anything.
+live here so this module needs nothing but the standard library: a saved `--json` report is read back into these
+classes (`from_document`) without analysing anything.
 
 Maps keyed by data (gap causes, step-breakdown stalls, evidence, warnings, versions) stay dicts: their keys are
 names from the trace or from `rules.py`, not fields of the contract.

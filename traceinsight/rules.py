@@ -159,13 +159,6 @@ PARALLEL_FILE_MIN_BYTES = 32 << 20
 # CPU time bought 1.19x on an idle 2-core machine (issue 38). So from the size a Kineto file's own chunks are
 # shared at (`PARALLEL_FILE_MIN_BYTES`).
 PARALLEL_RUN_MIN_BYTES = PARALLEL_FILE_MIN_BYTES
-# An input whose largest file holds this share of its bytes is read as one file (`parallel.one_big_file`): workers
-# read its pieces and this process analyses it, so the chart painter imports matplotlib once it is read, beside the
-# analysis (on the 114 MB XSpace 2.58 -> 2.03 s, the 306 MB Kineto trace 2.97 -> 2.75 s); with a file each in
-# workers, this process's own imports are the only time a core is free for it (8 ranks of 32 MB: 3.18 s importing
-# at the start, 3.47 s once the workers started). Ranks hold about 1/N each; a logdir's other files (events,
-# run_info.json) a few percent.
-ONE_FILE_SHARE = 0.75
 # A .gz trace's bytes of JSON, guessed from its size on disk (`json_files.json_size_guess`): Kineto JSON packs
 # about eightfold.
 GZIP_JSON_RATIO_GUESS = 8

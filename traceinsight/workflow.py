@@ -90,12 +90,9 @@ def analyze_path(
     limit: MemoryLimit | None = None,
     step_range: str | None = None,
     within: Path | None = None,
-    on_read: Callable[[], None] | None = None,
 ) -> Analyzed:
     """Find the run under `path`, read and analyze it, and build its report (`load_run` takes `jobs`,
-    `scheduler`, `progress`, `limit` and `step_range`). `on_read()` is called once the inputs are read, before this
-    process analyses them, or before the workers start where each input is read and analysed apart (this process then
-    only merges). `on_analyzed(analysis, findings, report, files)` is called
+    `scheduler`, `progress`, `limit` and `step_range`). `on_analyzed(analysis, findings, report, files)` is called
     while the analysis still holds the run's event table (an export needs it), so with it the inputs are read here,
     never analyzed apart. `within`: nothing that resolves outside it is read, nor any run that would read there
     found (the run, the capture pass beside it, those `meta.runs` lists: `discover.find_runs`)."""
@@ -104,8 +101,6 @@ def analyze_path(
     if on_analyzed is None and reads_in_parallel(run, jobs, scheduler):
         # Each input is read and analyzed where it is read (a process, a Dask worker): only its results
         # travel back, so the run's tables are never all in this process.
-        if on_read is not None:
-            on_read()
         each = shared_limit(limit, scheduler, min(jobs, len(run.files)))  # jobs tables at a time
         read_and_analyze = partial(
             _read_and_analyze, base=input_base(path), small_kernel_ns=small_kernel_ns, limit=each, step_range=step_range
@@ -115,8 +110,6 @@ def analyze_path(
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit, step_range)
-        if on_read is not None:
-            on_read()
         analysis = _with_capture(analyze(profile, small_kernel_ns=small_kernel_ns), choice, path, limit)
     return _reported(analysis, choice, path, on_analyzed)
 

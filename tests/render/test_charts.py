@@ -1,21 +1,21 @@
 """Charts: inline SVG, and long runs drawn as areas rather than hundreds of bars."""
 
+import base64
 import io
 import re
+import struct
 
 import numpy as np
 import pytest
 
-from tests.conftest import SAMPLE_TRACES, typed_report
+from tests.conftest import typed_report
+from tests.render.test_trend_page import _row as _trend_row
 from traceinsight.analysis import analyze
 from traceinsight.events import Profile, make_event_table
 from traceinsight.render import charts, svg_charts
 from traceinsight.render.chart_data import chart_run
-from traceinsight.render.html import render_html
-from traceinsight.render.painter import CHART_NAMES, Painter
 from traceinsight.result import RunReport
 from traceinsight.rules import BREAKDOWN
-from traceinsight.workflow import analyze_path
 
 
 def _steps(n: int) -> RunReport:
@@ -91,23 +91,16 @@ def _analysis(devices: int):
 
 
 def test_timeline_is_one_band_per_device_then_a_heatmap():
-    few = charts.utilisation_timeline(_analysis(3))
+    few = svg_charts.utilisation_timeline(_analysis(3))
     assert all(f"GPU:{d:02d}" in few for d in range(3)) and "<image" not in few
     assert all(few.count(f"<title>GPU:{d:02d}: busy ") == 1 for d in range(3))  # one band each, with its figures
     assert all(few.count(f"<title>GPU:{d:02d}: GPU-Util ") == 1 for d in range(3))
-    many = charts.utilisation_timeline(_analysis(charts.MAX_TIMELINE_BANDS + 6))
+    many = svg_charts.utilisation_timeline(_analysis(svg_charts.MAX_TIMELINE_BANDS + 6))
     assert "<image" in many and "% busy" in many  # one raster row per device, and its colour scale
     assert ": busy " not in many
-
-
-def test_painter_process_draws_the_page_this_process_draws():
-    """The page whose matplotlib charts the painting process draws is the page drawn here, byte for byte."""
-    run = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
-    here = render_html(run.report, run.analysis)
-    with Painter() as painter:
-        there = render_html(run.report, run.analysis, painter)
-    assert here == there
-    assert all(f'<g id="{name}-hover-0">' in here for name in ("steps", "timeline"))
+    png = base64.b64decode(re.search(r'href="data:image/png;base64,([^"]+)"', many)[1])
+    width, height = struct.unpack(">II", png[16:24])
+    assert png.startswith(b"\x89PNG") and (width, height) == (svg_charts.TIMELINE_BINS, 30)  # a pixel a device and bin
 
 
 def _box(svg: str) -> list[float]:
@@ -115,10 +108,9 @@ def _box(svg: str) -> list[float]:
     return [float(v) for v in re.search(r'viewBox="([^"]*)"', head[: head.index(">")])[1].split()]
 
 
-def test_charts_are_cropped_as_matplotlib_crops_them():
+def test_the_trend_chart_is_cropped_as_matplotlib_crops_it():
     """One draw, cropped from its own extents, gives the box matplotlib's ``bbox_inches="tight"`` (a layout draw,
     then the draw) gives: the same width and height, and everything drawn inside the view."""
-    run = analyze_path(SAMPLE_TRACES / "synthetic_gpu" / "healthy")
     tight: list[str] = []
     cropped = charts._svg
 
@@ -130,12 +122,7 @@ def test_charts_are_cropped_as_matplotlib_crops_them():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(charts, "_svg", saved_tight)
-        # The bar charts are written as SVG directly, without matplotlib: nothing to crop.
-        drawn_by_matplotlib = [name for name in CHART_NAMES if name not in svg_charts.DIRECT_CHARTS]
-        ours = [charts.draw(name, run.report, chart_run(run.analysis)) for name in drawn_by_matplotlib]
-    drawn = [svg for svg in ours if svg]
-    assert len(drawn) == len(tight) >= 1
-    for svg, reference in zip(drawn, tight, strict=True):
-        x, y, width, height = _box(svg)
-        assert (x, y) != (0, 0)  # cropped: the figure's margins are not all on the axes' labels
-        assert [width, height] == pytest.approx(_box(reference)[2:], abs=0.01)
+        svg = charts.trend_chart([_trend_row("a", 20, "input_bound"), _trend_row("b", 10, "launch_bound")])
+    x, y, width, height = _box(svg)
+    assert (x, y) != (0, 0)  # cropped: the figure's margins are not all on the axes' labels
+    assert [width, height] == pytest.approx(_box(tight[0])[2:], abs=0.01)

@@ -16,14 +16,14 @@ from tests.render.test_readable_page import table_rows
 from traceinsight.analysis import analyze
 from traceinsight.cli import main
 from traceinsight.events import Profile, make_event_table
-from traceinsight.render import charts
+from traceinsight.render import svg_charts
 from traceinsight.render.chart_data import chart_run
 from traceinsight.render.format import fmt_bytes, fmt_pct, fmt_trace_ms
 
 WITH_MEMORY = ("xprof/GPU-multi-worker", "kineto/resnet50_num_workers_0")
 WITHOUT_MEMORY = "tf_cpu/a_input_bound"
 AT_LIMIT = "the memory is at the limit: OOM risk; a larger batch needs activation checkpointing or mixed precision"
-FONT_PX = re.compile(r"font(?:-size)?:\s*(?:[^;\"]*\s)?([\d.]+)px")
+FONT_PX = re.compile(r'font-size="([\d.]+)"')  # the chart's text size, an attribute of its <svg> (`svg_charts`)
 
 
 def render(trace: str, out: Path) -> tuple[str, dict[str, Any]]:
@@ -167,7 +167,7 @@ def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
         report = typed_report(
             devices=[{"id": "GPU:0", "memory": memory}], window={"start_ns": 0, "end_ns": 0}, steps=steps
         )
-        svg = charts.memory_chart(report, run)
+        svg = svg_charts.memory_chart(report, run)
         assert svg is not None
         return html.unescape(svg)
 
@@ -177,4 +177,4 @@ def test_chart_capacity_is_a_line_or_a_note_when_far_above() -> None:
     assert "capacity" not in relative.replace("no capacity line", "")
     for svg in (near, far, relative):
         assert "<title>GPU:0: peak 2 GiB" in svg and "<title>GPU:0: 1 step: step 0 at 0.0 ms: static 1 GiB" in svg
-    assert charts.memory_chart(typed_report(devices=[{"id": "GPU:0", "memory": None}]), run) is None
+    assert svg_charts.memory_chart(typed_report(devices=[{"id": "GPU:0", "memory": None}]), run) is None

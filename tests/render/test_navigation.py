@@ -19,7 +19,7 @@ from traceinsight.assemble import assemble
 from traceinsight.cli import main
 from traceinsight.events import Profile, make_event_table
 from traceinsight.findings import evaluate
-from traceinsight.render import charts
+from traceinsight.render import svg_charts
 from traceinsight.render.chart_data import chart_run
 from traceinsight.render.format import fmt_tick, tick_decimals, time_unit
 from traceinsight.render.html import render_html
@@ -238,7 +238,7 @@ def test_a_long_window_reads_in_seconds_not_2e6_ms() -> None:
             "name": ["gemm"] * 2,
         }
     )
-    svg = charts.utilisation_timeline(chart_run(analyze(Profile(events=events, inputs=[]))))
+    svg = svg_charts.utilisation_timeline(chart_run(analyze(Profile(events=events, inputs=[]))))
     assert svg
     texts = chart_texts(svg)
     assert not [t for t in texts if SCIENTIFIC.search(t)]

@@ -1,18 +1,16 @@
 """`traceinsight report PATH`: read a run, analyze it, write HTML / JSON / Markdown, gate CI.
 
 A thin layer over the Python API (`traceinsight.api.analyze` and its `Report`): the command adds the
-progress bar, the chart painter, `--fail-on` and the exit code.
+progress bar, `--fail-on` and the exit code.
 
-The module imports only what its options need. pandas, the readers and the analyses (0.5-0.8 s) are imported
-in `run`, after the painting process is forked: that process imports matplotlib (0.4-0.6 s) on the other core
-meanwhile, instead of after them (benchmarks/README.md, "Everyday latency").
+The module imports only what its options need: pandas, the readers and the analyses (0.3-0.5 s) are imported in
+`run`, once the options are checked, so that `--help` and a bad option answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +23,8 @@ from traceinsight.commands.options import (
 )
 from traceinsight.errors import TraceError
 from traceinsight.gating import evaluate, parse_threshold
-from traceinsight.parallel import default_jobs, one_big_file, usable_cores
+from traceinsight.parallel import default_jobs
 from traceinsight.render.output import Staged, finish, preflight_outputs, removed_on_interrupt
-from traceinsight.render.painter import Painter
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
 if TYPE_CHECKING:
@@ -84,8 +81,7 @@ class ReportCommand:
             "--jobs",
             type=positive_int,
             metavar="N",
-            help=f"read N trace files at a time, one process each (default: the idle cores, {default_jobs()}); "
-            "the charts are drawn in a process of their own unless --jobs 1",
+            help=f"read N trace files at a time, one process each (default: the idle cores, {default_jobs()})",
         )
         parser.add_argument(
             "--scheduler",
@@ -115,42 +111,31 @@ class ReportCommand:
 
     @staticmethod
     def _report(args: argparse.Namespace) -> int:
-        # The matplotlib charts are drawn in a process of their own, started now while this one is small and has not
-        # imported numpy or pandas (the module docstring), wherever a second core is usable, however busy: the
-        # painter moves work rather than adding it. On nccl_parser_config it cut the wall time by 10-30 % at a load of
-        # 1.2-1.9 on 2 cores, for 0-4 % more CPU time, and by 14 % at a load of 3.3, for 11 % more (issue 38).
-        # --jobs 1 keeps everything in one process. One big file read by workers has the painter import matplotlib
-        # only once it is read (`Painter`).
-        jobs = default_jobs() if args.jobs is None else args.jobs
-        paint_apart = usable_cores() > 1 if args.jobs is None else args.jobs > 1
-        with Painter(import_later=one_big_file(args.path)) if paint_apart else nullcontext() as painter:
-            from traceinsight.api import analyze
-            from traceinsight.load import progress_stream
-            from traceinsight.workflow import refuse_partial
+        from traceinsight.api import analyze
+        from traceinsight.load import progress_stream
+        from traceinsight.workflow import refuse_partial
 
-            # Checked before any trace is read, once the rules that name the bottlenecks are imported (with the
-            # analysis: after the fork).
-            thresholds = [parse_threshold(t) for t in args.fail_on]
+        # Checked before any trace is read, once the rules that name the bottlenecks are imported (with the analysis).
+        thresholds = [parse_threshold(t) for t in args.fail_on]
 
-            trace_warnings: list[str] = []
-            staged: list[Staged] = []  # the timeline, renamed into place with the other outputs
-            export = _trace_export(args, trace_warnings, staged) if args.trace_out else None
-            report = analyze(
-                args.path,
-                args.small_kernel_us,
-                args.run,
-                jobs,
-                scheduler=args.scheduler,
-                progress=progress_stream(args.quiet),
-                on_read=None if painter is None else painter.import_charts,
-                on_analyzed=export,
-                max_memory=args.max_memory,
-                step_range=args.step_range,
-            )
-            report.record_invocation(_command_line(args), _options(args))
-            if args.strict:
-                refuse_partial(report.result)
-            outputs: dict[Path, str | Staged] = {args.output: report.to_html(painter)}
+        trace_warnings: list[str] = []
+        staged: list[Staged] = []  # the timeline, renamed into place with the other outputs
+        export = _trace_export(args, trace_warnings, staged) if args.trace_out else None
+        report = analyze(
+            args.path,
+            args.small_kernel_us,
+            args.run,
+            default_jobs() if args.jobs is None else args.jobs,
+            scheduler=args.scheduler,
+            progress=progress_stream(args.quiet),
+            on_analyzed=export,
+            max_memory=args.max_memory,
+            step_range=args.step_range,
+        )
+        report.record_invocation(_command_line(args), _options(args))
+        if args.strict:
+            refuse_partial(report.result)
+        outputs: dict[Path, str | Staged] = {args.output: report.to_html()}
         gate = evaluate(thresholds, report.result, on_missing=args.fail_on_missing)
         if args.json:
             outputs[args.json] = report.to_json() + "\n"

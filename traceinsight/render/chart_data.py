@@ -1,8 +1,7 @@
 """What the charts draw of an analysis, as plain data: numbers, strings, numpy arrays and `Intervals`.
 
-The painting process (`painter.py`) is forked before pandas is imported and never imports it: pandas would add
-0.4-0.5 s to the imports the charts wait for (benchmarks/README.md, "Everyday latency"). So the charts get a
-`ChartRun` made here from the `Analysis`, not the analysis itself, whose classes need pandas to be unpickled.
+The charts (`svg_charts.py`) read a `ChartRun` made here from the `Analysis`, not the analysis itself: the few
+figures of the event table they draw (each device's busy intervals, the steps' spans), taken while it is held.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ from traceinsight.render.format import (
     fmt_trace_ms,
     plural,
 )
-from traceinsight.render.painter import Charts, Painter, draw_charts
-from traceinsight.render.svg_charts import DIRECT_CHARTS
+from traceinsight.render.svg_charts import Charts, draw_charts, utilisation_timeline
 from traceinsight.render.wording import (
     BOTTLENECKS_HEADING,
     MEMORY_WARNINGS,
@@ -270,15 +269,9 @@ def with_contents(page: str) -> str:
     return page.replace(CONTENTS_MARK, environment().get_template("_contents.html").render(entries=entries), 1)
 
 
-def render_html(report: RunReport, analysis: Analysis, painter: Painter | None = None) -> str:
-    """The page; its matplotlib charts drawn by `painter` (in its own process, while the bar charts are written and
-    the templates compile here), else here."""
-    if painter is None:
-        return _page(report, draw_charts(report, chart_run(analysis)))
-    painter.paint(report, analysis)
-    written = {name: write(report) for name, write in DIRECT_CHARTS.items()}
-    compile_templates()
-    return _page(report, {**painter.charts(), **written})
+def render_html(report: RunReport, analysis: Analysis) -> str:
+    """The page, its charts written as inline SVG (`svg_charts`)."""
+    return _page(report, draw_charts(report, chart_run(analysis)))
 
 
 def _page(report: RunReport, drawn: Charts) -> str:
@@ -297,21 +290,10 @@ def _page(report: RunReport, drawn: Charts) -> str:
     return without_empty_columns(with_contents(page))
 
 
-def compile_templates() -> None:
-    """Compile every template now, while waiting for something else (jinja2 compiles one on its first use, an
-    included one when it is reached)."""
-    env = environment()
-    for name in env.list_templates():
-        env.get_template(name)
-
-
 def render_notebook(report: RunReport, analysis: Analysis) -> str:
     """The notebook view (`traceinsight.Report._repr_html_`): the headline, the bottleneck cards and the
     timeline chart, one HTML fragment with a style of its own (scoped to it) and no script."""
-    # matplotlib is imported only where a chart is drawn.
-    from traceinsight.render.charts import draw
-
-    timeline = draw("timeline", report, chart_run(analysis))
+    timeline = utilisation_timeline(chart_run(analysis), device_words(report).util)
     return (
         environment()
         .get_template("notebook.html")

@@ -7,7 +7,7 @@ device node itself with a regular file (which root can do). `preflight_outputs` 
 command's work (and removes temporary files a killed run left), `removed_on_interrupt` removes what an
 interrupted command staged, and `finish` writes a command's outputs,
 prints its summary and gives its exit code. (This module imports no pandas: a command
-uses it before it forks its painter: `commands/report.py`.)
+uses it to check its outputs before it imports the analyses: `commands/report.py`.)
 """
 
 from __future__ import annotations

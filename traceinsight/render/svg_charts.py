@@ -10,15 +10,39 @@ memory). Every text from a trace is escaped here; a hover is an SVG ``<title>`` 
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import struct
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from traceinsight.render.format import fmt_ns, fmt_pct, fmt_rate, fmt_tick, plural, tick_decimals, time_unit
+import numpy as np
+
+from traceinsight.render.chart_data import ChartRun, DeviceBusy, StepSpan, StepSpans
+from traceinsight.render.format import (
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    fmt_rate,
+    fmt_tick,
+    plural,
+    tick_decimals,
+    time_unit,
+)
 from traceinsight.render.wording import device_words, mfu_text
-from traceinsight.result import PART_WORDS, ComputeEfficiency, Rank, RooflineOp, RunReport
-from traceinsight.rules import KERNEL_CLASSES
+from traceinsight.result import (
+    PART_WORDS,
+    ComputeEfficiency,
+    Memory,
+    Rank,
+    RooflineOp,
+    RunReport,
+    Step,
+    StepMemory,
+)
+from traceinsight.rules import GPU_UTIL_TARGET, KERNEL_CLASSES
 
 FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
 _TEXT = FONT_SIZE + 2  # px, the text of these charts
@@ -92,6 +116,12 @@ def nice_tick(span: float, count: int = 6) -> float:
     return float(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
 
 
+def _escaped(text: str) -> str:
+    """Text from a trace for an element's content (a label, a title): <, >, &, " and ' escaped (' as &#39;, as the
+    page's other escapes write it)."""
+    return html.escape(text).replace("&#x27;", "&#39;")
+
+
 def _text_width(text: str) -> float:
     return _CHAR * len(text)
 
@@ -110,12 +140,12 @@ class _Svg:
     def hover(self, element: str, title: str) -> None:
         gid = f"{self.chart}-hover-{self.hovers}"
         self.hovers += 1
-        self.elements.append(f'<g id="{gid}"><title>{html.escape(title)}</title>{element}</g>')
+        self.elements.append(f'<g id="{gid}"><title>{_escaped(title)}</title>{element}</g>')
 
     def text(self, x: float, y: float, text: str, anchor: str = "start", rotate: float = 0, fill: str = "") -> None:
         turn = f' transform="rotate({rotate:g} {x:.1f} {y:.1f})"' if rotate else ""
         colour = f' fill="{fill}"' if fill else ""
-        self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn}{colour}>{html.escape(text)}</text>')
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn}{colour}>{_escaped(text)}</text>')
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str = "#444") -> None:
         self.add(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}"/>')
@@ -143,19 +173,23 @@ class _Svg:
 
 
 class _Scale:
-    """A value axis from 0 to a round top at or above `high`, its ticks `nice_tick` apart, `length` px long."""
+    """A linear axis from `low` to `high`, `length` px long, its ticks `nice_tick` apart (about `count` of them);
+    `rounded`: its ends moved out to the ticks around them (a bar chart's axis from 0 to a round top)."""
 
-    def __init__(self, high: float, length: float, top: float | None = None) -> None:
-        self.tick = nice_tick(high) if top is None else nice_tick(top, 5)
-        self.top = top if top is not None else self.tick * max(1, math.ceil(high / self.tick - 1e-9))
-        self.length = length
+    def __init__(self, low: float, high: float, length: float, rounded: bool = True, count: int = 6) -> None:
+        self.tick = nice_tick(high - low, count)
+        if rounded:
+            low = math.floor(low / self.tick + 1e-9) * self.tick
+            high = max(math.ceil(high / self.tick - 1e-9), math.floor(low / self.tick + 1e-9) + 1) * self.tick
+        self.low, self.high, self.length = low, high if high > low else low + 1.0, length
 
     def px(self, value: float) -> float:
-        return value / self.top * self.length
+        return (value - self.low) / (self.high - self.low) * self.length
 
     def ticks(self) -> list[tuple[float, str]]:
         decimals = tick_decimals(self.tick)
-        return [(k * self.tick, fmt_tick(k * self.tick, decimals)) for k in range(round(self.top / self.tick) + 1)]
+        first, last = math.ceil(self.low / self.tick - 1e-9), math.floor(self.high / self.tick + 1e-9)
+        return [(k * self.tick, fmt_tick(k * self.tick, decimals)) for k in range(first, last + 1)]
 
 
 class _Columns:
@@ -172,7 +206,7 @@ class _Columns:
         every: int = 1,
     ) -> None:
         self.top, self.height = 14.0, 170.0
-        self.scale = _Scale(high, self.height)
+        self.scale = _Scale(0, high, self.height)
         self.left = 38 + max(_text_width(label) for _, label in self.scale.ticks())  # the axis label, the ticks'
         self.width = _WIDTH - self.left - 12
         self.slot = self.width / max(len(categories), 1)
@@ -322,7 +356,7 @@ def mfu_chart(report: RunReport) -> str | None:
     svg = _Svg("mfu")
     left = 12 + max(_text_width(label) for label in labels)
     width, row, bar = _WIDTH - left - 60, 26.0, 16.0
-    scale = _Scale(100, width, top=100)
+    scale = _Scale(0, 100, width, rounded=False, count=5)
     bottom = 8 + row * len(shares)
     for k, (label, share, colour, title) in enumerate(zip(labels, shares, MFU_COLOURS, titles, strict=True)):
         y = 8 + k * row + (row - bar) / 2
@@ -497,7 +531,7 @@ def ranks_chart(report: RunReport) -> str | None:
     bar = row * 0.8 / len(RANK_MEASURES)
     left = 12 + max(_text_width(r.label) for r in ranks)
     top = 30.0
-    scale = _Scale(time.of(max(max(v) for v in values)) or 1.0, _WIDTH - left - 16)
+    scale = _Scale(0, time.of(max(max(v) for v in values)) or 1.0, _WIDTH - left - 16)
     bottom = top + row * len(ranks)
     svg = _Svg("ranks")
     svg.legend(left, top - 10, [(measure, colour) for measure, colour, _ in RANK_MEASURES])
@@ -536,7 +570,7 @@ def critical_path_chart(report: RunReport) -> str | None:
     groups = [g for g in PATH_GROUP_COLOURS if g in seen] + sorted(seen - PATH_GROUP_COLOURS.keys())
     left, right, top, row, bar = 64, 16, 30, 20, 14
     time = TimeAxis(max(s.step_ns for s in shown))
-    scale = _Scale(time.of(max(s.step_ns for s in shown)) or 1.0, _WIDTH - left - right)
+    scale = _Scale(0, time.of(max(s.step_ns for s in shown)) or 1.0, _WIDTH - left - right)
     bottom = top + row * len(shown)
     svg = _Svg("critical_path")
     svg.legend(left, 18, [(g.replace("_", " "), PATH_GROUP_COLOURS.get(g, _OTHER_GROUP)) for g in groups])
@@ -555,7 +589,7 @@ def critical_path_chart(report: RunReport) -> str | None:
             colour = PATH_GROUP_COLOURS.get(group, _OTHER_GROUP)
             svg.add(
                 f'<rect x="{left + scale.px(along):.2f}" y="{y}" width="{scale.px(time.of(ns)):.2f}" height="{bar}" '
-                f'fill="{colour}"><title>{html.escape(title)}</title></rect>'
+                f'fill="{colour}"><title>{_escaped(title)}</title></rect>'
             )
             along += time.of(ns)
     svg.line(left, bottom, _WIDTH - right, bottom)
@@ -568,13 +602,412 @@ def critical_path_chart(report: RunReport) -> str | None:
     return svg.svg(_WIDTH, bottom + 44)
 
 
-# The charts written here, by the name the page gives them (`painter.CHART_NAMES`).
-DIRECT_CHARTS: dict[str, Callable[[RunReport], str | None]] = {
-    "steps": step_breakdown,
-    "gaps": gap_histogram,
-    "kernels": kernel_histogram,
-    "mfu": mfu_chart,
-    "roofline": roofline,
-    "ranks": ranks_chart,
-    "critical_path": critical_path_chart,
-}
+TIMELINE_BINS = 200
+MAX_TIMELINE_BANDS = 24
+_BUSY = "#2e7d32"
+_TARGET = "#1565c0"
+# The timeline shows the span that holds this share of the devices' busy time (and every step), not empty capture.
+TIMELINE_BUSY_SHARE = 0.99
+_ZOOM_GRID = 4000
+ZOOM_AT_MOST = 0.9  # a zoom that would keep more of the window than this shows the whole window
+_BAND = 0.85  # a band's height at 100 %, in rows
+
+
+def ms_text(ns: float) -> str:
+    """'12.5 ms': a time in ms, for hovers."""
+    return f"{ns / 1e6:,.1f} ms"
+
+
+def _zoom(run: ChartRun) -> tuple[int, int]:
+    """The time range worth drawing: where each device's busy time is (all of it but a straggling
+    `1 - TIMELINE_BUSY_SHARE`), widened to every step, padded a little; the whole window when that is
+    most of it. A device with a little work far from the rest still shows it."""
+    start, end = run.window_start_ns or 0, run.window_end_ns or (run.window_start_ns or 0) + 1
+    grid = np.linspace(start, end, _ZOOM_GRID + 1).astype(np.int64)
+    lows, highs = [], []
+    for usage in run.devices:
+        busy = usage.busy.covered_before(grid).astype(np.float64)
+        if busy[-1] > 0:
+            tail = (1 - TIMELINE_BUSY_SHARE) / 2 * busy[-1]
+            lows.append(int(grid[max(0, np.searchsorted(busy, tail, side="left") - 1)]))
+            highs.append(int(grid[min(_ZOOM_GRID, np.searchsorted(busy, busy[-1] - tail, side="left") + 1)]))
+    steps = [s for steps in run.input_steps or [run.steps] for s in steps.items] + list(run.steps.items)
+    lows += [s.start_ns for s in steps]
+    highs += [s.start_ns + s.dur_ns for s in steps]
+    if not lows:
+        return start, end
+    low, high = min(lows), max(highs)
+    pad = (high - low) // 50
+    low, high = max(start, low - pad), min(end, high + pad + 1)
+    return (start, end) if high - low >= ZOOM_AT_MOST * (end - start) else (low, high)
+
+
+def _device_steps(run: ChartRun, usage: DeviceBusy) -> StepSpans:
+    """The steps drawn in a device's band: its own input's steps where each input has its own, else the run's."""
+    inputs = run.input_steps
+    if 0 <= usage.input_id < len(inputs) and inputs[usage.input_id].items:
+        return inputs[usage.input_id]
+    return run.steps
+
+
+def _steps_title(device: str, steps: StepSpans, origin: int) -> str:
+    items = steps.items
+    listed = ", ".join(f"step {s.id} at {ms_text(s.start_ns - origin)} ({fmt_ns(s.dur_ns)})" for s in items[:8])
+    more = f", and {len(items) - 8} more" if len(items) > 8 else ""
+    return f"{device}: {plural(len(items), 'step')} ({steps.marker}): {listed}{more}"
+
+
+MEMORY_OFF_SCALE = 5  # a capacity more than this many times the peak is a note, not a line (the levels stay readable)
+MAX_MEMORY_PANELS = 8  # past this many devices with memory, the ones whose peak is highest are drawn
+_ALLOCATED = "#6a1b9a"
+_RESERVED = "#f9a825"
+_CAPACITY = "#c62828"
+
+
+def _bytes_unit(high: float) -> tuple[float, str]:
+    return (float(1 << 30), "GiB") if high >= 1 << 30 else (float(1 << 20), "MiB")
+
+
+def _step_split(step: StepMemory) -> str:
+    """A step's memory: what it kept, its peak, what it needed on top."""
+    static, peak, transient = (fmt_bytes(n) for n in (step.static_bytes, step.peak_bytes, step.transient_bytes))
+    return f"static {static}, peak {peak}, transient {transient}"
+
+
+def _memory_steps(report: RunReport, run: ChartRun, device: str, ids: set[int]) -> list[StepSpan] | list[Step]:
+    """The steps a device's memory was split by (its input's own steps, else the run's)."""
+    input_id = run.memory_inputs.get(device, -1)
+    if 0 <= input_id < len(run.input_steps) and run.input_steps[input_id].items:
+        return [s for s in run.input_steps[input_id].items if s.id in ids]
+    return [s for s in report.steps.items if s.id in ids]
+
+
+def _png(rgb: np.ndarray) -> str:
+    """An RGB image (rows x columns x 3, uint8) as a PNG data URI: the heatmap's pixels, one a device and time bin."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    height, width = rgb.shape[:2]
+    raw = b"".join(b"\x00" + row.tobytes() for row in rgb)  # each row unfiltered
+    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+# The heatmap's colours from 0 to 100 % busy (matplotlib's "Greens" at 0, 50 and 100 %).
+_GREENS = np.array([[247, 252, 245], [116, 196, 118], [0, 68, 27]], np.float64)
+
+
+def _greens(share: np.ndarray) -> np.ndarray:
+    """Busy shares (0-1) as RGB, between `_GREENS`' stops."""
+    at = np.clip(share, 0, 1) * (len(_GREENS) - 1)
+    low = np.minimum(at.astype(np.int64), len(_GREENS) - 2)
+    weight = (at - low)[..., None]
+    return np.rint(_GREENS[low] * (1 - weight) + _GREENS[low + 1] * weight).astype(np.uint8)
+
+
+def _x_axis(svg: _Svg, scale: _Scale, left: float, bottom: float) -> None:
+    """A time axis under a plot: its line, ticks and plain labels."""
+    svg.line(left, bottom, left + scale.length, bottom)
+    for value, label in scale.ticks():
+        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
+        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+
+
+def _marks(xs: Sequence[float], y1: float, y2: float, width: float = 0.8) -> str:
+    """Dotted vertical lines at `xs` px from `y1` to `y2`, one group: the step starts."""
+    lines = "".join(f'<line x1="{x:.2f}" y1="{y1:.1f}" x2="{x:.2f}" y2="{y2:.1f}"/>' for x in xs)
+    return f'<g stroke="#555" stroke-width="{width:g}" stroke-dasharray="1,2">{lines}</g>'
+
+
+def _hline(x1: float, x2: float, y: float, colour: str, dash: str = "") -> str:
+    """A level across a plot (1.2 px; `dash`: an SVG dash pattern, "" for a solid line)."""
+    pattern = f' stroke-dasharray="{dash}"' if dash else ""
+    return (
+        f'<line x1="{x1:.1f}" y1="{y:.2f}" x2="{x2:.1f}" y2="{y:.2f}" stroke="{colour}" stroke-width="1.2"{pattern}/>'
+    )
+
+
+def _label_lines(svg: _Svg, x: float, y: float, lines: Sequence[str]) -> float:
+    """Centred lines of text from baseline `y` down; the baseline after them."""
+    for line in lines:
+        svg.text(x, y, line, anchor="middle")
+        y += _TEXT + 3
+    return y
+
+
+def utilisation_timeline(run: ChartRun, word: str = "GPU-Util") -> str | None:
+    """Busy share over time per device, each device's `word` (GPU-Util, TPU-Util) against the 80-90 % target,
+    and its steps, in one plot zoomed to the activity: a band per device, or a heatmap past `MAX_TIMELINE_BANDS`
+    devices (a run of hundreds of ranks stays one small drawing)."""
+    if not run.devices or run.window_start_ns is None:
+        return None
+    origin = run.window_start_ns
+    start, end = _zoom(run)
+    time = TimeAxis(end - origin)
+    edges = np.linspace(start, end, TIMELINE_BINS + 1).astype(np.int64)
+    busy = np.array([np.diff(u.busy.covered_before(edges)) / np.maximum(np.diff(edges), 1) for u in run.devices])
+    rows = len(run.devices)
+    low, high = GPU_UTIL_TARGET
+    bands = rows <= MAX_TIMELINE_BANDS
+    labels = [[u.id, f"{word} {fmt_pct(u.gpu_util)}"] if bands else [u.id] for u in run.devices]
+    left = 12 + max(_text_width(line) for lines in labels for line in lines)
+    top, row = 10.0, (40.0 if bands else 260.0 / min(rows, 64))
+    bottom = top + row * rows
+    x = _Scale(time.of(start - origin), time.of(end - origin), _WIDTH - left - (16 if bands else 70), rounded=False)
+    bin_px = x.length / TIMELINE_BINS
+
+    def starts(items: Sequence[StepSpan]) -> list[float]:
+        """The step starts inside the zoom, in px."""
+        return [left + x.px(time.of(s.start_ns - origin)) for s in items if start <= s.start_ns <= end]
+
+    svg = _Svg("timeline")
+    if bands:
+        for i, (usage, share) in enumerate(zip(run.devices, busy, strict=True)):
+            base = top + (i + 1) * row  # the band's bottom, the first device on top
+            y_low, y_high = base - row * _BAND * low, base - row * _BAND * high
+            strip = (
+                f'<rect x="{left:.1f}" y="{y_high:.2f}" width="{x.length:.1f}" height="{y_low - y_high:.2f}" '
+                f'fill="{_TARGET}" fill-opacity="0.12"/>'
+            )
+            svg.hover(strip, f"{usage.id}: the target practitioners aim {word} at, {low * 100:.0f}-{fmt_pct(high, 0)}")
+            outline = " ".join(
+                f"{left + k * bin_px:.2f},{base - row * _BAND * v:.2f} {left + (k + 1) * bin_px:.2f},"
+                f"{base - row * _BAND * v:.2f}"
+                for k, v in enumerate(share.tolist())
+            )
+            band = (
+                f'<polygon points="{left:.2f},{base:.2f} {outline} {left + x.length:.2f},{base:.2f}" fill="{_BUSY}"/>'
+            )
+            span = fmt_pct(usage.busy_ns / usage.span_ns if usage.span_ns else None)
+            svg.hover(
+                band,
+                f"{usage.id}: busy {span} of its span ({fmt_ns(usage.busy_ns)} of {fmt_ns(usage.span_ns)}); "
+                f"busiest bin {fmt_pct(float(share.max()))}",
+            )
+            if usage.gpu_util is not None:
+                y = base - row * _BAND * usage.gpu_util
+                svg.hover(
+                    _hline(left, left + x.length, y, _TARGET, "5,3"),
+                    f"{usage.id}: {word} {fmt_pct(usage.gpu_util)} (kernels running, over its steps)",
+                )
+            steps = _device_steps(run, usage)
+            if steps.items:
+                svg.hover(_marks(starts(steps.items), base - row, base), _steps_title(usage.id, steps, origin))
+            svg.text(left - 6, base - row / 2 - 2, labels[i][0], anchor="end")
+            svg.text(left - 6, base - row / 2 + _TEXT - 1, labels[i][1], anchor="end")
+        note: tuple[str, ...] = (
+            f"green: % busy per time bin; dashed: {word} over the device's steps;",
+            f"blue strip: the {low * 100:.0f}-{fmt_pct(high, 0)} {word} target; dotted: step starts",
+        )
+    else:
+        image = f'<image x="{left:.1f}" y="{top:.1f}" width="{x.length:.1f}" height="{bottom - top:.1f}" '
+        image += f'preserveAspectRatio="none" style="image-rendering:pixelated" href="{_png(_greens(busy))}"/>'
+        svg.hover(image, f"% busy per device and time bin, {rows} devices")
+        for i in range(0, rows, max(1, rows // 16)):
+            svg.text(left - 6, top + (i + 0.5) * row + 4, labels[i][0], anchor="end")
+        svg.hover(_marks(starts(run.steps.items), top, bottom, 0.6), _steps_title("run", run.steps, origin))
+        scale_x = left + x.length + 14
+        svg.add(
+            '<defs><linearGradient id="timeline-greens" x1="0" y1="1" x2="0" y2="0">'
+            + "".join(
+                f'<stop offset="{k / 2:g}" stop-color="rgb({r:.0f},{g:.0f},{b:.0f})"/>'
+                for k, (r, g, b) in enumerate(_GREENS)
+            )
+            + "</linearGradient></defs>"
+        )
+        svg.add(
+            f'<rect x="{scale_x:.1f}" y="{top:.1f}" width="10" height="{bottom - top:.1f}" '
+            'fill="url(#timeline-greens)"/>'
+        )
+        svg.text(scale_x + 14, top + 10, "100")
+        svg.text(scale_x + 14, bottom, "0")
+        svg.text(scale_x + 14, (top + bottom) / 2, "% busy")
+        note = ("colour: % busy, one row per device; dotted: step starts",)
+    _x_axis(svg, x, left, bottom)
+    window = (run.window_end_ns or origin) - origin
+    zoomed = end - start < window
+    span = f"{time.text(start - origin)} - {time.text(end - origin)}"
+    where = f", zoomed to {span} of the {time.text(window)} window" if zoomed else ""
+    lines = [f"{time.unit} after window start (the gap table's clock){where}", *note]
+    end_y = _label_lines(svg, left + x.length / 2, bottom + 34, lines)
+    return svg.svg(_WIDTH, end_y - _TEXT + 6)
+
+
+def _memory_limits(
+    svg: _Svg,
+    name: str,
+    m: Memory,
+    high: float,
+    plot: tuple[float, float, float],
+    py: Callable[[float], float],
+    unit_bytes: float,
+) -> None:
+    """The capacity and the allocator's limit (absolute levels only) across the panel at `plot` (left, top,
+    width), at `py(bytes / unit_bytes)` px: a line each, or, when far above the levels (`MEMORY_OFF_SCALE`), a note
+    at its top saying where."""
+    given = [("capacity", m.capacity_bytes, ""), ("allocator limit", m.allocator_limit_bytes, "6,3")]
+    limits = [(label, v, dash) for label, v, dash in given if v is not None and v > 0 and m.absolute]
+    if not limits:
+        return
+    left, top, width = plot
+    free = f", {fmt_pct(m.headroom_fraction)} free at the peak" if m.headroom_fraction is not None else ""
+    titles = {"capacity": f"{name}: capacity {fmt_bytes(m.capacity_bytes)}{free}"}
+    titles["allocator limit"] = f"{name}: the allocator's limit {fmt_bytes(m.allocator_limit_bytes)}"
+    if max(v for _, v, _ in limits) <= MEMORY_OFF_SCALE * high:
+        for label, value, dash in limits:
+            y = py(value / unit_bytes)
+            svg.hover(_hline(left, left + width, y, _CAPACITY, dash), titles[label])
+        return
+    words = "; ".join(f"{label} {fmt_bytes(v)}" for label, v, _ in limits)
+    note = f'<text x="{left + width - 4:.1f}" y="{top + _TEXT:.1f}" text-anchor="end" fill="{_CAPACITY}">'
+    note += f"{_escaped(f'↑ {words} (off the scale){free}')}</text>"
+    svg.hover(note, "; ".join(titles[label] for label, _, _ in limits))
+
+
+def _memory_top(m: Memory, high: float) -> float:
+    """The highest level a panel shows: its levels, and the limits drawn as lines (else room for their note)."""
+    limits = [v for v in (m.capacity_bytes, m.allocator_limit_bytes) if v is not None and v > 0 and m.absolute]
+    if not limits:
+        return high
+    return max([high, *limits]) if max(limits) <= MEMORY_OFF_SCALE * high else high * 1.2
+
+
+def _steps_path(
+    x: Sequence[float], y: Sequence[float], px: Callable[[float], float], py: Callable[[float], float]
+) -> str:
+    """Points as a step line held until the next point ("post"), in px."""
+    xs, ys = [px(v) for v in x], [py(v) for v in y]
+    corners = [f"{a:.2f},{b:.2f} {c:.2f},{b:.2f}" for a, b, c in zip(xs, ys, xs[1:] + xs[-1:], strict=True)]
+    return " ".join(corners)
+
+
+def memory_chart(report: RunReport, run: ChartRun) -> str | None:
+    """Device memory over time, a panel per device with memory events: allocated (and reserved where known),
+    the capacity and the allocator's limit, the steps and the peak; x in time after the window start."""
+    panels = [(d.id, d.memory) for d in report.devices if d.memory is not None and d.memory.series.ts_ns]
+    if not panels:
+        return None
+    shown = sorted(panels, key=lambda panel: -panel[1].peak_in_use_bytes)[:MAX_MEMORY_PANELS]
+    shown = [panel for panel in panels if panel in shown]  # in the report's order
+    origin = report.window.start_ns or 0
+    time = TimeAxis(max(max(m.series.ts_ns) for _, m in shown) - origin)
+    labels = []
+    for name, m in shown:
+        levels = [
+            max(m.series.allocated),
+            m.peak_in_use_bytes,
+            *([max(m.series.reserved)] if m.series.reserved else []),
+        ]
+        labels.append((name, _bytes_unit(max(levels)), levels))
+    height, gap, top = 110.0, 18.0, 30.0
+    scales = [
+        _Scale(
+            min(0.0, min(m.series.allocated) / unit[0]), _memory_top(m, max(levels)) / unit[0] * 1.1, height, False, 4
+        )
+        for (_, m), (_, unit, levels) in zip(shown, labels, strict=True)
+    ]
+    left = 38 + max(_text_width(label) for y in scales for _, label in y.ticks())
+    x = _Scale(0, time.of(max(max(m.series.ts_ns) for _, m in shown) - origin) or 1.0, _WIDTH - left - 16)
+    svg = _Svg("memory")
+    kinds = {"allocated": _ALLOCATED}
+    for k, ((name, m), (_, (scale_bytes, unit), levels), y) in enumerate(zip(shown, labels, scales, strict=True)):
+        series = m.series
+        panel_top = top + k * (height + gap)
+        bottom = panel_top + height
+        xs = [time.of(t - origin) for t in series.ts_ns]
+        allocated = [v / scale_bytes for v in series.allocated]
+        high = max(levels)
+
+        def px(v: float) -> float:
+            return left + x.px(v)
+
+        def py(v: float, y: _Scale = y, bottom: float = bottom) -> float:
+            return bottom - y.px(v)
+
+        relative = "" if m.absolute else " (relative to the profile start)"
+        line = _steps_path(xs, allocated, px, py)
+        floor = f"{px(xs[-1]):.2f},{py(0):.2f} {px(xs[0]):.2f},{py(0):.2f}"
+        area = f'<polygon points="{line} {floor}" fill="{_ALLOCATED}" fill-opacity="0.35"/>'
+        svg.hover(area, f"{name}: allocated{relative}, peak {fmt_bytes(m.peak_allocated_bytes)}")
+        svg.hover(
+            f'<polyline points="{line}" fill="none" stroke="{_ALLOCATED}"/>',
+            f"{name}: allocated over time, {plural(len(xs), 'point')}",
+        )
+        if series.reserved is not None:
+            held = _steps_path(xs, [v / scale_bytes for v in series.reserved], px, py)
+            svg.hover(
+                f'<polyline points="{held}" fill="none" stroke="{_RESERVED}" stroke-width="1.2"/>',
+                f"{name}: reserved{relative}, peak {fmt_bytes(m.peak_reserved_bytes)}",
+            )
+            kinds["reserved"] = _RESERVED
+        _memory_limits(svg, name, m, high, (left, panel_top, x.length), py, scale_bytes)
+        drawn = [v for v in (m.capacity_bytes, m.allocator_limit_bytes) if v is not None and v > 0 and m.absolute]
+        if drawn and max(drawn) <= MEMORY_OFF_SCALE * high:
+            kinds["capacity"] = _CAPACITY
+        by_id = {s.id: s for s in m.steps}
+        steps = _memory_steps(report, run, name, set(by_id))
+        if steps:
+            marks = _marks([px(time.of(s.start_ns - origin)) for s in steps], panel_top, bottom)
+            listed = "; ".join(
+                f"step {s.id} at {ms_text(s.start_ns - origin)}: {_step_split(by_id[s.id])}" for s in steps[:8]
+            )
+            more = f"; and {len(steps) - 8} more" if len(steps) > 8 else ""
+            svg.hover(
+                marks,
+                f"{name}: {plural(len(steps), 'step')}: {listed}{more}",
+            )
+        at, level = px(time.of(m.peak_ns - origin)), py(m.peak_in_use_bytes / scale_bytes)
+        corners = f"{at - 5:.2f},{level - 8:.2f} {at + 5:.2f},{level - 8:.2f} {at:.2f},{level:.2f}"
+        marker = f'<polygon points="{corners}" fill="{_CAPACITY}"/>'  # a triangle pointing down at the peak
+        in_step = f", step {m.peak_step}" if m.peak_step is not None else ""
+        svg.hover(
+            marker, f"{name}: peak {fmt_bytes(m.peak_in_use_bytes)}{relative} at {ms_text(m.peak_ns - origin)}{in_step}"
+        )
+        svg.line(left, panel_top, left, bottom)
+        svg.line(left, bottom, left + x.length, bottom)
+        for value, label in y.ticks():
+            svg.line(left - 4, py(value), left, py(value))
+            svg.text(left - 6, py(value) + 4, label, anchor="end")
+        svg.text(
+            14,
+            panel_top + height / 2,
+            f"{name} {unit}{' (relative)' if not m.absolute else ''}",
+            anchor="middle",
+            rotate=-90,
+        )
+    kinds["peak"] = _CAPACITY
+    svg.legend(left, top - 12, list(kinds.items()))
+    bottom = top + len(shown) * (height + gap) - gap
+    _x_axis(svg, x, left, bottom)
+    hidden = len(panels) - len(shown)
+    more = f"; the {len(shown)} devices of {len(panels)} with the highest peak" if hidden else ""
+    relative = "" if all(m.absolute for _, m in shown) else "; relative levels: no capacity line"
+    end_y = _label_lines(
+        svg,
+        left + x.length / 2,
+        bottom + 34,
+        [f"{time.unit} after window start (the timeline's clock); dotted: step starts{relative}{more}"],
+    )
+    return svg.svg(_WIDTH, end_y - _TEXT + 6)
+
+
+Charts = dict[str, str | None]
+# The page's charts, each None where the run has nothing to show.
+CHART_NAMES = ("steps", "timeline", "memory", "gaps", "kernels", "mfu", "roofline", "ranks", "critical_path")
+
+
+def draw_charts(report: RunReport, run: ChartRun) -> Charts:
+    """Every chart of the page (`CHART_NAMES`), as inline SVG."""
+    return {
+        "steps": step_breakdown(report),
+        "timeline": utilisation_timeline(run, device_words(report).util),
+        "memory": memory_chart(report, run),
+        "gaps": gap_histogram(report),
+        "kernels": kernel_histogram(report),
+        "mfu": mfu_chart(report),
+        "roofline": roofline(report),
+        "ranks": ranks_chart(report),
+        "critical_path": critical_path_chart(report),
+    }
