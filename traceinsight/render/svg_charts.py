@@ -44,10 +44,10 @@ from traceinsight.result import (
 )
 from traceinsight.rules import GPU_UTIL_TARGET, KERNEL_CLASSES
 
-FONT_SIZE = 10  # px in the SVG (1 pt = 1 px there): no chart text is smaller
-_TEXT = FONT_SIZE + 2  # px, the text of these charts
-_CHAR = 0.6 * _TEXT  # px, about a character's width in DejaVu Sans: room for labels and the legend
-_WIDTH = 720  # px
+FONT_SIZE = 10  # in the drawings' units, points on the page as matplotlib's are: no chart text is smaller
+_TEXT = FONT_SIZE  # the text of these charts, in the drawing's units: points on the page, as matplotlib's
+_CHAR = 0.6 * _TEXT  # about a character's width in DejaVu Sans: room for labels and the legend
+_WIDTH = 640  # pt on the page (853 px), as wide as the 9-inch figures matplotlib drew
 MAX_STEP_BARS = 40  # past this many steps, the step chart's parts are areas, not a rectangle a step and part
 MAX_TICK_LABELS = 20
 BREAKDOWN_COLOURS = {
@@ -165,7 +165,7 @@ class _Svg:
 
     def svg(self, width: float, height: float) -> str:
         head = (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}pt" height="{height:.0f}pt" '
             f'viewBox="0 0 {width:.0f} {height:.0f}" style="background:#fff" '
             f'font-family="DejaVu Sans, sans-serif" font-size="{_TEXT}">'
         )
