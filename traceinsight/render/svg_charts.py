@@ -192,6 +192,22 @@ class _Scale:
         return [(k * self.tick, fmt_tick(k * self.tick, decimals)) for k in range(first, last + 1)]
 
 
+def _x_axis(svg: _Svg, scale: _Scale | _LogScale, left: float, bottom: float) -> None:
+    """An axis under a plot from `left`: its line, ticks and plain labels."""
+    svg.line(left, bottom, left + scale.length, bottom)
+    for value, label in scale.ticks():
+        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
+        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+
+
+def _y_axis(svg: _Svg, scale: _Scale | _LogScale, left: float, bottom: float) -> None:
+    """An axis left of a plot up from `bottom`: its line, ticks and plain labels."""
+    svg.line(left, bottom - scale.length, left, bottom)
+    for value, label in scale.ticks():
+        svg.line(left - 4, bottom - scale.px(value), left, bottom - scale.px(value))
+        svg.text(left - 6, bottom - scale.px(value) + 4, label, anchor="end")
+
+
 class _Columns:
     """A column a category along the x axis, values up the y axis (`_Scale`): the frame of the column charts."""
 
@@ -212,11 +228,7 @@ class _Columns:
         self.slot = self.width / max(len(categories), 1)
         self.svg = svg
         bottom = self.top + self.height
-        for value, label in self.scale.ticks():
-            y = bottom - self.scale.px(value)
-            svg.line(self.left - 4, y, self.left, y)
-            svg.text(self.left - 6, y + 4, label, anchor="end")
-        svg.line(self.left, self.top, self.left, bottom)
+        _y_axis(svg, self.scale, self.left, bottom)
         svg.line(self.left, bottom, self.left + self.width, bottom)
         label_room = 0.0
         for i, name in enumerate(categories):
@@ -365,10 +377,7 @@ def mfu_chart(report: RunReport) -> str | None:
         svg.hover(rect, title)
         svg.text(left + scale.px(share * 100) + 4, y + bar - 3, fmt_pct(share))
         svg.text(left - 6, y + bar - 3, label, anchor="end")
-    svg.line(left, bottom, left + width, bottom)
-    for value, label in scale.ticks():
-        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
-        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    _x_axis(svg, scale, left, bottom)
     svg.text(left + width / 2, bottom + 34, f"% (MFU = {util} x compute share x their efficiency)", anchor="middle")
     return svg.svg(_WIDTH, bottom + 42)
 
@@ -463,14 +472,8 @@ def roofline(report: RunReport) -> str | None:
     left, plot_top = 38 + max(_text_width(label) for _, label in y.ticks()), 30.0
     x = _LogScale(min([*xs, *ridge]) / 4, max([*xs, *ridge]) * 4, _WIDTH - left - 12)
     bottom = plot_top + height
-    for value, label in y.ticks():
-        svg.line(left - 4, bottom - y.px(value), left, bottom - y.px(value))
-        svg.text(left - 6, bottom - y.px(value) + 4, label, anchor="end")
-    for value, label in x.ticks():
-        svg.line(left + x.px(value), bottom, left + x.px(value), bottom + 4)
-        svg.text(left + x.px(value), bottom + 16, label, anchor="middle")
-    svg.line(left, plot_top, left, bottom)
-    svg.line(left, bottom, left + x.length, bottom)
+    _y_axis(svg, y, left, bottom)
+    _x_axis(svg, x, left, bottom)
     _roof(svg, c, x, y, (left, bottom))
     for op, xi, yi in zip(placed, xs, ys, strict=True):
         radius = math.sqrt(smallest + (largest - smallest) * op.time_ns / longest) / 2
@@ -547,10 +550,7 @@ def ranks_chart(report: RunReport) -> str | None:
         if i % every == 0:
             svg.text(left - 6, top + (i + 0.5) * row + 4, rank.label, anchor="end")
     svg.line(left, top, left, bottom)
-    svg.line(left, bottom, left + scale.length, bottom)
-    for value, label in scale.ticks():
-        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
-        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    _x_axis(svg, scale, left, bottom)
     svg.text(left + scale.length / 2, bottom + 34, f"{time.unit} {when}", anchor="middle")
     return svg.svg(_WIDTH, bottom + 42)
 
@@ -592,10 +592,7 @@ def critical_path_chart(report: RunReport) -> str | None:
                 f'fill="{colour}"><title>{_escaped(title)}</title></rect>'
             )
             along += time.of(ns)
-    svg.line(left, bottom, _WIDTH - right, bottom)
-    for value, label in scale.ticks():
-        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
-        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
+    _x_axis(svg, scale, left, bottom)
     step_label = "step" if len(shown) == len(steps) else f"step ({len(shown)} longest of {len(steps)})"
     svg.text((left + _WIDTH - right) / 2, bottom + 34, f"time on the critical path ({time.unit})", anchor="middle")
     svg.text(12, (top + bottom) / 2, step_label, anchor="middle", rotate=-90)
@@ -705,14 +702,6 @@ def _greens(share: np.ndarray) -> np.ndarray:
     low = np.minimum(at.astype(np.int64), len(_GREENS) - 2)
     weight = (at - low)[..., None]
     return np.rint(_GREENS[low] * (1 - weight) + _GREENS[low + 1] * weight).astype(np.uint8)
-
-
-def _x_axis(svg: _Svg, scale: _Scale, left: float, bottom: float) -> None:
-    """A time axis under a plot: its line, ticks and plain labels."""
-    svg.line(left, bottom, left + scale.length, bottom)
-    for value, label in scale.ticks():
-        svg.line(left + scale.px(value), bottom, left + scale.px(value), bottom + 4)
-        svg.text(left + scale.px(value), bottom + 16, label, anchor="middle")
 
 
 def _marks(xs: Sequence[float], y1: float, y2: float, width: float = 0.8) -> str:
@@ -965,11 +954,8 @@ def memory_chart(report: RunReport, run: ChartRun) -> str | None:
         svg.hover(
             marker, f"{name}: peak {fmt_bytes(m.peak_in_use_bytes)}{relative} at {ms_text(m.peak_ns - origin)}{in_step}"
         )
-        svg.line(left, panel_top, left, bottom)
+        _y_axis(svg, y, left, bottom)
         svg.line(left, bottom, left + x.length, bottom)
-        for value, label in y.ticks():
-            svg.line(left - 4, py(value), left, py(value))
-            svg.text(left - 6, py(value) + 4, label, anchor="end")
         svg.text(
             14,
             panel_top + height / 2,
