@@ -150,11 +150,10 @@ def analyze(
     under the path (``--run``). `jobs`: read and analyze that many files at a time, one process each
     (``--jobs``); `scheduler`: read them on a Dask cluster instead, its address or ``"local"``
     (``--scheduler``). `progress`: a stream (a terminal) to draw a progress bar on while a large run is read.
-    `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the
-    CLI's ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
-    `load`. `within`: a folder nothing is read outside of, links resolved (the
-    TensorBoard tab's logdir): runs that would read there are not found, so neither analyzed, nor read beside the
-    run, nor listed in `meta.runs`.
+    `on_analyzed(analysis, findings, report, files)` sees the analysis while it still holds the event table (the CLI's
+    ``--trace-out`` export); the inputs are then read in this process. `max_memory` and `step_range`: as for
+    `load`. `within`: a folder nothing is read outside of, links resolved (the TensorBoard tab's logdir): runs that
+    would read there are not found, so neither analyzed, nor read beside the run, nor listed in `meta.runs`.
 
     Raises `TraceError` for bad input, as `load` does.
     """
@@ -170,16 +169,7 @@ def analyze(
     limit = MemoryLimit.of(max_memory)
     folder = None if within is None else Path(within)
     analyzed = analyze_path(
-        path,
-        run,
-        small_kernel_ns,
-        jobs,
-        scheduler,
-        progress,
-        on_analyzed,
-        limit,
-        step_range,
-        within=folder,
+        path, run, small_kernel_ns, jobs, scheduler, progress, on_analyzed, limit, step_range, within=folder
     )
     return Report(analyzed, path)
 
