@@ -2,9 +2,8 @@
 
 Every "busy", "idle", "exposed" and step-breakdown figure is a statement about
 unions of [start, end) intervals; doing it once here keeps the definitions
-identical across analyses and keeps per-event Python loops out of them. numpy only,
-outside the `analysis` package (which needs pandas), so that the painting process
-draws a device's busy time from its union without importing pandas (`render/chart_data.py`).
+identical across analyses and keeps per-event Python loops out of them. numpy only, outside the `analysis`
+package: the renderers and the trace export read unions too (`render/chart_data.py`, `render/trace_export.py`).
 """
 
 from __future__ import annotations

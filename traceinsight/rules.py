@@ -298,6 +298,16 @@ COMMUNICATION_PATTERN = re.compile(
 )
 
 
+def folded(pattern: str) -> re.Pattern[str]:
+    """A case-insensitive name pattern, compiled to search *lower-cased* names (`str.lower()`). On long C++ kernel
+    names it takes a third of `re.IGNORECASE`'s time, which folds every character it compares. It holds for
+    patterns without upper-case escapes (``\\W``, ``\\S``, ``\\D``, ``\\B``, ``\\A``, ``\\Z``), which lower-casing
+    would turn into others: one is refused here."""
+    if any(escaped.isupper() for escaped in re.findall(r"\\(.)", pattern)):
+        raise ValueError(f"an upper-case escape cannot be folded: {pattern!r}")
+    return re.compile(pattern.lower())
+
+
 class _Pattern:
     """What both tables' rows share: a regex declared as a string, matched case-insensitively unless told."""
 
@@ -305,8 +315,9 @@ class _Pattern:
     case_sensitive: bool
 
     def compiled(self) -> re.Pattern[str]:
-        """The pattern compiled once, so the table stays plain declared strings."""
-        return re.compile(self.pattern, 0 if self.case_sensitive else re.IGNORECASE)
+        """The pattern compiled once, so the table stays plain declared strings: a case-insensitive one `folded`,
+        to search the lower-cased name."""
+        return re.compile(self.pattern) if self.case_sensitive else folded(self.pattern)
 
 
 @dataclass(frozen=True)
@@ -877,8 +888,9 @@ _KERNEL_ELEMENTWISE = (
 )
 # The kernel classes, in the order tables list them (`analysis/kernel_classes.py`; copy is memcpy / memset by kind).
 KERNEL_CLASSES = ("matmul", "conv", "attention", "elementwise", "communication", "copy", "other")
+# Each `folded`: searched in the lower-cased kernel name.
 KERNEL_CLASS_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kernel_class, re.compile(pattern, re.IGNORECASE))
+    (kernel_class, folded(pattern))
     for kernel_class, pattern in (
         ("elementwise", _INDUCTOR_ELEMENTWISE),
         ("communication", _KERNEL_COMMUNICATION),

@@ -14,7 +14,7 @@ from traceinsight.analysis.kernel_classes import class_of_name, kernel_classes
 from traceinsight.discover import choose_run
 from traceinsight.events import kind_mask
 from traceinsight.load import load_run
-from traceinsight.rules import KERNEL_CLASSES
+from traceinsight.rules import KERNEL_CLASSES, folded
 
 # Class, then the kernel name as the trace gives it (cut after 104 characters where longer), by trace.
 CASES = """
@@ -171,3 +171,17 @@ def test_qwen_h100_shares_match_tracelens() -> None:
     assert share["elementwise"] == pytest.approx(theirs["elementwise"] + theirs["reduce"], abs=1.5)
     assert share["attention"] + share["other"] == pytest.approx(theirs["other"], abs=1.5)
     assert share["attention"] > 5 and share["conv"] == share["communication"] == 0
+
+
+def test_classes_ignore_the_names_case():
+    """The rules are searched in the lower-cased name (`rules.folded`): upper-casing a name changes nothing."""
+    names = [line[14:] for line in CASES.splitlines() if line and not line.startswith("#")]
+    assert [class_of_name(n.upper()) for n in names] == [class_of_name(n) for n in names]
+    assert class_of_name("VOLTA_SGEMM_64X64_NT") == "matmul"
+
+
+def test_an_upper_case_escape_is_not_folded():
+    """Lower-cased, ``\\W`` would become ``\\w``: such a pattern is refused, not silently changed."""
+    with pytest.raises(ValueError, match="upper-case escape"):
+        folded(r"gemm\W")
+    assert folded(r"\\W").search("a\\w")  # an escaped backslash, then a letter: folds as any letter

@@ -34,10 +34,10 @@ import pandas as pd
 from traceinsight.analysis.collectives import Collectives
 from traceinsight.analysis.host_ops import nesting_parents
 from traceinsight.analysis.kernel_classes import kernel_classes
-from traceinsight.analysis.op_kernels import search_pairs
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, blocking_mask, kind_mask
 from traceinsight.intervals import union
+from traceinsight.ordering import dense_codes, lexsort, search_pairs
 from traceinsight.rules import (
     COLLECTIVE_HOST_PATTERN,
     COLLECTIVE_KERNEL_PATTERN,
@@ -338,16 +338,16 @@ def _host_nodes(events: pd.DataFrame, names: DistinctNames, blocked_launches: np
     interval before on the thread)."""
     rows = np.flatnonzero(events["device"].isna().to_numpy() & (events["dur_ns"].to_numpy() > 0))
     thread_ids = events["thread"].to_numpy()[rows]
-    threads, thread = np.unique(thread_ids, return_inverse=True)
+    threads, thread = dense_codes(thread_ids)
     start = events["ts_ns"].to_numpy()[rows]
     end = start + events["dur_ns"].to_numpy()[rows]
-    order = np.lexsort((start - end, start, thread))
+    order = lexsort((start - end, start, thread))
     rows, thread, start, end = rows[order], thread[order], start[order], end[order]
     parent = nesting_parents(thread, start, end)
     # Every instant at which something starts or ends on a thread, once.
     b_thread = np.concatenate([thread, thread])
     b_time = np.concatenate([start, end])
-    o = np.lexsort((b_time, b_thread))
+    o = lexsort((b_time, b_thread))
     b_thread, b_time = b_thread[o], b_time[o]
     distinct = np.r_[True, (np.diff(b_thread) != 0) | (np.diff(b_time) != 0)] if len(b_time) else np.zeros(0, bool)
     b_thread, b_time = b_thread[distinct], b_time[distinct]
@@ -468,7 +468,7 @@ def _device_nodes(events: pd.DataFrame, names: DistinctNames, classes: pd.Catego
     stream = events["stream"].to_numpy()[rows]
     start = events["ts_ns"].to_numpy()[rows]
     end = start + events["dur_ns"].to_numpy()[rows]
-    order = np.lexsort((start, stream, device_codes))
+    order = lexsort((start, stream, device_codes))
     rows, device_codes, stream, start, end = rows[order], device_codes[order], stream[order], start[order], end[order]
     n = len(rows)
     none = np.iinfo(np.int64).min

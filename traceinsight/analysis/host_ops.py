@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from traceinsight.analysis.grouped import groups_of, ranked
 from traceinsight.events import kind_mask, rows_of_input, take_rows
 from traceinsight.intervals import union_of_rows
+from traceinsight.ordering import lexsort
 from traceinsight.result import HostOp
 from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
 
@@ -67,10 +69,11 @@ def nesting_parents(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     (rows sorted by thread, then start, longest first). Found level by level, one vectorised search a level."""
     depth = _depths(thread, starts, ends)
     parent = np.full(len(starts), -1, np.int64)
-    order = np.arange(len(starts))
-    for d in range(1, int(depth.max(initial=0)) + 1):
-        parents = order[depth == d - 1]
-        kids = order[depth == d]
+    by_depth = np.argsort(depth, kind="stable")  # each level's rows, in row order
+    level_starts = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
+    for d in range(1, len(level_starts) - 1):
+        parents = by_depth[level_starts[d - 1] : level_starts[d]]
+        kids = by_depth[level_starts[d] : level_starts[d + 1]]
         if not len(kids) or not len(parents):
             continue
         # The parent is the last op one level up that started before the child on the same thread: rows are
@@ -98,27 +101,26 @@ def own_times(ops: pd.DataFrame) -> np.ndarray:
     thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
     starts = ops["ts_ns"].to_numpy()
     ends = starts + ops["dur_ns"].to_numpy()
-    order = np.lexsort((-(ends - starts), starts, thread_codes))
+    order = lexsort((-(ends - starts), starts, thread_codes))
     self_ns = np.empty(len(order), np.int64)
     self_ns[order] = _self_times(thread_codes[order], starts[order], ends[order])
     return self_ns
 
 
-def _summarise(frame: pd.DataFrame, limit: int, by: str) -> list[HostOp]:
-    grouped = frame.groupby("name", observed=True, sort=False).agg(
-        calls=("dur", "size"), total=("dur", "sum"), own=("self", "sum")
-    )
-    grouped = grouped.sort_values(by, ascending=False).head(limit)
+def _summarise(names: pd.Categorical, dur: np.ndarray, self_ns: np.ndarray, limit: int, by: str) -> list[HostOp]:
+    """The `limit` ops with the most time `by` ("own": self time, "total"), each with its calls and times."""
+    groups = groups_of(names.codes)
+    calls, total, own = groups.count, groups.sum(dur), groups.sum(self_ns)
     return [
         HostOp(
-            str(name),
-            _function_name(str(name)),
-            int(row["calls"]),
-            int(row["total"]),
-            int(row["own"]),
-            bool(GIL_PATTERN.search(str(name))),
+            name := str(names.categories[groups.codes[g]]),
+            _function_name(name),
+            int(calls[g]),
+            int(total[g]),
+            int(own[g]),
+            bool(GIL_PATTERN.search(name)),
         )
-        for name, row in grouped.iterrows()
+        for g in ranked(own if by == "own" else total, limit).tolist()
     ]
 
 
@@ -151,12 +153,14 @@ def host_ops(events: pd.DataFrame, input_id: int, rows: HostOpRows | None = None
     ends = starts + ops["dur_ns"].to_numpy()
     waits = union_of_rows(mine["ts_ns"].to_numpy(), mine["dur_ns"].to_numpy(), host & kind_mask(mine, "input_wait"))
     in_wait = waits.covered_between(starts, ends)
-    frame = pd.DataFrame({"name": ops["name"].array, "dur": ends - starts, "self": self_ns, "in_wait": in_wait})
-    by_name = frame.groupby("name", observed=True, sort=False)[["dur", "in_wait"]].sum()
-    input_names = by_name.index[(by_name["in_wait"] >= INPUT_WORK_COVERAGE * by_name["dur"]) & (by_name["dur"] > 0)]
+    names, dur = ops["name"].array, ends - starts
+    by_name = groups_of(names.codes)
+    name_dur, name_in_wait = by_name.sum(dur), by_name.sum(in_wait)
+    input_name = (name_in_wait >= INPUT_WORK_COVERAGE * name_dur) & (name_dur > 0)
+    of_input = np.append(input_name, False)[by_name.of_row]  # row -1 (no name): the appended False
     return HostOps(
-        top=_summarise(frame, TOP_HOST_OPS, "own"),
-        input_functions=_summarise(frame[frame["name"].isin(input_names).to_numpy()], 5, "total"),
-        count=len(frame),
-        median_ns=int(np.median(frame["dur"].to_numpy())),
+        top=_summarise(names, dur, self_ns, TOP_HOST_OPS, "own"),
+        input_functions=_summarise(names[of_input], dur[of_input], self_ns[of_input], 5, "total"),
+        count=len(dur),
+        median_ns=int(np.median(dur)),
     )

@@ -20,8 +20,9 @@ _CODE = {name: code for code, name in enumerate(KERNEL_CLASSES)}
 def class_of_name(name: str) -> str:
     """The class of one kernel name: the first rule it matches, else `other`. Remembered: a report asks the same
     names several times (kernel stats, compute efficiency, the critical path), and kernel names are long."""
+    lowered = name.lower()  # the rules are `rules.folded`
     for kernel_class, pattern in KERNEL_CLASS_RULES:
-        if pattern.search(name):
+        if pattern.search(lowered):
             return kernel_class
     return "other"
 

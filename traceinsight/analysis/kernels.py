@@ -18,6 +18,7 @@ import pandas as pd
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.graphs import LATER_NODE, NOT_REPLAYED
+from traceinsight.analysis.grouped import groups_of, ranked
 from traceinsight.analysis.histogram import Bin, duration_histogram
 from traceinsight.analysis.kernel_classes import class_of_name
 from traceinsight.analysis.tensor_cores import classify_kernel_names
@@ -233,21 +234,17 @@ def _top_kernels(kernels: pd.DataFrame, tc: np.ndarray, ops: np.ndarray, op_name
     """The longest kernels by total time; `tc`: per row 1 / 0 for Tensor Cores used / not, NaN where unknown."""
     if kernels.empty:
         return []
-    # Grouped by the categorical itself: its codes, not a string per kernel, are hashed.
-    frame = pd.DataFrame({"name": kernels["name"].array, "dur": kernels["dur_ns"].to_numpy(), "tc": tc})
-    grouped = frame.groupby("name", observed=True, sort=False).agg(
-        count=("dur", "size"), total=("dur", "sum"), tc=("tc", "max")
-    )
-    grouped = grouped.sort_values("total", ascending=False).head(TOP_KERNELS)
-    names = kernels["name"].to_numpy()
-    return [  # a few top names: one mask each
+    groups = groups_of(kernels["name"].cat.codes.to_numpy())
+    count, total, used = groups.count, groups.sum(kernels["dur_ns"].to_numpy()), groups.max(tc)
+    categories = kernels["name"].cat.categories
+    return [
         TopKernel(
-            str(name),
-            int(row["count"]),
-            int(row["total"]),
-            int(row["total"] // row["count"]),
-            None if np.isnan(row["tc"]) else bool(row["tc"]),
-            _launching_op(op_names, ops[names == name]),
+            str(categories[groups.codes[g]]),
+            int(count[g]),
+            int(total[g]),
+            int(total[g] // count[g]),
+            None if np.isnan(used[g]) else bool(used[g]),
+            _launching_op(op_names, ops[groups.of_row == g]),
         )
-        for name, row in grouped.iterrows()
+        for g in ranked(total, TOP_KERNELS).tolist()
     ]

@@ -13,6 +13,7 @@ import pandas as pd
 
 from traceinsight.analysis.flops import thread_order
 from traceinsight.events import kind_mask, names_matching
+from traceinsight.ordering import search_pairs
 from traceinsight.rules import (
     GRAPH_CAPTURE_BEGIN,
     GRAPH_CAPTURE_END,
@@ -260,15 +261,3 @@ def _depths(place: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray
         # started before (in order) minus ended at or before its start (ops ending exactly there are siblings)
         depth[mine] = (position[mine] - first_of_place[mine]) - np.searchsorted(ends, start[mine], side="right")
     return np.maximum(depth, 0)
-
-
-def search_pairs(place: np.ndarray, start: np.ndarray, wanted_place: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Per query, the last position of (place, start)-sorted rows whose (place, start) <= (wanted_place, ts) in
-    lexicographic order and whose place is the query's; -1 none."""
-    found = np.full(len(ts), -1, np.int64)
-    for p in np.unique(wanted_place).tolist():
-        lo, hi = np.searchsorted(place, p, side="left"), np.searchsorted(place, p, side="right")
-        queries = np.flatnonzero(wanted_place == p)
-        at = lo + np.searchsorted(start[lo:hi], ts[queries], side="right") - 1
-        found[queries] = np.where(at >= lo, at, -1)
-    return found

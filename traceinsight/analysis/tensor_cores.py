@@ -44,18 +44,20 @@ from traceinsight.rules import NAME_RULES, PRECISION_RULES, TENSOR_CORE_PRECISIO
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 
 
-_NAME_PATTERNS = tuple(rule.compiled() for rule in NAME_RULES)
-_PRECISION_PATTERNS = tuple(rule.compiled() for rule in PRECISION_RULES)
+# Each rule's pattern, and whether it searches the name as written (else the lower-cased name: `rules.folded`).
+_NAME_PATTERNS = tuple((rule.compiled(), rule.case_sensitive) for rule in NAME_RULES)
+_PRECISION_PATTERNS = tuple((rule.compiled(), rule.case_sensitive) for rule in PRECISION_RULES)
 
 
-def _first_match(names: pd.Series, patterns: tuple[re.Pattern[str], ...]) -> np.ndarray:
+def _first_match(names: pd.Series, patterns: tuple[tuple[re.Pattern[str], bool], ...]) -> np.ndarray:
     """Index of the first pattern each name matches (-1: none), testing each pattern only on names still open."""
     first = np.full(len(names), -1, dtype=np.int64)
-    for i, pattern in enumerate(patterns):
+    lowered = names.str.lower()
+    for i, (pattern, case_sensitive) in enumerate(patterns):
         open_ = first < 0
         if not open_.any():
             break
-        hits = names[open_].str.contains(pattern, regex=True).to_numpy(dtype=bool)
+        hits = (names if case_sensitive else lowered)[open_].str.contains(pattern, regex=True).to_numpy(dtype=bool)
         first[np.flatnonzero(open_)[hits]] = i
     return first
 
