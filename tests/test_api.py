@@ -12,13 +12,13 @@ import html
 import re
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
 import pytest
+from msgspec.structs import replace
 
 import traceinsight as ti
 from tests.analysis.test_projections import _all_shared_runs

@@ -10,7 +10,6 @@ are cut to it before the analyses match them, but the readers' patterns see what
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from traceinsight.readers import (
     xspace_classify,
     xspace_memory,
 )
+from traceinsight.result import field_names, is_record
 
 MODULES: tuple[ModuleType, ...] = (
     rules,
@@ -82,9 +82,9 @@ def _walk(label: str, value: object, depth: int = 0) -> Iterator[tuple[str, re.P
         yield label, value
     elif not isinstance(value, type) and callable(getattr(value, "compiled", None)):  # rules.NameRule and kin
         yield label, value.compiled()
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            yield from _walk(f"{label}.{field.name}", getattr(value, field.name), depth + 1)
+    elif is_record(value) and not isinstance(value, type):  # rules.NamePattern and kin
+        for name in field_names(value):
+            yield from _walk(f"{label}.{name}", getattr(value, name), depth + 1)
     elif isinstance(value, (tuple, list)) and depth < 4:
         for index, item in enumerate(value):
             yield from _walk(f"{label}[{index}]", item, depth + 1)

@@ -18,8 +18,9 @@ unknown and a rule with no neutral row, each framework's first tip, named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from traceinsight.analysis import Analysis
 from traceinsight.rules import AMPERE_CC, DEFAULT_BATCH_FACTOR
@@ -28,8 +29,7 @@ FRAMEWORK_ROWS = ("pytorch", "tensorflow", "jax", "any")
 WORKLOAD_ROWS = ("training", "inference", "server", "any")
 
 
-@dataclass(frozen=True)
-class Tip:
+class Tip(msgspec.Struct, frozen=True):
     """One piece of advice that depends on what the run already does (`analysis/settings.py` keys): dropped
     when any of `skip_if` is seen in place, given only when one of `only_if` is (if it has any).
     `{function}` names the input pipeline's slowest user function, `{batch_factor}` the batch growth assumed."""
@@ -65,8 +65,7 @@ class Tip:
         return not self.only_if or any(seen.get(key) == value for key, value in self.only_if)
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(msgspec.Struct, frozen=True):
     """The tips `rule` gives a run of `framework` doing `workload` (see the module docstring)."""
 
     rule: str

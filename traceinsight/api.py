@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,6 +49,8 @@ from traceinsight.result import (
     RooflineOp,
     RunReport,
     RunSummary,
+    as_dict,
+    field_names,
 )
 from traceinsight.rules import BREAKDOWN, DEFAULT_SMALL_KERNEL_US
 from traceinsight.workflow import (
@@ -65,14 +66,14 @@ __all__ = ["Profile", "Report", "TraceError", "analyze", "load", "runs"]
 PathLike = str | os.PathLike[str]
 # The JSON's invocation fields in `meta`: how the CLI was asked (`Report.record_invocation`), never in `to_dict()`.
 INVOCATION_FIELDS = ("generated_at", "command", "options", "input")
-_PROJECTION_COLUMNS = tuple(f.name for f in fields(BottleneckProjection))
+_PROJECTION_COLUMNS = field_names(BottleneckProjection)
 _BOTTLENECK_FIRST = ("rank", "id", "severity", "title", "kind", "time_ns", "fraction")
 _BOTTLENECK_LAST = ("recommendations", "evidence")
 _BOTTLENECK_COLUMNS = (
     *_BOTTLENECK_FIRST,
     *_PROJECTION_COLUMNS,
     *_BOTTLENECK_LAST,
-    *(f.name for f in fields(Bottleneck) if f.name not in {*_BOTTLENECK_FIRST, *_BOTTLENECK_LAST, "projection"}),
+    *(f for f in field_names(Bottleneck) if f not in {*_BOTTLENECK_FIRST, *_BOTTLENECK_LAST, "projection"}),
 )
 _DEVICE_COLUMNS = ("device", "name", "span_ns", "busy_ns", "idle_ns", "idle_fraction", "gpu_util")
 _GAP_COLUMNS = ("device", "start_ns", "dur_ns", "cause", "host_activity")
@@ -90,13 +91,13 @@ _REPLAY_COLUMNS = (
     "busy_share",
 )
 _WAIT_COLUMNS = ("name", "start_ns", "dur_ns", "own_device_ns", "seen_device_ns", "outside_trace", "waited_for")
-_CLASS_COLUMNS = tuple(f.name for f in fields(ComputeClass))
+_CLASS_COLUMNS = field_names(ComputeClass)
 _COLLECTIVE_COLUMNS = (
     *("key", "collective", "group", "step_id", "bytes", "group_size", "rank", "arrival_ns", "dur_ns", "wait_ns"),
     *("late_ns", "transfer_ns", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "last_rank"),
 )
-_OP_COLUMNS = tuple(f.name for f in fields(RooflineOp))
-_RUN_COLUMNS = tuple(f.name for f in fields(RunSummary))
+_OP_COLUMNS = field_names(RooflineOp)
+_RUN_COLUMNS = field_names(RunSummary)
 _PATH_COLUMNS = (
     *("step", "start_ns", "end_ns", "dur_ns", "part", "group", "kernel_class", "name", "input_id", "input"),
     "resource",
@@ -186,7 +187,7 @@ def runs(path: PathLike, jobs: int = 1, *, cache: bool = True, max_memory: str |
     path = Path(path)
     found = list_runs(path)
     rows = summaries(path, found, jobs, ReportCache() if cache else None, MemoryLimit.of(max_memory))
-    return _frame([asdict(row) for row in rows], _RUN_COLUMNS)
+    return _frame([as_dict(row) for row in rows], _RUN_COLUMNS)
 
 
 def _check_jobs(jobs: int) -> None:
@@ -251,8 +252,8 @@ class Report:
         `recommendations` (a list of fixes) and `evidence` (a dict of figures)."""
         rows = [
             {
-                **{k: v for k, v in asdict(b).items() if k != "projection"},
-                **(asdict(b.projection) if b.projection else {}),
+                **{k: v for k, v in as_dict(b).items() if k != "projection"},
+                **(as_dict(b.projection) if b.projection else {}),
             }
             for b in self._analyzed.report.bottlenecks
         ]
@@ -266,7 +267,7 @@ class Report:
         histograms and lists are left out: `gaps` and `kernels` have them."""
         rows = []
         for d in self._analyzed.report.devices:
-            row = {"device": d.id, **{k: v for k, v in asdict(d).items() if k != "id"}}
+            row = {"device": d.id, **{k: v for k, v in as_dict(d).items() if k != "id"}}
             rows.append(dict(_flattened(row)))
         return _frame(rows, _DEVICE_COLUMNS)
 
@@ -308,7 +309,7 @@ class Report:
         """The top kernels of each device by total time (the JSON's ``devices[].kernels.top``): `device`, `rank`
         (1 = most time), `name`, `count`, `total_ns`, `mean_ns`, `tensor_core`."""
         rows = [
-            {"device": d.id, "rank": rank, **asdict(top)}
+            {"device": d.id, "rank": rank, **as_dict(top)}
             for d in self._analyzed.report.devices
             for rank, top in enumerate(d.kernels.top, start=1)
         ]
@@ -332,8 +333,8 @@ class Report:
         ops = self._analyzed.report.host_ops
         inputs = {op.name for op in ops.input_functions}
         top = {op.name for op in ops.top}
-        rows = [{**asdict(op), "input_function": op.name in inputs} for op in ops.top]
-        rows += [{**asdict(op), "input_function": True} for op in ops.input_functions if op.name not in top]
+        rows = [{**as_dict(op), "input_function": op.name in inputs} for op in ops.top]
+        rows += [{**as_dict(op), "input_function": True} for op in ops.input_functions if op.name not in top]
         return _frame(rows, _HOST_OP_COLUMNS)
 
     @property
@@ -342,7 +343,7 @@ class Report:
         warmup, microbenchmark, unknown), the `evidence` that decided it, the serving framework (`server`), the
         one-time costs, and how many steps after them were analyzed (`steady_steps`)."""
         capture = self._analyzed.report.capture
-        return {} if capture is None else asdict(capture)
+        return {} if capture is None else as_dict(capture)
 
     @property
     def graph_replays(self) -> pd.DataFrame:
@@ -350,7 +351,7 @@ class Report:
         `host_ns_per_node`, `first_node_delay_ns`, `span_ns`, `busy_ns`, `busy_share` (the JSON lists the first
         ones; this frame has them all)."""
         rows = [
-            {**asdict(r), "host_ns_per_node": r.host_ns_per_node, "busy_share": r.busy_share}
+            {**as_dict(r), "host_ns_per_node": r.host_ns_per_node, "busy_share": r.busy_share}
             for r in self.analysis.graphs.items
         ]
         return _frame(rows, _REPLAY_COLUMNS)
@@ -359,7 +360,7 @@ class Report:
     def waits(self) -> pd.DataFrame:
         """The longest blocking waits (the JSON's ``waits.items``): `name`, `start_ns`, `dur_ns`, `own_device_ns`,
         `seen_device_ns`, `outside_trace` (what it waited for is not in the trace), `waited_for` ('; '-joined)."""
-        rows = [{**asdict(w), "waited_for": "; ".join(w.waited_for)} for w in self._analyzed.report.waits.items]
+        rows = [{**as_dict(w), "waited_for": "; ".join(w.waited_for)} for w in self._analyzed.report.waits.items]
         return _frame(rows, _WAIT_COLUMNS)
 
     @property
@@ -371,8 +372,8 @@ class Report:
         `link_peak_gbps`, `last_rank`."""
         rows = [
             {
-                **{k: v for k, v in asdict(i).items() if k != "arrivals"},
-                **{k: v for k, v in asdict(x).items() if k != "input_id"},
+                **{k: v for k, v in as_dict(i).items() if k != "arrivals"},
+                **{k: v for k, v in as_dict(x).items() if k != "input_id"},
             }
             for i in self.analysis.collectives.instances
             for x in i.arrivals
@@ -385,14 +386,14 @@ class Report:
         elementwise, communication, copy, other), `count`, `time_ns`, `share` (of kernel time), `counted_ns` (time of
         kernels whose FLOPs are counted), `flops`, `bytes`, `tflops`, `tbps`, `intensity` (FLOP/byte), `bound`
         (compute or memory, by the roofline), `roofline_fraction`."""
-        return _frame([asdict(k) for k in self._analyzed.report.compute.classes], _CLASS_COLUMNS)
+        return _frame([as_dict(k) for k in self._analyzed.report.compute.classes], _CLASS_COLUMNS)
 
     @property
     def ops(self) -> pd.DataFrame:
         """Every op whose FLOPs the trace tells, its calls summed by `name`, `op_class` and `dtype`, longest kernel
         time first (the JSON's ``compute.ops`` lists the first ones): `calls`, `time_ns` (its kernels'), `flops`,
         `bytes`, `tflops`, `tbps`, `intensity`, `bound`, `roofline_fraction`."""
-        return _frame([asdict(o) for o in self.analysis.compute.ops], _OP_COLUMNS)
+        return _frame([as_dict(o) for o in self.analysis.compute.ops], _OP_COLUMNS)
 
     @property
     def critical_path(self) -> pd.DataFrame:

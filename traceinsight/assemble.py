@@ -7,8 +7,7 @@ figures of the HTML, Markdown, terminal, API and JSON are the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -336,7 +335,11 @@ def _graph_replays(g: GraphReplaysAnalysis) -> GraphReplays:
         first_node_delay_p50_ns=None if not g.items else int(_median([r.first_node_delay_ns for r in g.items]) or 0),
         busy_share_p50=_rounded(_median([r.busy_share for r in g.items])),
         items=[
-            ListedReplay(**asdict(r), host_ns_per_node=round(r.host_ns_per_node, 1), busy_share=round(r.busy_share, 4))
+            ListedReplay(
+                **msgspec.structs.asdict(r),
+                host_ns_per_node=round(r.host_ns_per_node, 1),
+                busy_share=round(r.busy_share, 4),
+            )
             for r in g.listed
         ],
     )
@@ -369,7 +372,7 @@ def _kernel_sequences(k: KernelSequencesAnalysis | None) -> KernelSequences:
     return KernelSequences(
         steps=k.steps,
         small_threshold_ns=k.small_threshold_ns,
-        items=[KernelSequence(**{**asdict(s), "per_step": round(s.per_step, 3)}) for s in k.items],
+        items=[KernelSequence(**{**msgspec.structs.asdict(s), "per_step": round(s.per_step, 3)}) for s in k.items],
     )
 
 

@@ -40,8 +40,9 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from traceinsight import __version__
 from traceinsight.gating import ExpressionError, change, lookup
@@ -65,8 +66,7 @@ Origin = dict[str, Any] | None  # where one side came from, added to its summary
 Samples = Callable[[RunReport], "Sequence[float] | None"]
 
 
-@dataclass(frozen=True)
-class Metric:
+class Metric(msgspec.Struct, frozen=True):
     """One compared figure: its JSON path, its plain label, the direction that is a regression, how to show it,
     and where its per-step values (its noise) come from."""
 
@@ -272,8 +272,7 @@ def _value(node: Any, path: str) -> Any:
         return None
 
 
-@dataclass(frozen=True)
-class Noise:
+class Noise(msgspec.Struct, frozen=True):
     """How far a figure moves between two runs by chance: `threshold` in the figure's unit, read from `source`."""
 
     threshold: float
@@ -290,8 +289,7 @@ def noise_threshold(base: Sequence[float] | None, new: Sequence[float] | None) -
     )
 
 
-@dataclass(frozen=True)
-class StepNoise:
+class StepNoise(msgspec.Struct, frozen=True):
     """The step time's noise, as a share of the larger mean step: what a figure without per-step values takes."""
 
     relative: float

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+import msgspec
 
 from traceinsight.errors import TraceError
 from traceinsight.readers import JSON_SUFFIXES, is_trace_file, looks_like_trace
@@ -51,8 +52,7 @@ BY_CAPTURE_TIME = "by capture time"
 BY_MODIFICATION_TIME = "then, by modification time, {runs}: no wall clock in their files"
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(msgspec.Struct, frozen=True):
     """One profiling run: its name, the folder it lives in and its trace files. Of the whole walk under the path
     given (skipped, with a warning in the report): `unreadable`, the folders that could not be listed,
     `not_traces`, how many JSON files are no traces, and `not_regular`, how many files named like traces are no
@@ -83,8 +83,7 @@ def _mtime_ns(path: Path) -> int:
         return 0
 
 
-@dataclass(frozen=True)
-class RunChoice:
+class RunChoice(msgspec.Struct, frozen=True):
     """The run to report on, every run found (newest first, `run` among them), whether each is a graph capture
     pass (None: not looked at) and why this one: what the report's `meta.runs` and `meta.run_choice` say."""
 

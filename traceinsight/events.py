@@ -136,11 +136,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
+from msgspec.structs import replace
 
 from traceinsight.regex_literals import JoinedNames, required_literals
 from traceinsight.result import DeviceInfo
@@ -586,8 +588,7 @@ def empty_collective_table() -> pd.DataFrame:
     return make_collective_table({}, 0)
 
 
-@dataclass
-class InputInfo:
+class InputInfo(msgspec.Struct):
     """One trace file that went into a profile."""
 
     path: str
@@ -597,8 +598,7 @@ class InputInfo:
     events: int = 0
 
 
-@dataclass
-class TraceRead:
+class TraceRead(msgspec.Struct):
     """What a reader returns for one file, before inputs are merged into a `Profile`."""
 
     events: pd.DataFrame
@@ -612,8 +612,7 @@ class TraceRead:
     collectives: pd.DataFrame = field(default_factory=empty_collective_table)  # `make_collective_table`
 
 
-@dataclass
-class Profile:
+class Profile(msgspec.Struct):
     """One run: every input's events on one clock, plus what the inputs say about it."""
 
     events: pd.DataFrame
@@ -701,7 +700,7 @@ def merge_reads(reads: list[TraceRead], name: str = "") -> Profile:
         collective_tables.append(collectives)
         for dev_id, info in read.devices.items():
             key = f"{labels[i]}/{dev_id}" if several else dev_id
-            devices[key] = DeviceInfo(**{**info.__dict__, "id": key})
+            devices[key] = replace(info, id=key)
         warnings.update(read.warnings)
         metadata[read.input.path] = read.metadata
         tables.append(table)

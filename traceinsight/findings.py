@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
+from msgspec import field
+from msgspec.structs import replace
 
 from traceinsight.advice import COMPILED_STEP, advise, seen_evidence
 from traceinsight.analysis import Analysis
@@ -45,7 +47,7 @@ from traceinsight.analysis.step_model import (
     project,
     speedup,
 )
-from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection
+from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection, as_dict
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -104,8 +106,7 @@ WARMUP_RULE = "warmup_in_window"
 STALL, EFFICIENCY = "stall", "efficiency"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     """What a rule's check found: its evidence and what fixing it removes from each step."""
 
     evidence: dict[str, Any]
@@ -128,8 +129,7 @@ class Finding:
     projects: bool = True
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     id: str
     title: str
     basis: str
@@ -497,7 +497,7 @@ def _warmup_in_window(a: Analysis) -> Finding | None:
         {
             "one_time_ns": c.one_time_ns,
             "one_time_share": c.one_time_share,
-            "one_time": [asdict(cost) for cost in c.one_time],
+            "one_time": [as_dict(cost) for cost in c.one_time],
             "steady_steps_analyzed": c.steady_steps,
         },
         fix(m),
@@ -979,10 +979,10 @@ def _projects(rule: Rule, finding: Finding) -> bool:
 
 def _projection(a: Analysis, finding: Finding, rule: Rule) -> BottleneckProjection:
     if not _projects(rule, finding):
-        return BottleneckProjection(**vars(project(a.step_model, [])), basis="none", assumption=None)
+        return BottleneckProjection(**msgspec.structs.asdict(project(a.step_model, [])), basis="none", assumption=None)
     basis = "measured" if rule.kind == STALL and finding.assumption is None else "estimated"
     return BottleneckProjection(
-        **vars(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
+        **msgspec.structs.asdict(project(a.step_model, [finding.fix])), basis=basis, assumption=finding.assumption
     )
 
 
@@ -1111,8 +1111,7 @@ def _within_claims(finding: Finding, remaining: dict[str, np.ndarray], on_device
     )
 
 
-@dataclass(frozen=True)
-class Findings:
+class Findings(msgspec.Struct, frozen=True):
     """Every rule's verdict on one analysis, made once: the ranked bottlenecks, the headline what-if, and what
     each bottleneck costs each step (for the annotated timeline)."""
 
@@ -1184,7 +1183,7 @@ def _headline(analysis: Analysis, found: Found) -> RunProjection | None:
     chosen = chosen[:HEADLINE_FIXES]
     estimated = any(f[2].basis == "estimated" for f in chosen)
     headline = RunProjection(
-        **vars(project(analysis.step_model, [f[1].fix for f in chosen])),
+        **msgspec.structs.asdict(project(analysis.step_model, [f[1].fix for f in chosen])),
         basis="estimated" if estimated else "measured",
         applied=tuple(f[0].id for f in chosen),
     )

@@ -37,12 +37,14 @@ import operator
 import re
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cache
 from statistics import median
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from traceinsight.result import RunReport
+import msgspec
+from msgspec import field
+
+from traceinsight.result import RunReport, field_names, is_record
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -105,8 +107,7 @@ def _gated_change(base: float, new: float) -> tuple[float, float]:
     return delta, math.copysign(math.inf, delta) if delta else 0.0
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(msgspec.Struct, frozen=True):
     text: str
     path: str | None
     op: str | None
@@ -189,8 +190,7 @@ def _value_or_none(report: RunReport, path: str) -> float | None:
         return None
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(msgspec.Struct, frozen=True):
     """The `--fail-on` thresholds over one run: those crossed, and those it has no value for (`missing`), which
     fail the gate or are skipped as `on_missing` says."""
 
@@ -271,7 +271,7 @@ def parse_threshold(text: str, allow_change: bool = False) -> Threshold:
 def _hints(record: type) -> dict[str, Any]:
     """A record's fields and their types, in declaration order (the model's annotations, resolved)."""
     hints = get_type_hints(record)
-    return {f.name: hints[f.name] for f in fields(record)}
+    return {name: hints[name] for name in field_names(record)}
 
 
 def _unwrapped(kind: Any) -> Any:
@@ -306,7 +306,7 @@ def check_path(path: str) -> None:
         kind = _unwrapped(kind)
         if kind is Any:
             return
-        if isinstance(kind, type) and is_dataclass(kind):
+        if isinstance(kind, type) and is_record(kind):
             names = list(_hints(kind))
             if part not in names:
                 valid = _valid_names(part, names)
@@ -320,7 +320,7 @@ def check_path(path: str) -> None:
     kind = _unwrapped(kind)
     if kind is Any or kind in _NUMBERS:
         return
-    if isinstance(kind, type) and is_dataclass(kind):
+    if isinstance(kind, type) and is_record(kind):
         what = f"a record; its fields: {', '.join(_hints(kind))}"
     elif _item_type(kind) is not None:
         what = "a list or a map: name one of its items (an id, a name, an index or a key), then its field"
@@ -331,8 +331,8 @@ def check_path(path: str) -> None:
 
 def _field(node: Any, name: str) -> tuple[bool, Any]:
     """(True, value) when `node` (a record of the model, or a map of it) has `name`, else (False, None)."""
-    if is_dataclass(node) and not isinstance(node, type):
-        if name in {f.name for f in fields(node)}:
+    if is_record(node) and not isinstance(node, type):
+        if name in field_names(node):
             return True, getattr(node, name)
         return False, None
     if isinstance(node, dict) and name in node:

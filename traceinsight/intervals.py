@@ -8,13 +8,11 @@ package: the renderers and the trace export read unions too (`render/chart_data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Intervals:
+class Intervals(msgspec.Struct, frozen=True):
     """Disjoint, sorted [start, end) intervals (ns), as made by `union`."""
 
     starts: np.ndarray

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from traceinsight.errors import TraceError
 
@@ -67,8 +69,7 @@ def megabytes(size: float) -> str:
     return f"{size / 1e6:,.0f} MB" if size >= 1e7 else f"{size / 1e6:.2g} MB"
 
 
-@dataclass(frozen=True)
-class MemoryLimit:
+class MemoryLimit(msgspec.Struct, frozen=True):
     """At most `total` bytes for the events of the traces read (`source` says where it came from: the option,
     the default), split among `holders` processes that hold tables at once; `used`: what the inputs this
     process read before take."""

@@ -15,12 +15,12 @@ import tempfile
 import time
 from collections.abc import Iterable
 from contextlib import suppress
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from msgspec.structs import replace
 
 from traceinsight import __version__
 from traceinsight.discover import Run, find_runs

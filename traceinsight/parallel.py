@@ -43,12 +43,13 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast
+
+import msgspec
 
 from traceinsight.errors import TraceError
 
@@ -67,8 +68,7 @@ SCHEDULER_TIMEOUT_S = 10.0  # how long connecting to a `--scheduler` address may
 _HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's schemes whose addresses are HOST:PORT
 
 
-@dataclass(frozen=True)
-class _Failed:
+class _Failed(msgspec.Struct, frozen=True):
     """A `TraceError` raised in a worker, carried back as a value (the exception does not pickle)."""
 
     path: str
@@ -643,8 +643,7 @@ class SharedFile:
             self.fd = -1
 
 
-@dataclass(frozen=True)
-class Parcel:
+class Parcel(msgspec.Struct, frozen=True):
     """A value `SharedFile.pack` sent back: pickled, its arrays' bytes in the shared file at `offset` (-1: in
     `inline`)."""
 

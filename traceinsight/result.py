@@ -7,8 +7,10 @@ mypy finds every reader that still uses the old name. HTML, Markdown, the termin
 API and the TensorBoard tab read these attributes; `--fail-on` paths resolve against them (`gating.lookup`).
 
 The analyses build the records that are theirs (a kernel of the top list, a memory series, a wait): those classes
-live here so this module needs nothing but the standard library: a saved `--json` report is read back into these
-classes (`from_document`) without analysing anything.
+live here so this module needs nothing but msgspec: a saved `--json` report is read back into these classes
+(`from_document`) without analysing anything. The records are `msgspec.Struct`s, as every record of the tool is:
+msgspec writes them to and reads them from JSON values natively, and defines one in microseconds, where the tool's
+150 dataclasses took 0.1 s at every start.
 
 Maps keyed by data (gap causes, step-breakdown stalls, evidence, warnings, versions) stay dicts: their keys are
 names from the trace or from `rules.py`, not fields of the contract.
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import field
 
 SCHEMA = "traceinsight.report/2"
 # Saved reports of these schemas are read too (`from_document` brings them to this one).
@@ -28,8 +32,7 @@ OLDER_SCHEMAS = ("traceinsight.report/1",)
 # --------------------------------------------------------------------------- records the analyses build
 
 
-@dataclass(frozen=True)
-class Bin:
+class Bin(msgspec.Struct, frozen=True):
     """One bin of a duration histogram (gaps, kernels)."""
 
     label: str
@@ -39,8 +42,7 @@ class Bin:
     total_ns: int
 
 
-@dataclass(frozen=True)
-class TopKernel:
+class TopKernel(msgspec.Struct, frozen=True):
     name: str
     count: int
     total_ns: int
@@ -49,8 +51,7 @@ class TopKernel:
     op: str | None = None  # the framework op that launched most of its calls, where the trace links them
 
 
-@dataclass(frozen=True)
-class HostOp:
+class HostOp(msgspec.Struct, frozen=True):
     name: str
     function: str  # the user-facing name: a TF op's scope/name before ':Type', else the name
     calls: int
@@ -59,8 +60,7 @@ class HostOp:
     holds_gil: bool
 
 
-@dataclass(frozen=True)
-class Stage:
+class Stage(msgspec.Struct, frozen=True):
     """One tf.data stage (or DataLoader part) of the input pipeline."""
 
     name: str
@@ -69,15 +69,13 @@ class Stage:
     self_ns: int
 
 
-@dataclass(frozen=True)
-class OneTimeCost:
+class OneTimeCost(msgspec.Struct, frozen=True):
     what: str  # the kind of cost, for people
     example: str  # the longest event of it
     ns: int  # the union of its events in the window
 
 
-@dataclass(frozen=True)
-class Wait:
+class Wait(msgspec.Struct, frozen=True):
     name: str
     input_id: int
     start_ns: int
@@ -88,29 +86,25 @@ class Wait:
     waited_for: list[str]  # the device work it waited for, as 'name (stream N, x ms)'
 
 
-@dataclass(frozen=True)
-class MemorySeries:
+class MemorySeries(msgspec.Struct, frozen=True):
     ts_ns: list[int]
     allocated: list[int]
     reserved: list[int] | None  # None where the trace does not say
 
 
-@dataclass(frozen=True)
-class StepMemory:
+class StepMemory(msgspec.Struct, frozen=True):
     id: int
     static_bytes: int  # the lower level of the step's two boundaries
     peak_bytes: int
     transient_bytes: int  # peak - static
 
 
-@dataclass(frozen=True)
-class OpMemory:
+class OpMemory(msgspec.Struct, frozen=True):
     op: str
     bytes: int  # allocated by this op and live at the peak
 
 
-@dataclass(frozen=True)
-class Projection:
+class Projection(msgspec.Struct, frozen=True):
     """A step before and after fixes, as means over the steps (GPU-Util over the steps; None on host-only runs)."""
 
     step_ns_before: int
@@ -125,24 +119,21 @@ class Projection:
     path_speedup: float | None = None
 
 
-@dataclass(frozen=True)
-class BottleneckProjection(Projection):
+class BottleneckProjection(Projection, frozen=True):
     """The step after this one fix."""
 
     basis: str = "measured"  # "measured" | "estimated" | "none"
     assumption: str | None = None  # what an estimate rests on
 
 
-@dataclass(frozen=True)
-class RunProjection(Projection):
+class RunProjection(Projection, frozen=True):
     """The headline what-if: the top fixes applied one after another on the same steps."""
 
     basis: str = "measured"
     applied: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Culprit:
+class Culprit(msgspec.Struct, frozen=True):
     """The one call, op, kernel or input stage that contributes most to a bottleneck's cost, from its finding's
     evidence: what the first screen names, so the cause is read there and not found mid-page."""
 
@@ -152,8 +143,7 @@ class Culprit:
     count: int  # its calls over the capture
 
 
-@dataclass(frozen=True, kw_only=True)
-class Bottleneck:
+class Bottleneck(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     rank: int
     severity: str
@@ -167,8 +157,7 @@ class Bottleneck:
     culprit: Culprit | None = None  # None where no single call, op or kernel stands out in the evidence
 
 
-@dataclass
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct):
     """What the trace says about one accelerator (fields the trace lacks are None)."""
 
     id: str
@@ -184,8 +173,7 @@ class DeviceInfo:
 # --------------------------------------------------------------------------- the report's sections
 
 
-@dataclass(frozen=True, kw_only=True)
-class ComputeClass:
+class ComputeClass(msgspec.Struct, frozen=True, kw_only=True):
     """One kernel class (`analysis/kernel_classes.py`): its time, and what the kernels whose work is counted
     achieve against the roofline."""
 
@@ -203,8 +191,7 @@ class ComputeClass:
     roofline_fraction: float | None  # achieved / attainable at this intensity
 
 
-@dataclass(frozen=True, kw_only=True)
-class RooflineOp:
+class RooflineOp(msgspec.Struct, frozen=True, kw_only=True):
     """One counted op (its calls summed) as a point of the roofline."""
 
     name: str
@@ -221,8 +208,7 @@ class RooflineOp:
     roofline_fraction: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ComputeStep:
+class ComputeStep(msgspec.Struct, frozen=True, kw_only=True):
     id: int
     start_ns: int  # the step's window: device-side where the trace has one (`ComputeEfficiency.window`)
     dur_ns: int
@@ -230,8 +216,7 @@ class ComputeStep:
     mfu: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ComputeEfficiency:
+class ComputeEfficiency(msgspec.Struct, frozen=True, kw_only=True):
     """What the busy time achieves (`analysis/compute.py`): FLOPs from the trace, kernel classes on the roofline,
     MFU per step and its decomposition, MFU = gpu_util x compute_share x compute_efficiency."""
 
@@ -262,8 +247,7 @@ class ComputeEfficiency:
     compute_efficiency: float | None = None  # counted FLOPs / (that time x peak)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Input:
+class Input(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     format: str
     host: str | None = None
@@ -271,8 +255,7 @@ class Input:
     events: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class Window:
+class Window(msgspec.Struct, frozen=True, kw_only=True):
     start_ns: int | None
     end_ns: int | None
 
@@ -281,31 +264,27 @@ class Window:
         return None if self.start_ns is None or self.end_ns is None else self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True, kw_only=True)
-class Step:
+class Step(msgspec.Struct, frozen=True, kw_only=True):
     id: int
     start_ns: int
     dur_ns: int
     breakdown: dict[str, int] = field(default_factory=dict)  # stall name (`step_model.Stall`) -> ns, summing to dur_ns
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepPart:
+class StepPart(msgspec.Struct, frozen=True, kw_only=True):
     name: str  # a stall of the step breakdown (`step_model.Stall`)
     total_ns: int
     per_step_ns: float | None
     share: float | None  # of step time
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepSpread:
+class StepSpread(msgspec.Struct, frozen=True, kw_only=True):
     stdev_ns: int
     min_ns: int
     max_ns: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Steps:
+class Steps(msgspec.Struct, frozen=True, kw_only=True):
     source: str = "none"  # "marker" | "inferred" | "none"
     marker: str | None = None
     count: int = 0
@@ -340,8 +319,7 @@ class Steps:
         return StepSpread(stdev_ns=round(statistics.pstdev(durations)), min_ns=min(durations), max_ns=max(durations))
 
 
-@dataclass(frozen=True, kw_only=True)
-class LongGap:
+class LongGap(msgspec.Struct, frozen=True, kw_only=True):
     start_ns: int
     dur_ns: int
     cause: str
@@ -350,8 +328,7 @@ class LongGap:
     outside_trace: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class Gaps:
+class Gaps(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
     total_ns: int = 0
     p50_ns: int | None = None
@@ -368,15 +345,13 @@ class Gaps:
     below_resolution: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class LaunchDelay:
+class LaunchDelay(msgspec.Struct, frozen=True, kw_only=True):
     p50_ns: int | None
     p90_ns: int | None
     max_ns: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Kernels:
+class Kernels(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
     total_ns: int = 0
     median_ns: int | None = None
@@ -396,8 +371,7 @@ class Kernels:
     top: list[TopKernel] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Copies:
+class Copies(msgspec.Struct, frozen=True, kw_only=True):
     """Copies of one direction on one device (or over the run)."""
 
     count: int = 0
@@ -408,14 +382,12 @@ class Copies:
     bandwidth_gbps: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Memset:
+class Memset(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
     total_ns: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class Memory:
+class Memory(msgspec.Struct, frozen=True, kw_only=True):
     """A device's memory over the window (`analysis/device_memory.py`)."""
 
     peak_allocated_bytes: int
@@ -497,8 +469,7 @@ PART_MEANINGS = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class LedgerDevice:
+class LedgerDevice(msgspec.Struct, frozen=True, kw_only=True):
     """One device's ledger over its input's steps: ns in each part (`analysis/ledger.py`), and the two shares read
     from it (GPU-Util: a kernel runs; idle: nothing runs)."""
 
@@ -508,8 +479,7 @@ class LedgerDevice:
     idle_fraction: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ledger:
+class Ledger(msgspec.Struct, frozen=True, kw_only=True):
     """Every nanosecond of the run's steps on each device in exactly one part: the source of every per-step
     figure (GPU-Util, idle, the step table, the idle causes, what findings claim). `parts`: the parts in order,
     busy ones first; `per_step`: each part's ns in each step, the mean over the step input's devices."""
@@ -530,8 +500,7 @@ class Ledger:
         return next((d for d in self.devices if d.id == device_id), None)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Device:
+class Device(msgspec.Struct, frozen=True, kw_only=True):
     """A device: its span (first to last work of the device, the whole capture) and, over its input's steps, its
     GPU-Util and idle share (`Ledger`)."""
 
@@ -549,8 +518,7 @@ class Device:
     memory: Memory | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Totals:
+class Totals(msgspec.Struct, frozen=True, kw_only=True):
     device_count: int = 0
     idle_fraction: float | None = None  # over the steps: the ledger's idle parts (the mean over the devices)
     gpu_util: float | None = None  # over the steps: the ledger's kernel parts
@@ -568,8 +536,7 @@ class Totals:
     d2h_bytes: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Capture:
+class Capture(msgspec.Struct, frozen=True, kw_only=True):
     """What kind of capture the trace is (`analysis/capture.py`), the evidence, and whether its steps project."""
 
     kind: str
@@ -584,8 +551,7 @@ class Capture:
     projects: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
-class InputPipeline:
+class InputPipeline(msgspec.Struct, frozen=True, kw_only=True):
     wait_ns: int | None = None
     fraction: float | None = None
     verdict: str = "unknown"
@@ -597,8 +563,7 @@ class InputPipeline:
     slowest_function: HostOp | None = None  # the input pipeline's own slowest user function
 
 
-@dataclass(frozen=True)
-class Replay:
+class Replay(msgspec.Struct, frozen=True):
     """One CUDA / HIP graph replay (`analysis/graphs.py`): its launch and the nodes it ran."""
 
     device: str
@@ -610,16 +575,14 @@ class Replay:
     busy_ns: int  # union of the nodes within the span
 
 
-@dataclass(frozen=True, kw_only=True)
-class ListedReplay(Replay):
+class ListedReplay(Replay, frozen=True, kw_only=True):
     """One of the replays the report lists, with its host cost per node and busy share as people read them."""
 
     host_ns_per_node: float
     busy_share: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class GraphReplays:
+class GraphReplays(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
     nodes: int = 0
     kernel_ns: int = 0
@@ -630,8 +593,7 @@ class GraphReplays:
     items: list[ListedReplay] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class StreamQueue:
+class StreamQueue(msgspec.Struct, frozen=True, kw_only=True):
     """One device stream's launch queue over its input's steps (`analysis/queue_depth.py`); stream -1: all of the
     device's streams together (depth 0: the device drained)."""
 
@@ -647,15 +609,13 @@ class StreamQueue:
     series_depth: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class QueueDepth:
+class QueueDepth(msgspec.Struct, frozen=True, kw_only=True):
     limit: int = 0  # pending launches a stream holds before the host blocks (0: a report from before)
     devices: list[StreamQueue] = field(default_factory=list)
     streams: list[StreamQueue] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class KernelSequence:
+class KernelSequence(msgspec.Struct, frozen=True, kw_only=True):
     """Small kernels that run in this order in every step (`analysis/kernel_sequences.py`): a fusion or CUDA graph
     candidate."""
 
@@ -669,15 +629,13 @@ class KernelSequence:
     op_stack: list[str] = field(default_factory=list)  # host ops around the first kernel's launch, outermost first
 
 
-@dataclass(frozen=True, kw_only=True)
-class KernelSequences:
+class KernelSequences(msgspec.Struct, frozen=True, kw_only=True):
     steps: int = 0
     small_threshold_ns: int = 0
     items: list[KernelSequence] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PathItem:
+class PathItem(msgspec.Struct, frozen=True, kw_only=True):
     """An op, a call or a kernel on the critical path, with its time there (`analysis/critical_path.py`)."""
 
     name: str
@@ -688,16 +646,14 @@ class PathItem:
     ns_per_step: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class PathStep:
+class PathStep(msgspec.Struct, frozen=True, kw_only=True):
     id: int
     step_ns: int  # the step, and the path's length (equal by construction, checked by the tests)
     groups: dict[str, int]  # ns on the path by group: cpu, launch, gpu_compute, copy, collective, rank_wait, ...
     crossings: int  # times the path moved to another rank
 
 
-@dataclass(frozen=True, kw_only=True)
-class CriticalPathSummary:
+class CriticalPathSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The chain of work, across threads, streams and ranks, each step could not have ended sooner than."""
 
     steps: list[PathStep] = field(default_factory=list)
@@ -709,8 +665,7 @@ class CriticalPathSummary:
     top: list[PathItem] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Waits:
+class Waits(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
     total_ns: int = 0
     outside_trace_count: int = 0
@@ -718,8 +673,7 @@ class Waits:
     items: list[Wait] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class RankSteps:
+class RankSteps(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     count: int
     mean_ns: int | None
@@ -727,8 +681,7 @@ class RankSteps:
     total_ns: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Rank:
+class Rank(msgspec.Struct, frozen=True, kw_only=True):
     input: int
     label: str
     path: str
@@ -751,8 +704,7 @@ class Rank:
     phases: dict[str, int] = field(default_factory=dict)  # mean ns a step per phase, its collective waits out
 
 
-@dataclass(frozen=True, kw_only=True)
-class CollectiveGroup:
+class CollectiveGroup(msgspec.Struct, frozen=True, kw_only=True):
     """The instances of one collective and message size: how long the transfer takes and how long ranks wait."""
 
     collective: str  # all_reduce, all_gather, reduce_scatter, all_to_all, ...
@@ -765,8 +717,7 @@ class CollectiveGroup:
     link_peak_gbps: float | None  # the device's NVLink a direction, where known
 
 
-@dataclass(frozen=True, kw_only=True)
-class StragglerRank:
+class StragglerRank(msgspec.Struct, frozen=True, kw_only=True):
     """The rank the others wait for, and where its step loses the time."""
 
     rank: int
@@ -779,8 +730,7 @@ class StragglerRank:
     message: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
-class CollectivesSummary:
+class CollectivesSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Who waits for whom (`analysis/collectives.py`): collectives matched across ranks, split into waiting and
     transfer; the straggler."""
 
@@ -799,8 +749,7 @@ class CollectivesSummary:
     straggler: StragglerRank | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ranks:
+class Ranks(msgspec.Struct, frozen=True, kw_only=True):
     """The cross-rank view (`analysis/ranks.py`) of a run of several inputs."""
 
     count: int
@@ -817,14 +766,12 @@ class Ranks:
         return None if mean is None or not fastest else (mean - fastest) / fastest
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostOps:
+class HostOps(msgspec.Struct, frozen=True, kw_only=True):
     top: list[HostOp] = field(default_factory=list)
     input_functions: list[HostOp] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunListed:
+class RunListed(msgspec.Struct, frozen=True, kw_only=True):
     """One run found under the PATH given (`meta.runs`)."""
 
     name: str
@@ -836,8 +783,7 @@ class RunListed:
     grouping: str | None = None  # why these files are one run, or apart from the others in their folder
 
 
-@dataclass(kw_only=True)
-class Meta:
+class Meta(msgspec.Struct, kw_only=True):
     """Where the report came from: what the traces say (capture date, versions), what the PATH held (`runs`,
     `run_choice`) and what only the command knows (time, command line, options, input): `render/meta.py`."""
 
@@ -851,8 +797,7 @@ class Meta:
     run_choice: str | None = None
 
 
-@dataclass(kw_only=True)
-class RunReport:
+class RunReport(msgspec.Struct, kw_only=True):
     """One run's report: the object of the `--json` contract."""
 
     schema: str = SCHEMA
@@ -883,8 +828,7 @@ class RunReport:
     meta: Meta = field(default_factory=Meta)
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One run in a line (`traceinsight runs`, the `trend` page, `ti.runs`, the TensorBoard tab's first view): what
     it is and its headline figures, from its report (`listing.summarize`)."""
 
@@ -910,18 +854,36 @@ class RunSummary:
 
 
 def to_document(report: RunReport) -> dict[str, Any]:
-    """The report as plain JSON values (what `--json` writes): `dataclasses.asdict`'s dicts, built in C by msgspec
-    (0.3 ms, where `asdict`'s deep copy took 6 ms of every report)."""
-    import msgspec  # as `from_document`
+    """The report as plain JSON values (what `--json` writes): each record a dict of its fields, in order."""
+    return as_dict(report)
 
-    return msgspec.to_builtins(report)  # type: ignore[no-any-return]
+
+def is_record(value: Any) -> bool:
+    """Whether `value` is a record of this model, or a record class."""
+    return isinstance(value, msgspec.Struct) or (isinstance(value, type) and issubclass(value, msgspec.Struct))
+
+
+def field_names(record: Any) -> tuple[str, ...]:
+    """A record's (or a record class's) field names, in declaration order: the keys of its JSON object."""
+    return tuple(record.__struct_fields__)
+
+
+def as_dict(record: Any) -> dict[str, Any]:
+    """A record as plain JSON values: a dict of its fields, in order, with the records inside it dicts too, and
+    numpy figures Python numbers."""
+    return msgspec.to_builtins(record, enc_hook=_plain)  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    """A value msgspec does not know, as JSON values: a numpy scalar or array by its `tolist()`."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise NotImplementedError(f"{type(value).__name__} is not a JSON value")
 
 
 def from_document(doc: dict[str, Any]) -> RunReport:
     """A report read back from its JSON (`workflow.read_saved_report`); raises `ValueError` naming what is
     missing or of the wrong type."""
-    import msgspec  # only where a saved report is read
-
     _check_numbers(doc)
     try:
         return msgspec.convert(_current(doc), RunReport, strict=False)
@@ -985,22 +947,22 @@ def schema_outline() -> str:
         return {str: "str", int: "int", float: "float", bool: "bool"}.get(kind, getattr(kind, "__name__", str(kind)))
 
     def record(kind: Any) -> tuple[Any, str] | None:
-        """The dataclass `kind` holds (itself, in a list, a map or an optional) and the suffix its field gets."""
+        """The record class `kind` holds (itself, in a list, a map or an optional) and the suffix its field gets."""
         origin, args = typing.get_origin(kind), [a for a in typing.get_args(kind) if a is not type(None)]
         if origin in (typing.Union, types.UnionType) and len(args) == 1:
             found = record(args[0])
             return None if found is None else (found[0], found[1] + "?")
-        if origin in (list, tuple) and args and hasattr(args[0], "__dataclass_fields__"):
+        if origin in (list, tuple) and args and is_record(args[0]):
             return args[0], "[]"
-        if origin is dict and hasattr(args[1], "__dataclass_fields__"):
+        if origin is dict and is_record(args[1]):
             return args[1], "{}"
-        return (kind, "") if hasattr(kind, "__dataclass_fields__") else None
+        return (kind, "") if is_record(kind) else None
 
     lines: list[str] = []
 
     def walk(cls: Any, depth: int) -> None:
         hints = typing.get_type_hints(cls)
-        for name in cls.__dataclass_fields__:
+        for name in field_names(cls):
             found = record(hints[name])
             if found is None:
                 lines.append(f"{'  ' * depth}{name}: {type_name(hints[name])}")

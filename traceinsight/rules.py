@@ -16,7 +16,8 @@ detectors); the bottleneck rules (``findings.py``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 # --------------------------------------------------------------------------- name matching
 
@@ -311,6 +312,7 @@ def folded(pattern: str) -> re.Pattern[str]:
 class _Pattern:
     """What both tables' rows share: a regex declared as a string, matched case-insensitively unless told."""
 
+    __slots__ = ()  # a mixin of records (`msgspec.Struct`s), which keep no instance dict
     pattern: str
     case_sensitive: bool
 
@@ -320,8 +322,7 @@ class _Pattern:
         return re.compile(self.pattern) if self.case_sensitive else folded(self.pattern)
 
 
-@dataclass(frozen=True)
-class NameRule(_Pattern):
+class NameRule(msgspec.Struct, _Pattern, frozen=True):
     """One row of the table: names matching `pattern` (re.search) get these answers."""
 
     pattern: str
@@ -333,8 +334,7 @@ class NameRule(_Pattern):
     simt: bool = False
 
 
-@dataclass(frozen=True)
-class PrecisionRule(_Pattern):
+class PrecisionRule(msgspec.Struct, _Pattern, frozen=True):
     """One row of the precision table, read only for eligible names: the first match wins."""
 
     pattern: str
@@ -658,8 +658,7 @@ STAGE_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class NamePattern:
+class NamePattern(msgspec.Struct, frozen=True):
     """A name rule: `pattern` (re.search) decides; every name it can match holds one of `literals`
     (lower-case; a leading newline: the name starts with the rest), which find the names worth trying."""
 

@@ -13,12 +13,13 @@ baseline JSON rather than the trace it came from. (Writing the outputs is
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+import msgspec
 import orjson
+from msgspec.structs import replace
 
 from traceinsight.analysis import Analysis, analyze, merge_analyses, with_graph_capture
 from traceinsight.analysis.collectives import rows_collectives_read
@@ -44,8 +45,7 @@ _MAX_REPORT_BYTES = 256 << 20
 OnAnalyzed = Callable[[Analysis, Findings, RunReport, tuple[Path, ...]], None]
 
 
-@dataclass(frozen=True)
-class Analyzed:
+class Analyzed(msgspec.Struct, frozen=True):
     """One analyzed run: its files (never to be overwritten; None for a profile loaded beforehand), the analysis
     (for charts) and the report."""
 

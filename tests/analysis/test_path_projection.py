@@ -3,12 +3,12 @@ known, beside the step model's projection of the same fix; and on real before/af
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from msgspec.structs import replace
 
 from tests.analysis.test_projections import _model
 from traceinsight.analysis.critical_path import PARTS, CriticalPath

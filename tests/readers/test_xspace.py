@@ -23,6 +23,7 @@ from traceinsight.events import COLUMNS, TraceRead, narrowed_ints
 from traceinsight.readers import xspace, xspace_table, xspace_wire
 from traceinsight.readers.xplane_schema import XSpace
 from traceinsight.readers.xspace import read_xspace
+from traceinsight.result import as_dict
 
 GPU_MULTI_WORKER = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 TPU = "xprof/test_xplanes/tpu_inference_2.xplane.pb"
@@ -404,7 +405,7 @@ def test_hand_built_host_rows(hand_built: TraceRead) -> None:
 
 def test_hand_built_read_info(hand_built: TraceRead) -> None:
     gpu = hand_built.devices["GPU:0"]
-    assert gpu.__dict__ == {
+    assert as_dict(gpu) == {
         "id": "GPU:0",
         "name": "NVIDIA A100",
         "vendor": "Nvidia",

@@ -5,12 +5,12 @@ names from the trace escaped."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 from markupsafe import escape
+from msgspec.structs import replace
 
 import traceinsight as ti
 from tests.conftest import SAMPLE_TRACES
@@ -90,7 +90,10 @@ def test_names_from_the_trace_are_escaped(straggler) -> None:
     report, _, _ = straggler
     cp = report.result.critical_path
     hostile = PathItem(name=SCRIPT, part="cpu_op", group="cpu", input=1, ns_per_step=40_000_000)
-    page = render_html(replace(report.result, critical_path=replace(cp, top=[hostile, *cp.top])), report.analysis)
+    page = render_html(
+        replace(report.result, critical_path=replace(cp, top=[hostile, *cp.top])),
+        report.analysis,
+    )
     section = _section(page)
     assert SCRIPT not in page and str(escape(SCRIPT)) in section
     share = round(cp.shares["cpu"] * 100)

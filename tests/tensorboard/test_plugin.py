@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict
 
 import pytest
 
@@ -14,6 +13,7 @@ from traceinsight import listing, workflow
 from traceinsight.cli import main as cli_main
 from traceinsight.listing import ReportCache
 from traceinsight.render.json import dumps
+from traceinsight.result import as_dict
 
 base_plugin = pytest.importorskip("tensorboard.plugins.base_plugin", reason="TensorBoard not installed")
 werkzeug_test = pytest.importorskip("werkzeug.test")
@@ -101,9 +101,9 @@ def test_the_runs_route_lists_as_traceinsight_runs_with_cached_figures_and_never
         patch.setattr(ReportStore, "_start", refuse)
         patch.setattr(ReportStore, "warm_up", staticmethod(lambda: None))
         rows = http.get("/runs").json
-        assert rows[0] == {**asdict(listing.summarize(cached, report)), "analysed": True}
+        assert rows[0] == {**as_dict(listing.summarize(cached, report)), "analysed": True}
         assert rows[0]["steps"] > 0 and rows[0]["mean_step_ns"] == report.steps.mean_ns
-        bare = asdict(listing.summarize(fresh))
+        bare = as_dict(listing.summarize(fresh))
         assert rows[1] == {**{k: bare[k] for k in ("name", "files", "bytes", "modified")}, "analysed": False}
         # The JSON of a cached report comes from the cache, no job: the CLI's report with the tab's command line.
         response = http.get("/report.json", query_string={"run": cached.name})

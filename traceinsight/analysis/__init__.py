@@ -1,4 +1,4 @@
-"""Analyses: pure functions from the event table to result dataclasses.
+"""Analyses: pure functions from the event table to result records.
 
 `analyze` runs them in order (devices first; everything else reads its busy
 unions) and bundles the results; findings and renderers only read an `Analysis`.
@@ -9,11 +9,13 @@ input's own, so inputs can be analyzed where they are read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
+from msgspec.structs import replace
 
 from traceinsight.analysis.capture import UNKNOWN, Capture, classify_capture
 from traceinsight.analysis.collectives import Collectives, collectives, waits_in
@@ -45,8 +47,7 @@ from traceinsight.rules import (
 )
 
 
-@dataclass(frozen=True)
-class Analysis:
+class Analysis(msgspec.Struct, frozen=True, dict=True):
     profile: Profile  # its events: the steady part only, when the capture's warm-up is left out (`capture`)
     window_start_ns: int | None
     window_end_ns: int | None
@@ -310,7 +311,11 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
         window_end_ns=max(ends) if ends else None,
         devices=[replace(u, id=device(i, u.id), input_id=i) for i, p in enumerate(parts) for u in p.devices],
         gaps=[
-            replace(g, device=device(i, g.device), longest=[replace(x, device=device(i, x.device)) for x in g.longest])
+            replace(
+                g,
+                device=device(i, g.device),
+                longest=[replace(x, device=device(i, x.device)) for x in g.longest],
+            )
             for i, p in enumerate(parts)
             for g in p.gaps
         ],
@@ -352,7 +357,10 @@ def merge_analyses(profile: Profile, parts: list[Analysis]) -> Analysis:
 def _prefixed_ledger(model: StepModel, device: Callable[[str], str]) -> StepModel:
     """The step model with its ledger's devices named as the merged run names them."""
     ledger = model.ledger
-    return replace(model, ledger=replace(ledger, devices=[replace(d, device=device(d.device)) for d in ledger.devices]))
+    return replace(
+        model,
+        ledger=replace(ledger, devices=[replace(d, device=device(d.device)) for d in ledger.devices]),
+    )
 
 
 def _prefixed_sequences(found: KernelSequences | None, device: Callable[[str], str]) -> KernelSequences | None:
@@ -377,7 +385,8 @@ def _merged_replays(parts: list[GraphReplays]) -> GraphReplays:
 def _merged_waits(parts: list[Analysis]) -> Waits:
     """The waits of every input of a run, each input's under its index in the run."""
     every = sorted(
-        (replace(w, input_id=i) for i, p in enumerate(parts) for w in p.waits.items), key=lambda w: -w.dur_ns
+        (replace(w, input_id=i) for i, p in enumerate(parts) for w in p.waits.items),
+        key=lambda w: -w.dur_ns,
     )
     return Waits(
         count=sum(p.waits.count for p in parts),

@@ -28,11 +28,12 @@ framework's frames), ``inference`` (an inference marker), else ``unknown``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
 
 from traceinsight.analysis.graphs import NOT_REPLAYED
 from traceinsight.events import DistinctNames, blocking_mask, kind_mask
@@ -66,8 +67,7 @@ NO_STEADY_STATE = ("graph_capture", "microbenchmark")
 _FIRST_CALL_KINDS = ("cpu_op", "runtime", "input_wait")
 
 
-@dataclass(frozen=True)
-class Capture:
+class Capture(msgspec.Struct, frozen=True):
     kind: str  # one of CAPTURE_KINDS
     evidence: list[str]  # the facts that decided it, for people
     server: str | None = None  # the serving framework whose frames the trace shows

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -71,8 +71,7 @@ _LETTERS = re.compile(r"[^a-z]")
 _PHASE_KINDS = ("annotation", "cpu_op", "input_wait")
 
 
-@dataclass(frozen=True)
-class Arrival:
+class Arrival(msgspec.Struct, frozen=True):
     """One rank at one collective instance (ns)."""
 
     rank: int
@@ -83,8 +82,7 @@ class Arrival:
     late_ns: int  # its arrival - the earliest (0 in a single-rank trace)
 
 
-@dataclass(frozen=True)
-class CollectiveInstance:
+class CollectiveInstance(msgspec.Struct, frozen=True):
     """One collective, matched across the ranks that take part in it."""
 
     key: str  # how it was matched ("group 0 seq 12", "all_reduce 4.2 MB, step 8, #0")
@@ -101,8 +99,7 @@ class CollectiveInstance:
     arrivals: list[Arrival]
 
 
-@dataclass(frozen=True)
-class RankCollectives:
+class RankCollectives(msgspec.Struct, frozen=True):
     """One rank's collectives over the capture (ns), and its step by phase."""
 
     rank: int
@@ -120,8 +117,7 @@ class RankCollectives:
     phases: dict[str, int]  # mean ns a step per phase, its collective waits taken out
 
 
-@dataclass(frozen=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True):
     """The rank the others wait for, and where its step loses the time."""
 
     rank: int
@@ -135,8 +131,7 @@ class Straggler:
     message: str
 
 
-@dataclass(frozen=True)
-class Collectives:
+class Collectives(msgspec.Struct, frozen=True):
     """The run's collectives, each rank's share of them, and the straggler."""
 
     scope: str  # "matched" (two ranks or more in the trace) | "single_rank" | "none"
@@ -292,8 +287,7 @@ def _covered(
     return union(begin, end).covered_between(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
 
 
-@dataclass(frozen=True)
-class _Left:
+class _Left(msgspec.Struct, frozen=True):
     """Rows `_match` left out, by reason."""
 
     unmatched: int  # every row left out

@@ -29,9 +29,9 @@ no formula, a graph node whose capture is not in the trace, a kernel no op launc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -67,8 +67,7 @@ class _Rates(TypedDict):
     roofline_fraction: float | None
 
 
-@dataclass(frozen=True)
-class Compute:
+class Compute(msgspec.Struct, frozen=True):
     """The report's figures (`summary`) and, per step of the run, the kernel time above the roofline (ns): what
     `low_compute_efficiency`'s fix removes."""
 
@@ -77,8 +76,7 @@ class Compute:
     ops: list[RooflineOp]  # every counted op (by name, class and dtype), longest first: the summary lists the first
 
 
-@dataclass(frozen=True)
-class _Kernels:
+class _Kernels(msgspec.Struct, frozen=True):
     """The kernel rows: where they ran, their class, and the FLOPs, bytes and roofline time of their work."""
 
     rows: np.ndarray

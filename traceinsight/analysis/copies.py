@@ -8,8 +8,7 @@ cuda_memcpy_async rule), so pageable copies are counted separately.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -20,8 +19,7 @@ from traceinsight.intervals import Intervals, exposed, union
 REPORTED_COPY_KINDS = ("h2d", "d2h", "d2d", "p2p")
 
 
-@dataclass(frozen=True)
-class CopyStats:
+class CopyStats(msgspec.Struct, frozen=True):
     count: int
     total_ns: int
     bytes: int | None
@@ -39,8 +37,7 @@ class CopyStats:
         return self.bytes / self.known_bytes_ns
 
 
-@dataclass(frozen=True)
-class DeviceCopies:
+class DeviceCopies(msgspec.Struct, frozen=True):
     device: str
     copies: dict[str, CopyStats]
     memset_count: int

@@ -25,9 +25,9 @@ as one read whole does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -75,8 +75,7 @@ _NONE = -1  # no predecessor in the trace: the rest of the step down to its star
 _TO_MAIN = -2  # an idle moment of a thread other than the step's: the step's thread at that instant
 
 
-@dataclass(frozen=True)
-class _Graph:
+class _Graph(msgspec.Struct, frozen=True):
     """One input's dependency graph, as arrays over nodes: the host threads' intervals (between consecutive starts
     and ends of their ops, each owned by the innermost op running), then the device work rows. A node is entered
     at an instant and holds the path from its `start` to that instant; from its start the path goes to `pred`,
@@ -107,8 +106,7 @@ class _Graph:
     classes: list[str]
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(msgspec.Struct, frozen=True):
     """The path from one instant back to where it needs another rank (a collective), or to its floor: arrays of
     its stretches, latest first, in its input's codes."""
 
@@ -128,8 +126,7 @@ class Piece:
     join_at: int = 0
 
 
-@dataclass
-class _Memo:
+class _Memo(msgspec.Struct):
     """The nodes the pieces from an input's collectives passed, entered at their end: which piece (by its
     collective's start) and at which of its stretches. A later piece that enters one of them at its end joins that
     piece there, so the pieces together walk each node once."""
@@ -138,8 +135,7 @@ class _Memo:
     at: np.ndarray  # per node, the index of its first stretch in that piece
 
 
-@dataclass(frozen=True)
-class InputWalks:
+class InputWalks(msgspec.Struct, frozen=True):
     """One input's pieces: from each of its steps' ends, and from each of its collectives' starts back."""
 
     steps: list[Piece]
@@ -152,8 +148,7 @@ class InputWalks:
 NO_WALKS = InputWalks([], {}, [], [])  # an input walked for no step
 
 
-@dataclass(frozen=True)
-class CriticalPath:
+class CriticalPath(msgspec.Struct, frozen=True):
     """The run's steps' critical paths: each step's time, every nanosecond in one stretch of its path."""
 
     step_ids: list[int]

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -54,8 +54,7 @@ TOP_OPS = 5
 _NUMBER = re.compile(r"(\d+)")
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(msgspec.Struct, frozen=True):
     device: str
     input_id: int
     events: int  # memory events read for this device

@@ -9,8 +9,7 @@ kernel runs (copies and memsets do not count), so users can compare the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -37,8 +36,7 @@ _DEVICE_WORK_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class DeviceUsage:
+class DeviceUsage(msgspec.Struct, frozen=True):
     id: str
     input_id: int
     start_ns: int

@@ -45,9 +45,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -72,8 +72,7 @@ class NotCounted(Exception):
     """Why an op's cost cannot be computed from what the trace records."""
 
 
-@dataclass(frozen=True)
-class _Cost:
+class _Cost(msgspec.Struct, frozen=True):
     flops: float
     bytes: float
     dtype: str | None
@@ -186,8 +185,7 @@ def _linear(dims: Any, types: Any, concrete: Any, hint: Any) -> _Cost:
 # --------------------------------------------------------------------------- convolution
 
 
-@dataclass(frozen=True)
-class _ConvArgs:
+class _ConvArgs(msgspec.Struct, frozen=True):
     """Where a convolution op's args are (None: it has none)."""
 
     bias: int | None
@@ -282,8 +280,7 @@ def _conv_backward(x_at: int, grad_at: int, w_at: int, transposed_at: int | None
 # --------------------------------------------------------------------------- attention
 
 
-@dataclass(frozen=True)
-class _AttentionArgs:
+class _AttentionArgs(msgspec.Struct, frozen=True):
     q: int  # position of the query (key and value follow)
     causal: int  # position of is_causal (or of the mask type, with `mask_type`)
     bshd: bool = False  # (batch, seq, heads, dim) layout (the kernels' own ops), else (batch, heads, seq, dim)

@@ -27,10 +27,11 @@ is still in one part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
+from msgspec.structs import replace
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.graphs import LATER_NODE
@@ -47,8 +48,7 @@ _HOST_COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation"]
 _ACTIVITY_KINDS = ("cpu_op", "runtime", "sync", "input_wait", "annotation", "python", "other")
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True):
     device: str
     start_ns: int
     dur_ns: int
@@ -56,8 +56,7 @@ class Gap:
     host_activity: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class DeviceGaps:
+class DeviceGaps(msgspec.Struct, frozen=True):
     device: str
     count: int
     total_ns: int
@@ -101,8 +100,7 @@ def _by_cause(starts: np.ndarray, durations: np.ndarray, causes: np.ndarray) -> 
     }
 
 
-@dataclass(frozen=True)
-class HostContext:
+class HostContext(msgspec.Struct, frozen=True):
     """What the host of one input was doing, as unions, plus launch ends by correlation.
 
     `rows` is the input's part of the event table (not a copy) and `activity` marks

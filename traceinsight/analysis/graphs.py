@@ -14,8 +14,7 @@ that span the device is busy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -29,8 +28,7 @@ NOT_REPLAYED, FIRST_NODE, LATER_NODE = 0, 1, 2
 LISTED_REPLAYS = 20
 
 
-@dataclass(frozen=True)
-class GraphReplay(Replay):
+class GraphReplay(Replay, frozen=True):
     """A replay as the analyses use it: its figures derived at full precision."""
 
     @property
@@ -42,8 +40,7 @@ class GraphReplay(Replay):
         return self.busy_ns / self.span_ns if self.span_ns > 0 else 1.0
 
 
-@dataclass(frozen=True)
-class GraphReplays:
+class GraphReplays(msgspec.Struct, frozen=True):
     count: int
     nodes: int
     kernel_ns: int  # summed duration of the kernels replayed from graphs

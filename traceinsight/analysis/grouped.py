@@ -8,13 +8,11 @@ order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Groups:
+class Groups(msgspec.Struct, frozen=True):
     """The groups of rows that share a code (rows of code -1, a missing value, in none)."""
 
     codes: np.ndarray  # each group's code, in the order of its first row

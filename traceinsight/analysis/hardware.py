@@ -16,8 +16,9 @@ the sparse figure (NVIDIA's "with sparsity" asterisk) the dense one is half of i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from traceinsight.rules import first_then
 
@@ -25,8 +26,7 @@ if TYPE_CHECKING:
     from traceinsight.events import DeviceInfo
 
 
-@dataclass(frozen=True)
-class PeakThroughput:
+class PeakThroughput(msgspec.Struct, frozen=True):
     gpu: str  # the part the figures are for
     fp32_tflops: float
     tf32_tflops: float | None  # None: no TF32 Tensor Cores
@@ -91,8 +91,7 @@ def mixed_precision_speedup(cc: tuple[int, int] | None) -> tuple[float, str] | N
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 
 
-@dataclass(frozen=True)
-class DevicePeaks:
+class DevicePeaks(msgspec.Struct, frozen=True):
     """One part's dense peaks in TFLOP/s (int8: TOP/s; None where the part has no such unit) and its memory
     bandwidth, with the data sheet they come from. `compute_capability`, `units` (SMs / CUs) and `memory_gb` tell
     the part from its siblings when a trace's name does not."""

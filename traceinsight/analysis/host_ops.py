@@ -16,8 +16,7 @@ the last op one level up on its thread that started before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -32,8 +31,7 @@ TOP_HOST_OPS = 15
 _DEPTH_LIMIT = 256  # deeper nesting is damaged data; such ops are counted as top level
 
 
-@dataclass(frozen=True)
-class HostOps:
+class HostOps(msgspec.Struct, frozen=True):
     top: list[HostOp]  # by self time
     input_functions: list[HostOp]  # ops that run mostly inside input waits, by total time
     count: int = 0  # host framework ops in all
@@ -124,8 +122,7 @@ def _summarise(names: pd.Categorical, dur: np.ndarray, self_ns: np.ndarray, limi
     ]
 
 
-@dataclass(frozen=True)
-class HostOpRows:
+class HostOpRows(msgspec.Struct, frozen=True):
     """One input's host framework ops and their self times, found once for the host-op table and the step model."""
 
     mine: pd.DataFrame  # the input's rows (the columns both read)

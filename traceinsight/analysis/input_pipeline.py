@@ -16,8 +16,7 @@ parallelise, cache or prefetch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import pandas as pd
 
 from traceinsight.analysis.steps import Steps
@@ -28,8 +27,7 @@ from traceinsight.rules import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, POT
 TOP_STAGES = 8
 
 
-@dataclass(frozen=True)
-class InputPipeline:
+class InputPipeline(msgspec.Struct, frozen=True):
     wait_ns: int | None
     fraction: float | None
     idle_fraction: float | None

@@ -11,8 +11,8 @@ calls' host time are reported, each with the framework ops that issue it. HTA's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -26,8 +26,7 @@ _KEPT_PER_LENGTH = 256  # candidates kept per length before the overlap-free pic
 _HASH_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier; arithmetic wraps modulo 2**64
 
 
-@dataclass(frozen=True)
-class KernelSequence:
+class KernelSequence(msgspec.Struct, frozen=True):
     names: list[str]
     device: str  # where it first occurs
     stream: int
@@ -38,8 +37,7 @@ class KernelSequence:
     op_stack: list[str]  # host ops around the first kernel's launch, outermost first (empty: unknown)
 
 
-@dataclass(frozen=True)
-class KernelSequences:
+class KernelSequences(msgspec.Struct, frozen=True):
     steps: int
     small_threshold_ns: int
     items: list[KernelSequence]

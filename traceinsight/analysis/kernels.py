@@ -11,8 +11,8 @@ no trace records them directly.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -32,8 +32,7 @@ TOP_KERNELS = 15
 KERNEL_HISTOGRAM_EDGES_NS = (0, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000)
 
 
-@dataclass(frozen=True)
-class KernelStats:
+class KernelStats(msgspec.Struct, frozen=True):
     device: str
     count: int
     total_ns: int
@@ -74,8 +73,7 @@ def _name_flags(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
     return np.where(codes >= 0, flags[np.clip(codes, 0, None)] if len(flags) else False, False)
 
 
-@dataclass(frozen=True)
-class Launches:
+class Launches(msgspec.Struct, frozen=True):
     """One input's host launch calls (runtime events with a correlation id), indexed by correlation: start,
     duration, and `op` (an index into `op_names`, -1 unknown): the framework op that made the call, the host op
     with the launch's External id (Kineto links them so)."""

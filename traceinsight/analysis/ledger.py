@@ -26,9 +26,9 @@ idle (nothing runs on the device), by what the host was doing:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
+import msgspec
 import numpy as np
+from msgspec.structs import replace
 
 from traceinsight.intervals import Intervals, difference, intersection, union_of
 
@@ -51,8 +51,7 @@ SHOWN_PARTS = SHOWN_BUSY_PARTS + IDLE_PARTS
 KERNEL_PARTS = ("compute", "collective", *COLLECTIVE_PARTS)
 
 
-@dataclass(frozen=True)
-class DeviceLedger:
+class DeviceLedger(msgspec.Struct, frozen=True):
     """One device's parts, each an array of ns per step (the steps of the run's step input)."""
 
     device: str
@@ -65,8 +64,7 @@ class DeviceLedger:
         return float(sum(self.parts[p].sum() for p in parts if p in self.parts)) / total if total > 0 else None
 
 
-@dataclass(frozen=True)
-class Ledger:
+class Ledger(msgspec.Struct, frozen=True):
     """The ledger of the run's steps: one `DeviceLedger` per device of the step input that ran work."""
 
     step_ns: np.ndarray

@@ -12,8 +12,7 @@ below the step model's projection; its saving is at most the step model's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from traceinsight.analysis.critical_path import CriticalPath
@@ -26,8 +25,7 @@ from traceinsight.rules import (
 )
 
 
-@dataclass(frozen=True)
-class PathEdit:
+class PathEdit(msgspec.Struct, frozen=True):
     """One fix as an edit of the path: the ns a step it removes (`Fix`), from which of the path's parts."""
 
     fix: Fix

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -33,8 +33,7 @@ from traceinsight.rules import (
 _QUEUED_LAUNCH = re.compile("|".join(p.pattern.pattern for p in (KERNEL_LAUNCH, GRAPH_LAUNCH, ASYNC_COPY_LAUNCH)))
 
 
-@dataclass(frozen=True)
-class StreamQueue:
+class StreamQueue(msgspec.Struct, frozen=True):
     """One stream's launch queue over its input's steps; `device_total` (stream -1): all of a device's streams
     together, whose depth 0 is the device drained."""
 
@@ -52,8 +51,7 @@ class StreamQueue:
     series_depth: np.ndarray
 
 
-@dataclass(frozen=True)
-class QueueDepth:
+class QueueDepth(msgspec.Struct, frozen=True):
     streams: list[StreamQueue]
     devices: list[StreamQueue]  # per device, its streams' depths summed (stream -1)
     limit: int = LAUNCH_QUEUE_LIMIT

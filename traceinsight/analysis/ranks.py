@@ -11,8 +11,9 @@ With fewer than two inputs there is nothing to compare (`rank_view` is None).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from traceinsight.analysis.ledger import IDLE_PARTS, DeviceLedger
 from traceinsight.analysis.steps import Steps
@@ -21,8 +22,7 @@ if TYPE_CHECKING:
     from traceinsight.analysis import Analysis
 
 
-@dataclass(frozen=True)
-class RankStats:
+class RankStats(msgspec.Struct, frozen=True):
     """One input of the run."""
 
     input_id: int
@@ -41,8 +41,7 @@ class RankStats:
         return self.span_ns - self.busy_ns
 
 
-@dataclass(frozen=True)
-class RankView:
+class RankView(msgspec.Struct, frozen=True):
     """Every input, and how far apart their mean step times are."""
 
     ranks: list[RankStats]

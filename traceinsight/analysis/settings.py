@@ -82,10 +82,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
 
 from traceinsight.analysis.tensor_cores import classify_kernel_names
 from traceinsight.events import FRAMEWORKS, kind_mask
@@ -121,8 +122,7 @@ _STAGE_INDEX = re.compile(r"\[\d+\]$")  # ForeverRepeat[0], ParallelInterleaveV4
 _STAGE_PATTERNS = {kind: re.compile(pattern) for kind, pattern in STAGE_TYPES.items()}
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(msgspec.Struct, frozen=True):
     """Settings the trace shows the run already uses; a key is absent where the trace cannot tell.
 
     `input`: input-pipeline settings, `run`: execution settings (keys in the module docstring).

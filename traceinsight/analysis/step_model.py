@@ -37,11 +37,13 @@ host-bound step wins only down to the host's own work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from enum import Enum
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
+from msgspec.structs import replace
 
 from traceinsight.analysis.devices import DeviceUsage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, gap_intervals
@@ -95,8 +97,7 @@ _NO_COMPUTE_EXECUTE = "^EagerLocalExecute: (?:" + "|".join(EAGER_NO_COMPUTE_OPS)
 KERNEL_CLASSES = tuple(KernelClass)
 
 
-@dataclass(frozen=True)
-class StepModel:
+class StepModel(msgspec.Struct, frozen=True):
     step_ns: np.ndarray
     device_busy_ns: np.ndarray
     kernel_busy_ns: np.ndarray
@@ -140,8 +141,7 @@ class StepModel:
         return float(np.median(self.device_busy_ns / np.maximum(self.step_ns, 1)))
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(msgspec.Struct, frozen=True):
     """What one fix removes from each step (ns per step)."""
 
     idle_ns: np.ndarray  # device idle time (a stall waited through)

@@ -18,11 +18,12 @@ device_compute > device_copy > host_runtime > input_wait > host_compute > idle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 import pandas as pd
+from msgspec import field
 
 from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, rows_of_input
 from traceinsight.intervals import EMPTY, Intervals, union, union_of, union_of_rows
@@ -40,16 +41,14 @@ from traceinsight.rules import (
 _REPEATING_KINDS = ("cpu_op", "annotation", "other")
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     id: int
     start_ns: int
     dur_ns: int
     breakdown: dict[str, int]
 
 
-@dataclass(frozen=True)
-class Steps:
+class Steps(msgspec.Struct, frozen=True):
     source: str  # "marker" | "inferred" | "none"
     marker: str  # what exactly the steps were taken from, for people
     input_id: int

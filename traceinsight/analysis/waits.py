@@ -12,8 +12,7 @@ projected from it (`findings.external_wait`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -30,8 +29,7 @@ WAITED_FOR_NAMES = 3
 _COLUMNS = ["ts_ns", "dur_ns", "kind", "device", "name", "correlation", "stream", "input_id"]
 
 
-@dataclass(frozen=True)
-class Waits:
+class Waits(msgspec.Struct, frozen=True):
     count: int
     total_ns: int
     outside_count: int

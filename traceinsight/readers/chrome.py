@@ -38,13 +38,13 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
+from msgspec.structs import replace
 
 from traceinsight.errors import TraceError, is_truncation_warning
 from traceinsight.events import (
@@ -118,8 +118,7 @@ LEGACY_AUTOGRAD_FORM = "legacy autograd"
 NAMED_LINES_FORM = "named lines"
 
 
-@dataclass
-class _Lines:
+class _Lines(msgspec.Struct):
     """What each (process, thread) line of a trace is: its role, its device label (None: a host line) and the
     stream its device rows are on."""
 
@@ -275,7 +274,7 @@ def paired_spans(events: list[Event], warnings: Counter[str]) -> list[Event]:
     if unpaired := len(chosen) - 2 * len(begins):
         warnings["chrome: begin/end events without their other half skipped"] += unpaired
     return [
-        msgspec.structs.replace(chosen[order[b]], ph="X", dur=float(ts[e] - ts[b]))
+        replace(chosen[order[b]], ph="X", dur=float(ts[e] - ts[b]))
         for b, e in zip(begins.tolist(), ends.tolist(), strict=True)
     ]
 

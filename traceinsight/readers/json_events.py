@@ -31,12 +31,12 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from msgspec import field
 
 from traceinsight.errors import TraceError
 
@@ -85,41 +85,41 @@ class Args(msgspec.Struct, gc=False):
     it does not know (most of Kineto's), so each field costs every event a little.
     """
 
-    external_id: Number = msgspec.field(name="External id", default=-1)
+    external_id: Number = field(name="External id", default=-1)
     # A Kineto op's shapes (``record_shapes=True``), left undecoded: a big trace repeats a few thousand
     # distinct values millions of times, so kineto.py decodes each distinct text once.
-    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=NO_RAW)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=NO_RAW)
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
+    concrete_inputs: msgspec.Raw = field(name="Concrete Inputs", default=NO_RAW)
+    input_types: msgspec.Raw = field(name="Input type", default=NO_RAW)
+    input_dims: msgspec.Raw = field(name="Input Dims", default=NO_RAW)
     flops: Number = math.nan  # the op's FLOPs (``with_flops=True``)
     device: Number = -1
     stream: Number = -1
     correlation: Number = -1
-    external_id_old: Number = msgspec.field(name="external id", default=-1)
+    external_id_old: Number = field(name="external id", default=-1)
     bytes: Number = -1
-    blocks_per_sm: Number = msgspec.field(name="blocks per SM", default=math.nan)
-    occupancy_pct: Number = msgspec.field(name="est. achieved occupancy %", default=math.nan)
+    blocks_per_sm: Number = field(name="blocks per SM", default=math.nan)
+    occupancy_pct: Number = field(name="est. achieved occupancy %", default=math.nan)
     size: Number = -1
     # Kineto's `[memory]` instant events (profile_memory=True).
-    total_reserved: Number = msgspec.field(name="Total Reserved", default=-1)
-    total_allocated: Number = msgspec.field(name="Total Allocated", default=-1)
-    memory_bytes: Number = msgspec.field(name="Bytes", default=0)
-    addr: Number = msgspec.field(name="Addr", default=-1)
-    device_id: Number = msgspec.field(name="Device Id", default=-1)
-    device_type: Number = msgspec.field(name="Device Type", default=-1)
+    total_reserved: Number = field(name="Total Reserved", default=-1)
+    total_allocated: Number = field(name="Total Allocated", default=-1)
+    memory_bytes: Number = field(name="Bytes", default=0)
+    addr: Number = field(name="Addr", default=-1)
+    device_id: Number = field(name="Device Id", default=-1)
+    device_type: Number = field(name="Device Type", default=-1)
     # Collectives (Kineto's `record_param_comms` ops and NCCL kernels; kineto.py keeps them for those rows only).
-    collective_name: str | None = msgspec.field(name="Collective name", default=None)
-    in_msg_nelems: Number = msgspec.field(name="In msg nelems", default=-1)
-    out_msg_nelems: Number = msgspec.field(name="Out msg nelems", default=-1)
-    group_size: Number = msgspec.field(name="Group size", default=-1)
+    collective_name: str | None = field(name="Collective name", default=None)
+    in_msg_nelems: Number = field(name="In msg nelems", default=-1)
+    out_msg_nelems: Number = field(name="Out msg nelems", default=-1)
+    group_size: Number = field(name="Group size", default=-1)
     dtype: str | None = None
-    process_group: Number = msgspec.field(name="Process Group Name", default=None)
-    seq: Number = msgspec.field(name="Seq", default=-1)
+    process_group: Number = field(name="Process Group Name", default=None)
+    seq: Number = field(name="Seq", default=-1)
     # XProf's trace_viewer export.
     name: Any = None
     correlation_id: Number = -1
     memcpy_details: str | None = None
-    memset_details: str | None = msgspec.field(name="Memset_details", default=None)
+    memset_details: str | None = field(name="Memset_details", default=None)
     kernel_details: str | None = None
     long_name: str | None = None
     theoretical_occupancy_pct: Number = math.nan
@@ -149,8 +149,7 @@ class ExactEvent(Event, gc=False):
     ts: msgspec.Raw = msgspec.Raw()  # type: ignore[assignment]
 
 
-@dataclass
-class TraceDoc:
+class TraceDoc(msgspec.Struct):
     """A decoded trace: all events in file order, the kept top-level keys (none in the array form), load
     warnings; `array_form`: the document is the events' array itself."""
 

@@ -14,10 +14,11 @@ import io
 import os
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import cast
+
+import msgspec
 
 from traceinsight.errors import TraceError
 from traceinsight.limits import WHOLE_JSON_FACTOR, MemoryLimit
@@ -39,8 +40,7 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's code for a gzip stream (header and t
 _PACKED_BLOCK = 1 << 20  # bytes of a .gz file read at a time
 
 
-@dataclass(frozen=True)
-class JsonText:
+class JsonText(msgspec.Struct, frozen=True):
     """A file's JSON text; `inflated`: from a gzip stream, `cut`: which ended before its end marker."""
 
     data: bytes
@@ -170,8 +170,7 @@ def _magic(path: Path | str) -> bytes:
         return b""
 
 
-@dataclass(frozen=True)
-class ByteRange:
+class ByteRange(msgspec.Struct, frozen=True):
     """Bytes [start, end) of a file: a chunk of events that a worker process reads itself."""
 
     path: str

@@ -13,7 +13,6 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -27,8 +26,7 @@ _EXACT_LIMIT_NS_US = 2.0**62 / 1000  # µs beyond which ns leave int64 (such eve
 _EXACT_BLOCK = 1 << 15  # rows whose ts literals are read at a time
 
 
-@dataclass
-class CompleteEvents:
+class CompleteEvents(msgspec.Struct):
     """The complete (``ph == "X"``) events with a timestamp, and their times in int64 ns."""
 
     events: list[Event]

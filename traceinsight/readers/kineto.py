@@ -30,7 +30,6 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -152,8 +151,7 @@ def read_kineto_json(
     return rows.read(path) if rows.kineto else None
 
 
-@dataclass
-class _Chunk:
+class _Chunk(msgspec.Struct):
     """The rows of one chunk of events as columns: what `_convert` sends back from a worker process.
 
     ``name`` codes index `names` (the chunk's own strings); ``*_row`` columns hold

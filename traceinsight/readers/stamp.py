@@ -10,8 +10,9 @@ times).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from traceinsight.errors import TraceError
 from traceinsight.readers import XSPACE_SUFFIX
@@ -33,8 +34,7 @@ _RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _HOST = re.compile(rb'"host_name"\s*:\s*"((?:[^"\\]|\\.)*)"')  # the top-level key `readers.kineto` reads
 
 
-@dataclass(frozen=True)
-class CaptureStamp:
+class CaptureStamp(msgspec.Struct, frozen=True):
     """A file's capture window on the epoch clock (None: it has no wall clock) and who captured it: the rank
     (`distributedInfo`), the process (its largest pid: Kineto's device rows use small ids) or the host (XSpace)."""
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import field
 
 from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS
 from traceinsight.readers._classify import copy_kind as _copy_kind
@@ -86,8 +87,7 @@ def line_role(device_type: str | None, line_name: str) -> int | None:
     return _TPU_LINE_ROLES.get(line_name, DEVICE_OTHER)
 
 
-@dataclass
-class Plane:
+class Plane(msgspec.Struct):
     """What the events of one plane share, and what was learnt of its metadata so far."""
 
     meta: Any  # the XPlane message without its lines
@@ -132,8 +132,7 @@ class _NameRule:
         return values[codes]
 
 
-@dataclass
-class NameRules:
+class NameRules(msgspec.Struct):
     """The rules the rows' kinds follow, each remembering its value per name code of one file."""
 
     activity_kind: _NameRule = field(default_factory=lambda: _NameRule(_activity_kind, np.int8))

@@ -7,11 +7,12 @@ does at a time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec.structs import replace
 
 from traceinsight.events import DeviceInfo
 from traceinsight.readers.xspace_classify import Plane, device_id
@@ -53,8 +54,7 @@ def _device_info(device: str, stats: dict[str, Any]) -> DeviceInfo:
     )
 
 
-@dataclass(frozen=True)
-class Unit:
+class Unit(msgspec.Struct, frozen=True):
     """A run of one plane's lines (`line_runs`), read in one piece: the work one process does at a time."""
 
     plane: int  # index in the layout

@@ -8,10 +8,10 @@ say: `xspace_table` puts the units' rows on the file's clock and in one table.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -38,8 +38,7 @@ from traceinsight.readers.xspace_stats import FoundStats, Stats, per_distinct, r
 from traceinsight.readers.xspace_wire import LINE_BATCH_BYTES, LineBatch, Source, run_batch
 
 
-@dataclass
-class Part:
+class Part(msgspec.Struct):
     """The rows of one batch of lines, before the file's clock is known."""
 
     line_ts: np.ndarray  # per line of the batch: its timestamp_ns
@@ -70,8 +69,7 @@ PART_COLUMNS = {
 }
 
 
-@dataclass
-class Rows:
+class Rows(msgspec.Struct):
     """What one unit's lines give, its names and annotations coded in the order the unit met them; the
     table (`Table.add`) recodes them in the file's order."""
 

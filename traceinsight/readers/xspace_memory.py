@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -21,8 +21,7 @@ _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}  # the sign o
 _DEVICE_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")  # not gpu_host_bfc (pinned host memory) nor CPU allocators
 
 
-@dataclass
-class Memory:
+class Memory(msgspec.Struct):
     """Memory-table rows of one batch: which of its events are allocator events, and their columns."""
 
     events: np.ndarray  # rows of the batch that are allocator events

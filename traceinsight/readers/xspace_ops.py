@@ -11,9 +11,9 @@ one fusion of ``tpu_inference_2``), and XProf's op statistics and roofline take 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -24,8 +24,7 @@ from traceinsight.readers.xspace_stats import FoundStats, Stats, read_stats
 from traceinsight.readers.xspace_wire import EventFields, Wire
 
 
-@dataclass
-class Ops:
+class Ops(msgspec.Struct):
     """Op-table rows of one batch: which of its events are ops with a cost, and their columns."""
 
     events: np.ndarray  # rows of the batch

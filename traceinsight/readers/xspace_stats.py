@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -53,8 +53,7 @@ def plane_stats(plane: Any) -> dict[str, Any]:
     }
 
 
-@dataclass
-class Stats:
+class Stats(msgspec.Struct):
     """Per event, the wanted stats (event stats win over event-metadata stats)."""
 
     ints: dict[str, np.ndarray]  # int64, meaningful where present
@@ -102,8 +101,7 @@ class Stats:
         self.present[name][rows[ok]] = True
 
 
-@dataclass
-class FoundStats:
+class FoundStats(msgspec.Struct):
     """The stats of a batch's events that a table may want (by metadata id), found once for both tables."""
 
     index: np.ndarray  # into the events' stats, in stat order

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import cache
 from io import BufferedReader
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -134,8 +134,7 @@ class _Corrupt(Exception):
     """Bytes that are no protobuf field: tag 0, a group or an unknown wire type, a varint over 10 bytes."""
 
 
-@dataclass
-class _Field:
+class _Field(msgspec.Struct):
     """One field of a message, where it lies in the source."""
 
     number: int
@@ -215,16 +214,14 @@ def _joined(pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@dataclass
-class PlaneLayout:
+class PlaneLayout(msgspec.Struct):
     """One whole plane: its fields but the lines (parsed), and where its serialized lines lie."""
 
     plane: Any  # XPlane message without lines: id, name, event and stat metadata, plane stats
     lines: list[tuple[int, int]]  # (offset, size) of each XLine in the source, in file order
 
 
-@dataclass
-class SpaceLayout:
+class SpaceLayout(msgspec.Struct):
     """An XSpace's whole planes, its other fields, and how much of the file they take."""
 
     planes: list[PlaneLayout]
@@ -327,8 +324,7 @@ def _raw_plane_class() -> Any:
     return xplane_schema.get_message_class(pool.FindMessageTypeByName(f"{package}.XPlane"))
 
 
-@dataclass
-class LineHeader:
+class LineHeader(msgspec.Struct):
     """What is read of a line besides its events."""
 
     id: int
@@ -336,8 +332,7 @@ class LineHeader:
     timestamp_ns: int
 
 
-@dataclass
-class LineBatch:
+class LineBatch(msgspec.Struct):
     """Lines of one plane decoded together: their headers, and where their events lie in `wire`."""
 
     lines: list[LineHeader]
@@ -495,8 +490,7 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- fields of many messages
 
 
-@dataclass
-class Fields:
+class Fields(msgspec.Struct):
     """Top-level fields of many messages, one row per field occurrence."""
 
     msg: np.ndarray  # which message (index into the scanned ranges)
@@ -519,8 +513,7 @@ class Fields:
         return value, present
 
 
-@dataclass
-class EventFields:
+class EventFields(msgspec.Struct):
     """The fields of many XEvents, and where their stats lie."""
 
     md: np.ndarray  # int64 metadata id (0 if absent)

@@ -6,8 +6,9 @@ figures of the event table they draw (each device's busy intervals, the steps' s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from traceinsight.intervals import Intervals
 
@@ -16,23 +17,20 @@ if TYPE_CHECKING:
     from traceinsight.analysis.steps import Steps
 
 
-@dataclass(frozen=True)
-class StepSpan:
+class StepSpan(msgspec.Struct, frozen=True):
     id: int
     start_ns: int
     dur_ns: int
 
 
-@dataclass(frozen=True)
-class StepSpans:
+class StepSpans(msgspec.Struct, frozen=True):
     """One input's (or the run's) steps where the charts mark them, and what they were taken from."""
 
     marker: str
     items: list[StepSpan]
 
 
-@dataclass(frozen=True)
-class DeviceBusy:
+class DeviceBusy(msgspec.Struct, frozen=True):
     """A device's band on the timeline."""
 
     id: str
@@ -43,8 +41,7 @@ class DeviceBusy:
     gpu_util: float | None  # kernels running, over its input's steps (the ledger's); None without steps
 
 
-@dataclass(frozen=True)
-class ChartRun:
+class ChartRun(msgspec.Struct, frozen=True):
     window_start_ns: int | None
     window_end_ns: int | None
     devices: list[DeviceBusy]

@@ -12,10 +12,19 @@ from typing import Any
 
 import orjson
 
-from traceinsight.result import RunReport, to_document
+from traceinsight.result import RunReport, as_dict, is_record, to_document
 
 
 def dumps(document: RunReport | dict[str, Any]) -> str:
-    """Stable, diff-friendly JSON text (sorted keys, two-space indent) of a report or a diff."""
+    """Stable, diff-friendly JSON text (sorted keys, two-space indent) of a report, or of a document holding
+    records (`runs`' rows, a diff)."""
     value = to_document(document) if isinstance(document, RunReport) else document
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    return orjson.dumps(value, default=_record, option=options).decode()
+
+
+def _record(value: Any) -> dict[str, Any]:
+    """A record inside a document (`runs`' rows), as its JSON object: orjson writes dataclasses, not Structs."""
+    if is_record(value):
+        return as_dict(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")

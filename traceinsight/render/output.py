@@ -22,9 +22,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+import msgspec
 
 from traceinsight.errors import TraceError
 from traceinsight.gating import Gate
@@ -90,8 +91,7 @@ def preflight_output(path: Path, protected: tuple[Path, ...] = ()) -> None:
         raise TraceError(path, f"Permission denied: cannot write in {folder}")
 
 
-@dataclass
-class Staged:
+class Staged(msgspec.Struct):
     """An output written to its temporary file (`temp`), to be renamed onto `target` with the others
     (`commit`); `temp` None: a device or a pipe, already written in place."""
 

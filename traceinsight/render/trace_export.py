@@ -50,10 +50,10 @@ import io
 import json
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+import msgspec
 import numpy as np
 import orjson
 import pandas as pd
@@ -614,8 +614,7 @@ def _path_events(analysis: Analysis, steps: list[Step]) -> str:
     return _complete_events(str(_FINDINGS_PID), str(_PATH_TID), ts, end[tails] - ts, name_json, args)
 
 
-@dataclass(frozen=True)
-class _Wait:
+class _Wait(msgspec.Struct, frozen=True):
     """One collective wait as written: on lane `lane` of its input's waits tracks."""
 
     input_id: int

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from statistics import median
 from typing import Any
 
+import msgspec
 from markupsafe import Markup
 
 from traceinsight import __version__
@@ -33,7 +33,7 @@ from traceinsight.render.format import (
     plural,
 )
 from traceinsight.render.html import environment, without_empty_columns
-from traceinsight.result import RunReport, RunSummary
+from traceinsight.result import RunReport, RunSummary, as_dict, field_names
 
 TREND_SCHEMA = "traceinsight.trend/1"
 ORDER_TIME, ORDER_GIVEN, META_PREFIX = "time", "given", "meta."
@@ -41,8 +41,7 @@ _BOLD, _RESET = "\033[1m", "\033[0m"
 _DIGITS = re.compile(r"(\d+)")
 
 
-@dataclass(frozen=True)
-class TrendRun:
+class TrendRun(msgspec.Struct, frozen=True):
     """One run of the trend: its row, its report (what `--fail-on` and `--order meta.KEY` read) and its origin."""
 
     row: RunSummary
@@ -53,7 +52,7 @@ class TrendRun:
 
 def _meta_value(report: RunReport, key: str) -> Any:
     """The value at a dotted `key` of the report's `meta` (`versions.build`), None when it has none."""
-    node: Any = asdict(report.meta)
+    node: Any = as_dict(report.meta)
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
@@ -121,7 +120,7 @@ def build_trend(
         "order": order,
         "window": window,
         "runs": [
-            {"index": i + 1, "source": run.source, "path": run.path, **asdict(run.row), "bottleneck_changed": moved}
+            {"index": i + 1, "source": run.source, "path": run.path, **as_dict(run.row), "bottleneck_changed": moved}
             for i, (run, moved) in enumerate(zip(runs, bottleneck_changed(rows), strict=True))
         ],
         "gate": {
@@ -149,7 +148,7 @@ def trend_gate(document: dict[str, Any]) -> Gate:
 
 def summaries(document: dict[str, Any]) -> list[RunSummary]:
     """The document's rows as `RunSummary` again (what the chart draws)."""
-    names = [f.name for f in fields(RunSummary)]
+    names = list(field_names(RunSummary))
     return [RunSummary(**{name: row[name] for name in names}) for row in document["runs"]]
 
 

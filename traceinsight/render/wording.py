@@ -6,7 +6,7 @@ the wording and the figures are the same everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from traceinsight.errors import is_truncation_warning
 from traceinsight.render.format import fmt_flop, fmt_ns, fmt_pct, fmt_rate, fmt_step_change, plural
@@ -66,8 +66,7 @@ def input_verdict(report: RunReport) -> str:
     return f"{ip.verdict}: {fmt_pct(ip.fraction)} of step time waiting for input"
 
 
-@dataclass(frozen=True)
-class DeviceWords:
+class DeviceWords(msgspec.Struct, frozen=True):
     """What the devices' own vendor calls the share of time a kernel runs and the matrix units: the one home of
     these words, for every renderer and chart."""
 

@@ -23,12 +23,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import field
 
 from traceinsight.discover import Run
 from traceinsight.listing import ReportCache, report_key
@@ -84,8 +85,7 @@ def _job(logdir: str, run: str, root: str, cache: str) -> tuple[str, str]:
     return compute_report(Path(logdir), found, ReportCache(Path(cache)))
 
 
-@dataclass
-class _Entry:
+class _Entry(msgspec.Struct):
     """The latest job of one run: the files' key it was started for, its future and when it was asked for."""
 
     key: tuple[Any, ...]
@@ -95,8 +95,7 @@ class _Entry:
     bytes: int = 0
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     """What a report route answers: `state` 'ready' (with `json`, `html`), 'queued', 'running', 'failed', 'busy'
     (the queue is full: nothing started) or 'refused' (no report made yet, and the request may not start one)."""
 

@@ -12,15 +12,16 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+import msgspec
 
 from traceinsight import listing
 from traceinsight.discover import Run, is_trace, resolves_within, walk
 from traceinsight.errors import TraceError
 from traceinsight.listing import FilesKey, ReportCache, files_key, report_key, summarize
-from traceinsight.result import RunReport, RunSummary
+from traceinsight.result import RunReport, RunSummary, as_dict
 
 # `is_active` looks at this many directory entries at most, so a huge logdir never stalls TensorBoard.
 ACTIVE_WALK_LIMIT = 20_000
@@ -41,8 +42,7 @@ _FILES_ONLY = ("name", "files", "bytes", "modified")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class ProfileRun:
+class ProfileRun(msgspec.Struct, frozen=True):
     """One run the tab offers: traceinsight's `Run`, checked to read nothing outside the logdir, and its name (the
     `Run`'s, which `traceinsight report LOGDIR --run` takes)."""
 
@@ -219,11 +219,11 @@ class RunRows:
         if summary is None:
             report = self._cache.get(key) or (made(run) if made else None)
             if report is None:
-                bare = asdict(summarize(run.run))
+                bare = as_dict(summarize(run.run))
                 return {**{field: bare[field] for field in _FILES_ONLY}, "analysed": False}
             summary = summarize(run.run, report)
             with self._lock:
                 if len(self._found) >= MAX_ROWS:
                     self._found.clear()
                 self._found[key] = summary
-        return {**asdict(summary), "analysed": True}
+        return {**as_dict(summary), "analysed": True}
