@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_regex_linear import PATTERNS, hostile_names
 from traceinsight.events import DistinctNames
-from traceinsight.regex_literals import JoinedNames, required_literals
+from traceinsight.regex_literals import FEW_NAMES, JoinedNames, required_literals
 from traceinsight.rules import TRAINING_PATTERN
 
 
@@ -54,7 +54,8 @@ def _names(pattern: re.Pattern[str]) -> list[str]:
     """Names that match `pattern` and names that nearly do: its own literals repeated (`hostile_names`), in upper
     and title case, after a newline, and two letters `re.IGNORECASE` folds onto ASCII ones."""
     base = [name[:120] for name in hostile_names(pattern, 60).values()]
-    return [*base, *(n.upper() for n in base), *(n.title() for n in base), *(f"x\n{n}" for n in base[:10])]
+    near = [*base, *(n.upper() for n in base), *(n.title() for n in base), *(f"x\n{n}" for n in base[:10])]
+    return near + [f"op_{i}" for i in range(FEW_NAMES)]  # enough names for the literals to be looked for
 
 
 @pytest.mark.parametrize("label", sorted(label for label, p in PATTERNS.items() if isinstance(p.pattern, str)))
@@ -79,3 +80,11 @@ def test_the_training_pattern_is_searched_in_few_names():
     distinct = DistinctNames(pd.DataFrame({"name": pd.Categorical(names)}))
     assert list(distinct._candidates(TRAINING_PATTERN)) == [0, 1001]  # the categories, sorted: "Conv..." first
     assert distinct.rows(TRAINING_PATTERN).sum() == 2
+
+
+def test_few_names_are_all_searched():
+    """Under `FEW_NAMES` names each is searched: the pattern's literals are not worth finding."""
+    names = ["aten::mm", "gradients/MatMul_grad/MatMul", "Optimizer.step"]
+    distinct = DistinctNames(pd.DataFrame({"name": pd.Categorical(names)}))
+    assert list(distinct._candidates(TRAINING_PATTERN)) == [0, 1, 2]
+    assert distinct.rows(TRAINING_PATTERN).tolist() == [bool(TRAINING_PATTERN.search(n)) for n in names]

@@ -136,7 +136,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -144,7 +144,7 @@ import pandas as pd
 from msgspec import field
 from msgspec.structs import replace
 
-from traceinsight.regex_literals import JoinedNames, required_literals
+from traceinsight.regex_literals import FEW_NAMES, JoinedNames, required_literals
 from traceinsight.result import DeviceInfo
 from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN, SYNC_API_PATTERN
 
@@ -264,7 +264,7 @@ def kind_mask(events: pd.DataFrame, *kinds: str) -> np.ndarray:
     lookup table indexed by them would first widen the int8 codes to 8 bytes a row
     (10x the time, 8 MB a million rows). Code -1 (no kind) matches none.
     """
-    codes = events["kind"].cat.codes.to_numpy()
+    codes = cast(pd.Categorical, events["kind"].array).codes  # `.cat.codes` builds a Series: 3x the time a call
     mask = np.zeros(len(codes), dtype=bool)
     for kind in kinds:
         mask |= codes == KINDS.index(kind)
@@ -288,6 +288,8 @@ class DistinctNames:
 
     def _candidates(self, pattern: re.Pattern[str]) -> Iterable[int]:
         """The indices of the names `pattern` may match: those holding one of its required literals, else all."""
+        if len(self.names) < FEW_NAMES:
+            return range(len(self.names))
         literals = required_literals(pattern)
         if literals is None:
             return range(len(self.names))

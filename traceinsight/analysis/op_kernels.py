@@ -257,7 +257,7 @@ def _depths(place: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray
     depth = np.zeros(n, np.int64)
     for p in np.unique(place).tolist():
         mine = np.flatnonzero(place == p)
-        ends = np.sort(end[mine])
+        ends = np.sort(end[mine], kind="stable")
         # started before (in order) minus ended at or before its start (ops ending exactly there are siblings)
         depth[mine] = (position[mine] - first_of_place[mine]) - np.searchsorted(ends, start[mine], side="right")
     return np.maximum(depth, 0)
