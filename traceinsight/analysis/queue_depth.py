@@ -87,32 +87,45 @@ def launched_work(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in [*columns, "work_start", "work_end"]})
     inputs = events["input_id"].to_numpy()
     starts = events["ts_ns"].to_numpy()
-    launches = pd.DataFrame(
+    # (input, correlation) of the calls and the device rows as one code; the first call of each.
+    pair = _codes(inputs[both := np.concatenate([calls, device_rows])], correlation[both])
+    call_pair, work_pair = pair[: len(calls)], pair[len(calls) :]
+    launch_of_pair = np.full(int(pair.max()) + 1, -1, np.int64)
+    launch_of_pair[call_pair[::-1]] = calls[::-1]  # the last write to each slot is its first call
+    # A group a (pair, device, stream), numbered in the order of its first row (`groupby(sort=False)`'s order).
+    device = events["device"].cat.codes.to_numpy()[device_rows]
+    stream = events["stream"].to_numpy()[device_rows]
+    group = _codes(work_pair, _codes(device, stream))
+    count = int(group.max()) + 1
+    first = np.empty(count, np.int64)
+    first[group[::-1]] = np.arange(len(group))[::-1]
+    work_start = np.full(count, np.iinfo(np.int64).max)
+    np.minimum.at(work_start, group, starts[device_rows])
+    work_end = np.full(count, np.iinfo(np.int64).min)
+    np.maximum.at(work_end, group, starts[device_rows] + events["dur_ns"].to_numpy()[device_rows])
+    launch = launch_of_pair[work_pair[first]]
+    matched = launch >= 0  # work whose launch call is not in the trace is left out
+    first, launch = first[matched], launch[matched]
+    return pd.DataFrame(
         {
-            "input_id": inputs[calls],
-            "correlation": correlation[calls],
-            "launch_row": calls,
-            "launch_ts": starts[calls],
-            "launch_dur": events["dur_ns"].to_numpy()[calls],
-            "thread": events["thread"].to_numpy()[calls],
-        }
-    ).drop_duplicates(["input_id", "correlation"])  # the first call of a correlation id
-    work = pd.DataFrame(
-        {
-            "input_id": inputs[device_rows],
-            "correlation": correlation[device_rows],
-            "device": events["device"].cat.codes.to_numpy()[device_rows],
-            "stream": events["stream"].to_numpy()[device_rows],
-            "work_start": starts[device_rows],
-            "work_end": starts[device_rows] + events["dur_ns"].to_numpy()[device_rows],
+            "input_id": inputs[device_rows[first]],
+            "device": pd.Categorical.from_codes(device[first], events["device"].cat.categories),
+            "stream": stream[first],
+            "correlation": correlation[device_rows[first]],
+            "launch_row": launch,
+            "launch_ts": starts[launch],
+            "launch_dur": events["dur_ns"].to_numpy()[launch],
+            "thread": events["thread"].to_numpy()[launch],
+            "work_start": work_start[matched],
+            "work_end": work_end[matched],
         }
     )
-    work = work.groupby(["input_id", "correlation", "device", "stream"], sort=False).agg(
-        work_start=("work_start", "min"), work_end=("work_end", "max")
-    )
-    joined = work.reset_index().merge(launches, on=["input_id", "correlation"], how="inner")
-    joined["device"] = pd.Categorical.from_codes(joined["device"].to_numpy(), events["device"].cat.categories)
-    return joined[[*columns, "work_start", "work_end"]]
+
+
+def _codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """A code per (first, second) pair of ints, numbered in the order of the pairs' first rows."""
+    a, b = pd.factorize(first)[0], pd.factorize(second)[0]
+    return pd.factorize(a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b)[0]
 
 
 def queue_depth(launched: pd.DataFrame, input_steps: Sequence[Steps]) -> QueueDepth:
