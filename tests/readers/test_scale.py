@@ -31,8 +31,9 @@ from traceinsight.errors import TraceError, is_truncation_warning, truncation_wa
 from traceinsight.events import TraceRead
 from traceinsight.load import Progress, load_run, progress_stream
 from traceinsight.readers import _read_document as read_whole_document
-from traceinsight.readers import json_files, read_trace
+from traceinsight.readers import json_files, json_stream, read_trace
 from traceinsight.readers.json_document import load_trace_json
+from traceinsight.readers.json_events import decode_chunk
 from traceinsight.readers.json_files import read_json_bytes
 from traceinsight.readers.json_stream import StreamFallback, TraceStream
 from traceinsight.readers.kineto import read_kineto, read_kineto_json
@@ -232,6 +233,24 @@ def test_hand_made_documents_stream_to_the_same_events_at_every_chunk_size(tmp_p
         assert events == whole.events, chunk
         assert top == whole.top and warnings == decoded_warnings, chunk
         _assert_same_read(read_kineto_json(path, chunk_bytes=chunk), reference)
+
+
+def test_a_chunk_whose_first_events_need_exact_ts_is_decoded_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Epoch µs with ns digits in the first events: the chunk is decoded as exact ts at once, its events never
+    decoded as floats first; the ts are the digits as written."""
+    decoded: list[tuple[str, int]] = []
+
+    def counting(wrapped: bytes, event_type: type) -> Any:
+        decoded.append((event_type.__name__, len(wrapped)))
+        return decode_chunk(wrapped, event_type)
+
+    monkeypatch.setattr(json_stream, "decode_chunk", counting)
+    read = read_kineto_json(_write(tmp_path, DOCS["exact ts"]), chunk_bytes=1 << 20)
+    assert read is not None and list(read.events["ts_ns"]) == [1712195495519689000 + i for i in range(40)]
+    whole = max(size for _, size in decoded)
+    assert [kind for kind, size in decoded if size == whole] == ["ExactEvent"]
 
 
 @pytest.mark.parametrize("name", DOCS)
