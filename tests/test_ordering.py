@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from traceinsight.ordering import dense_codes, lexsort, search_pairs
+from traceinsight.ordering import dense_codes, lexsort, search_pairs, tuple_codes
 
 
 def _keys(rng: np.random.Generator, n: int, spans: tuple[int, ...]) -> list[np.ndarray]:
@@ -77,3 +78,16 @@ def test_search_pairs_finds_the_last_row_at_or_before(place_span: int) -> None:
     ts = rng.integers(-300, 1300, 300)  # before the first start and after the last too
     assert np.array_equal(search_pairs(place, start, wanted, ts), _search_by_loop(place, start, wanted, ts))
     assert np.array_equal(search_pairs(place[:0], start[:0], wanted, ts), np.full(len(ts), -1))
+
+
+def test_tuple_codes_number_tuples_as_groupby_does() -> None:
+    """A code per distinct tuple in the order of its first row (pandas' `ngroup` of `groupby(sort=False)`), and each
+    code's first row."""
+    rng = np.random.default_rng(5)
+    keys = [rng.integers(0, 4, 3000), rng.integers(-(1 << 40), 1 << 40, 3000) // (1 << 38), rng.integers(0, 3, 3000)]
+    codes, first = tuple_codes(*keys)
+    frame = pd.DataFrame({"a": keys[0], "b": keys[1], "c": keys[2]})
+    assert codes.tolist() == frame.groupby(["a", "b", "c"], sort=False).ngroup().tolist()
+    assert first.tolist() == [int(np.flatnonzero(codes == c)[0]) for c in range(len(first))]
+    empty_codes, empty_first = tuple_codes(np.zeros(0, np.int64))
+    assert len(empty_codes) == len(empty_first) == 0

@@ -4,7 +4,9 @@ numpy's `np.lexsort` sorts by its least significant key first, so a (thread, sta
 100,000 host ops costs 10-25 ms whatever their order; `np.unique(..., return_inverse=True)` sorts every row to
 number a dozen threads. A trace's rows come nearly in time order on each thread, and their keys are integers
 whose spans multiply to far less than 2**62: folded into one int64 key, a stable sort of them takes a
-millisecond. Same results, bit for bit, as the numpy calls they replace (`tests/test_ordering.py`).
+millisecond. Same results, bit for bit, as the numpy calls they replace (`tests/test_ordering.py`). Rows are
+numbered by their tuple of keys in one home too (`tuple_codes`): the op signatures, the launches' device work, the
+top tables' groups and the reader's shared arg values.
 """
 
 from __future__ import annotations
@@ -60,6 +62,19 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     among them. Hashed (`pd.factorize`), only the distinct values sorted."""
     codes, distinct = pd.factorize(values, sort=True)
     return np.asarray(distinct), codes.astype(np.intp, copy=False)
+
+
+def tuple_codes(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, a code for its tuple of `keys`' values, numbered in the order of each tuple's first row (as
+    `groupby(sort=False)` numbers groups), and each code's first row. Hashed key by key: `np.unique` of the rows
+    sorts them, 5x slower a million rows."""
+    codes = np.zeros(len(keys[0]), np.int64)
+    for key in keys:
+        key_codes, distinct = pd.factorize(key)
+        codes = pd.factorize(codes * len(distinct) + key_codes)[0]  # both < rows: no overflow
+    first = np.empty(int(codes.max()) + 1 if len(codes) else 0, np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # the last write to each slot is its first row
+    return codes, first
 
 
 def search_pairs(place: np.ndarray, start: np.ndarray, wanted_place: np.ndarray, ts: np.ndarray) -> np.ndarray:

@@ -560,11 +560,6 @@ class Child:
         self.process.join()
         self._pipe.close()
 
-    def abandon(self) -> None:
-        """Kill the process and close the pipe: for work nobody will use."""
-        self.stop()
-        self._pipe.close()
-
     def __enter__(self) -> Child:
         return self
 
@@ -574,7 +569,8 @@ class Child:
         if error is None:
             self.close()
         else:  # interrupted, or failed: no waiting for work nobody will use
-            self.abandon()
+            self.stop()
+            self._pipe.close()
 
 
 SHARED_MEMORY = "/dev/shm"  # tmpfs on Linux: a file there is memory, not disk

@@ -865,7 +865,7 @@ def is_record(value: Any) -> bool:
 
 def field_names(record: Any) -> tuple[str, ...]:
     """A record's (or a record class's) field names, in declaration order: the keys of its JSON object."""
-    return tuple(record.__struct_fields__)
+    return record.__struct_fields__  # type: ignore[no-any-return]
 
 
 def as_dict(record: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ detectors); the bottleneck rules (``findings.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import msgspec
 
@@ -307,6 +308,16 @@ def folded(pattern: str) -> re.Pattern[str]:
     if any(escaped.isupper() for escaped in re.findall(r"\\(.)", pattern)):
         raise ValueError(f"an upper-case escape cannot be folded: {pattern!r}")
     return re.compile(pattern.lower())
+
+
+def first_match(name: str, patterns: Sequence[tuple[re.Pattern[str], bool]]) -> int:
+    """The index of the first of `patterns` (each: the pattern, whether it is case-sensitive) that `name` matches,
+    -1 none: a case-sensitive one is searched in the name as written, a `folded` one in the lower-cased name."""
+    lowered = name.lower()
+    for i, (pattern, case_sensitive) in enumerate(patterns):
+        if pattern.search(name if case_sensitive else lowered):
+            return i
+    return -1
 
 
 class _Pattern:

@@ -154,8 +154,18 @@ def collective_kind(name: str) -> str | None:
 
 # `collective_rows`' columns.
 _ROW_COLUMNS = (
-    *("input_id", "rank", "ts_ns", "dur_ns", "device", "side"),
-    *("collective", "group", "group_size", "seq", "bytes", "step_id"),
+    "input_id",
+    "rank",
+    "ts_ns",
+    "dur_ns",
+    "device",
+    "side",
+    "collective",
+    "group",
+    "group_size",
+    "seq",
+    "bytes",
+    "step_id",
 )
 
 

@@ -51,6 +51,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from traceinsight.ordering import tuple_codes
 from traceinsight.rules import KINETO_DTYPES
 
 OP_CLASSES = ("matmul", "conv", "attention", "other")
@@ -421,7 +422,7 @@ def op_costs(ops: pd.DataFrame) -> pd.DataFrame:
     # One formula call per distinct signature: rows of one share their arg objects (the reader decodes each
     # distinct text once), so object ids tell signatures apart.
     objects = (dims, types, concrete) if next_dims is None else (dims, types, concrete, *next_dims.T)
-    first, inverse = _signatures([codes, *(np.fromiter(map(id, col), np.int64, n) for col in objects)])
+    inverse, first = tuple_codes(codes, *(np.fromiter(map(id, col), np.int64, n) for col in objects))
     results = [
         op_cost(
             categories[code] if code >= 0 else "",
@@ -455,18 +456,6 @@ def op_costs(ops: pd.DataFrame) -> pd.DataFrame:
         },
         index=ops.index,
     )
-
-
-def _signatures(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct tuple of `keys` (int columns), and each row's tuple number: hashed
-    column by column (`np.unique` of the rows sorts them, 5x slower a million rows)."""
-    inverse = np.zeros(len(keys[0]), np.int64)
-    for key in keys:
-        codes, distinct = pd.factorize(key)
-        inverse = pd.factorize(inverse * len(distinct) + codes)[0]  # both < rows: no overflow
-    first = np.empty(int(inverse.max()) + 1 if len(inverse) else 0, np.int64)
-    first[inverse[::-1]] = np.arange(len(inverse))[::-1]  # the last write to each slot is its first row
-    return first, inverse
 
 
 def _reasons(found: Any) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from traceinsight.ordering import tuple_codes
+
 
 class Groups(msgspec.Struct, frozen=True):
     """The groups of rows that share a code (rows of code -1, a missing value, in none)."""
@@ -41,11 +43,9 @@ class Groups(msgspec.Struct, frozen=True):
 def groups_of(codes: np.ndarray) -> Groups:
     """The groups of `codes` (ints, -1 missing)."""
     member = codes >= 0
-    distinct, first = np.unique(codes[member], return_index=True)
-    in_order = distinct[np.argsort(first, kind="stable")]
-    position = np.full(int(codes.max(initial=-1)) + 2, -1, np.int64)  # the last slot: code -1
-    position[in_order] = np.arange(len(in_order))
-    return Groups(in_order, position[codes])
+    of_row = np.full(len(codes), -1, np.int64)
+    of_row[member], first = tuple_codes(codes[member])
+    return Groups(codes[member][first], of_row)
 
 
 def ranked(totals: np.ndarray, limit: int) -> np.ndarray:

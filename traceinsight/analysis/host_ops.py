@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis.grouped import groups_of, ranked
+from traceinsight.analysis.grouped import Groups, groups_of, ranked
 from traceinsight.events import kind_mask, rows_of_input, take_rows
 from traceinsight.intervals import union_of_rows
 from traceinsight.ordering import lexsort
@@ -57,8 +57,8 @@ def _depths(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, n], strict=True):  # one slice per thread
         s, e = starts[lo:hi], ends[lo:hi]
         started = np.arange(1, hi - lo + 1)  # ops started at or before each op (sorted by start)
-        ended = np.searchsorted(np.sort(e, kind="stable"), s, side="right")  # ended at or before it starts (timsort:
-        # ends come nearly sorted, 6x faster than quicksort)
+        # Ops ended at or before each op starts; the ends come nearly sorted (timsort: 6x faster than quicksort).
+        ended = np.searchsorted(np.sort(e, kind="stable"), s, side="right")
         depth[lo:hi] = started - ended - 1
     return np.clip(depth, 0, _DEPTH_LIMIT)
 
@@ -106,13 +106,15 @@ def own_times(ops: pd.DataFrame) -> np.ndarray:
     return self_ns
 
 
-def _summarise(names: pd.Categorical, dur: np.ndarray, self_ns: np.ndarray, limit: int, by: str) -> list[HostOp]:
-    """The `limit` ops with the most time `by` ("own": self time, "total"), each with its calls and times."""
-    groups = groups_of(names.codes)
+def _summarise(
+    groups: Groups, names: pd.Index, dur: np.ndarray, self_ns: np.ndarray, limit: int, by: str
+) -> list[HostOp]:
+    """The `limit` ops with the most time `by` ("own": self time, "total"), each with its calls and times (`groups`:
+    the rows by name, `names` their categories)."""
     calls, total, own = groups.count, groups.sum(dur), groups.sum(self_ns)
     return [
         HostOp(
-            name := str(names.categories[groups.codes[g]]),
+            name := str(names[groups.codes[g]]),
             _function_name(name),
             int(calls[g]),
             int(total[g]),
@@ -156,9 +158,10 @@ def host_ops(events: pd.DataFrame, input_id: int, rows: HostOpRows | None = None
     name_dur, name_in_wait = by_name.sum(dur), by_name.sum(in_wait)
     input_name = (name_in_wait >= INPUT_WORK_COVERAGE * name_dur) & (name_dur > 0)
     of_input = np.append(input_name, False)[by_name.of_row]  # row -1 (no name): the appended False
+    inputs = groups_of(names.codes[of_input])
     return HostOps(
-        top=_summarise(names, dur, self_ns, TOP_HOST_OPS, "own"),
-        input_functions=_summarise(names[of_input], dur[of_input], self_ns[of_input], 5, "total"),
+        top=_summarise(by_name, names.categories, dur, self_ns, TOP_HOST_OPS, "own"),
+        input_functions=_summarise(inputs, names.categories, dur[of_input], self_ns[of_input], 5, "total"),
         count=len(dur),
         median_ns=int(np.median(dur)),
     )

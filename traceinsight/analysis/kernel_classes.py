@@ -10,21 +10,22 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.events import DEVICE_WORK_KINDS, DistinctNames, kind_mask
-from traceinsight.rules import KERNEL_CLASS_RULES, KERNEL_CLASSES
+from traceinsight.rules import KERNEL_CLASS_RULES, KERNEL_CLASSES, first_match
 
 # Every class, in the order reports list them.
 _CODE = {name: code for code, name in enumerate(KERNEL_CLASSES)}
+
+
+# The rules' patterns, each `rules.folded` (searched in the lower-cased name).
+_PATTERNS = tuple((pattern, False) for _, pattern in KERNEL_CLASS_RULES)
 
 
 @lru_cache(maxsize=1 << 16)
 def class_of_name(name: str) -> str:
     """The class of one kernel name: the first rule it matches, else `other`. Remembered: a report asks the same
     names several times (kernel stats, compute efficiency, the critical path), and kernel names are long."""
-    lowered = name.lower()  # the rules are `rules.folded`
-    for kernel_class, pattern in KERNEL_CLASS_RULES:
-        if pattern.search(lowered):
-            return kernel_class
-    return "other"
+    rule = first_match(name, _PATTERNS)
+    return KERNEL_CLASS_RULES[rule][0] if rule >= 0 else "other"
 
 
 def kernel_classes(events: pd.DataFrame) -> pd.Categorical:

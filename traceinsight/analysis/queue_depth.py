@@ -21,6 +21,7 @@ import pandas as pd
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, names_matching
 from traceinsight.intervals import Intervals, union
+from traceinsight.ordering import tuple_codes
 from traceinsight.rules import (
     ASYNC_COPY_LAUNCH,
     GRAPH_LAUNCH,
@@ -88,17 +89,16 @@ def launched_work(events: pd.DataFrame) -> pd.DataFrame:
     inputs = events["input_id"].to_numpy()
     starts = events["ts_ns"].to_numpy()
     # (input, correlation) of the calls and the device rows as one code; the first call of each.
-    pair = _codes(inputs[both := np.concatenate([calls, device_rows])], correlation[both])
+    pair, _ = tuple_codes(inputs[both := np.concatenate([calls, device_rows])], correlation[both])
     call_pair, work_pair = pair[: len(calls)], pair[len(calls) :]
+    first_call = tuple_codes(call_pair)[1]
     launch_of_pair = np.full(int(pair.max()) + 1, -1, np.int64)
-    launch_of_pair[call_pair[::-1]] = calls[::-1]  # the last write to each slot is its first call
+    launch_of_pair[call_pair[first_call]] = calls[first_call]
     # A group a (pair, device, stream), numbered in the order of its first row (`groupby(sort=False)`'s order).
     device = events["device"].cat.codes.to_numpy()[device_rows]
     stream = events["stream"].to_numpy()[device_rows]
-    group = _codes(work_pair, _codes(device, stream))
-    count = int(group.max()) + 1
-    first = np.empty(count, np.int64)
-    first[group[::-1]] = np.arange(len(group))[::-1]
+    group, first = tuple_codes(work_pair, device, stream)
+    count = len(first)
     work_start = np.full(count, np.iinfo(np.int64).max)
     np.minimum.at(work_start, group, starts[device_rows])
     work_end = np.full(count, np.iinfo(np.int64).min)
@@ -120,12 +120,6 @@ def launched_work(events: pd.DataFrame) -> pd.DataFrame:
             "work_end": work_end[matched],
         }
     )
-
-
-def _codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """A code per (first, second) pair of ints, numbered in the order of the pairs' first rows."""
-    a, b = pd.factorize(first)[0], pd.factorize(second)[0]
-    return pd.factorize(a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b)[0]
 
 
 def queue_depth(launched: pd.DataFrame, input_steps: Sequence[Steps]) -> QueueDepth:

@@ -39,7 +39,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.rules import NAME_RULES, PRECISION_RULES, TENSOR_CORE_PRECISIONS
+from traceinsight.rules import NAME_RULES, PRECISION_RULES, TENSOR_CORE_PRECISIONS, first_match
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8")
 
@@ -52,15 +52,7 @@ _PRECISION_PATTERNS = tuple((rule.compiled(), rule.case_sensitive) for rule in P
 def _first_match(names: list[str], patterns: tuple[tuple[re.Pattern[str], bool], ...]) -> np.ndarray:
     """Index of the first pattern each name matches (-1: none). Distinct names, each searched until a pattern
     matches: pandas' `str.contains` cost 60 µs a call before any search, and a table has 40 patterns."""
-    return np.array([_first_of(name, patterns) for name in names], np.int64)
-
-
-def _first_of(name: str, patterns: tuple[tuple[re.Pattern[str], bool], ...]) -> int:
-    lowered = name.lower()
-    for i, (pattern, case_sensitive) in enumerate(patterns):
-        if pattern.search(name if case_sensitive else lowered):
-            return i
-    return -1
+    return np.array([first_match(name, patterns) for name in names], np.int64)
 
 
 # The answers for the names classified so far in this process, (eligible, tensor_core, known, precision, rule):

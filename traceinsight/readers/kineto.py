@@ -53,6 +53,7 @@ from traceinsight.events import (
     take_rows,
 )
 from traceinsight.limits import EVENT_BYTES, MemoryLimit
+from traceinsight.ordering import tuple_codes
 from traceinsight.readers._classify import copy_kind, is_sync_api, kineto_copy_memory
 from traceinsight.readers._repair import drop_duplicates, valid_occupancy
 from traceinsight.readers.columns import ColumnBuffers, StringPool, float_column, int_column
@@ -305,12 +306,11 @@ def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
 def _one_object_per_value(values: np.ndarray) -> np.ndarray:
     """Decoded arg values with equal ones made one object. Each chunk decoded its own texts (`_op_columns`), and
     `flops.op_costs` tells signatures apart by object, a formula call each: resnet50's 2,507 signatures are 611."""
-    ids = np.fromiter(map(id, values), np.int64, len(values))
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    value_code = pd.factorize(np.array([msgspec.json.encode(v) for v in values[first]], dtype=object))[0]
-    kept = np.empty(int(value_code.max(initial=-1)) + 1, np.int64)
-    kept[value_code[::-1]] = first[::-1]  # the last write to each slot is its first object
-    return values[kept[value_code[inverse]]] if len(values) else values
+    if not len(values):
+        return values
+    object_code, first = tuple_codes(np.fromiter(map(id, values), np.int64, len(values)))
+    value_code, first_object = tuple_codes(np.array([msgspec.json.encode(v) for v in values[first]], dtype=object))
+    return values[first[first_object[value_code[object_code]]]]
 
 
 def _memory_columns(instants: list[Event], exact_ts: bool, warnings: Counter[str]) -> dict[str, np.ndarray]:
