@@ -21,7 +21,7 @@ import pandas as pd
 from traceinsight.analysis.steps import Steps
 from traceinsight.events import DEVICE_WORK_KINDS, kind_mask, names_matching
 from traceinsight.intervals import Intervals, union
-from traceinsight.ordering import tuple_codes
+from traceinsight.ordering import dense_codes, lexsort, tuple_codes
 from traceinsight.rules import (
     ASYNC_COPY_LAUNCH,
     GRAPH_LAUNCH,
@@ -211,12 +211,12 @@ def _running_depth(
     """Per distinct key, the queue's depth after each change: +1 at each launch's start, -1 at its work's end,
     sorted by key then time (the distinct keys, each launch's key index, and the sorted times, changes, their keys
     and depths); and what each launch found queued or running under its key when it began."""
-    groups, group = np.unique(keys, return_inverse=True)
+    groups, group = dense_codes(keys)
     n = len(start)
     time = np.concatenate([start, end])
     delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
     owner = np.concatenate([group, group])
-    order = np.lexsort((delta, time, owner))  # by group, then time; at one instant ends before starts
+    order = lexsort((delta, time, owner))  # by group, then time; at one instant ends before starts
     time, delta, owner = time[order], delta[order], owner[order]
     # Every group's +1s and -1s cancel, so the running sum over all groups is each group's own.
     depth = np.cumsum(delta)
@@ -233,7 +233,7 @@ def blocked_launch_rows(launched: pd.DataFrame, rows: int) -> np.ndarray:
     if launched.empty:
         return blocked
     streams = [launched["input_id"].to_numpy(), launched["device"].cat.codes.to_numpy(), launched["stream"].to_numpy()]
-    keys = pd.MultiIndex.from_arrays(streams).factorize()[0]
+    keys = tuple_codes(*streams)[0]  # which stream: the codes' order does not matter here
     start = launched["launch_ts"].to_numpy()
     found = _running_depth(keys, start, np.maximum(launched["work_end"].to_numpy(), start))[6]
     blocked[launched["launch_row"].to_numpy()[found >= QUEUE_FULL_FOUND_DEPTH]] = True
