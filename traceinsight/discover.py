@@ -28,9 +28,8 @@ from pathlib import Path
 import msgspec
 
 from traceinsight.errors import TraceError
-from traceinsight.readers import JSON_SUFFIXES, is_trace_file, looks_like_trace
+from traceinsight.readers import JSON_SUFFIXES, REPORT_SUFFIX, SQLITE_SUFFIX, is_trace_file, looks_like_trace
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
-from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX
 from traceinsight.readers.regular import not_regular, refusal
 from traceinsight.readers.stamp import CaptureStamp, capture_stamp
 from traceinsight.rules import GRAPH_CAPTURE_BYTES, RUN_OVERLAP_MIN_SHARE

@@ -144,26 +144,14 @@ import pandas as pd
 from msgspec import field
 from msgspec.structs import replace
 
+from traceinsight.kinds import COPY_KINDS as COPY_KINDS
+from traceinsight.kinds import DEVICE_WORK_KINDS as DEVICE_WORK_KINDS
+from traceinsight.kinds import KINDS as KINDS
+from traceinsight.kinds import MEMORY_KINDS as MEMORY_KINDS
 from traceinsight.regex_literals import FEW_NAMES, JoinedNames, required_literals
 from traceinsight.result import DeviceInfo
 from traceinsight.rules import BLOCKING_HOST_OPS, INPUT_WAIT_PATTERN, PROFILER_STEP_PATTERN, SYNC_API_PATTERN
 
-KINDS = (
-    "kernel",
-    "memcpy",
-    "memset",
-    "sync",
-    "runtime",
-    "cpu_op",
-    "annotation",
-    "step",
-    "input_wait",
-    "python",
-    "other",
-)
-DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
-COPY_KINDS = ("h2d", "d2h", "d2d", "p2p", "other")
-MEMORY_KINDS = ("pageable", "pinned", "device", "unknown")
 FORMATS = ("xspace", "kineto", "chrome", "nsys")
 FRAMEWORKS = ("tensorflow", "jax", "pytorch", "unknown")
 

@@ -161,9 +161,19 @@ PARALLEL_FILE_MIN_BYTES = 32 << 20
 # CPU time bought 1.19x on an idle 2-core machine (issue 38). So from the size a Kineto file's own chunks are
 # shared at (`PARALLEL_FILE_MIN_BYTES`).
 PARALLEL_RUN_MIN_BYTES = PARALLEL_FILE_MIN_BYTES
-# A .gz trace's bytes of JSON, guessed from its size on disk (`json_files.json_size_guess`): Kineto JSON packs
-# about eightfold.
+# A .gz trace's bytes of JSON, at the least, from its size on disk (`json_files.json_size_guess`, where the gzip
+# trailer gives the size exactly below 4 GiB): Kineto JSON packs 8 to 20 fold (the traces of ../shared: 8.6-20x).
 GZIP_JSON_RATIO_GUESS = 8
+# A Kineto file of this many bytes of JSON or more, and of no more than EARLY_READ_MAX_BYTES, is read by a process of
+# its own started as the `report` command begins, while this one imports pandas and the analyses for 0.25-0.3 s
+# (`readers/early.py`). Medians of 5-7 alternated runs on the 2-core machine (benchmarks/README.md): 0.13 s less for
+# trace_diff/control (35 MB), 0.07 s for resnet50_num_workers_4 (31 MB), 0.06 s for ns_resolution_trace (15 MB),
+# 0.08 s for OWLv2 (56 MB); 0.02-0.03 s more for nccl_parser_config (10 MB) and the B200 eager trace (14 MB), whose
+# reads cost little more than the process's start, its imports (numpy) and the rows' way back: those stay in one
+# process (issue 38). From about 60 MB, decoding the chunks with `jobs` processes once the imports are done
+# (PARALLEL_FILE_MIN_BYTES) is as fast, and at 86 MB faster (1.76 s against 1.93 s).
+EARLY_READ_MIN_BYTES = 15_000_000  # about 0.1 s of reading
+EARLY_READ_MAX_BYTES = 64 << 20
 # How many processes by default (`parallel.default_jobs`): the cores left idle, the usable ones (CPU affinity, at most
 # the cgroup's quota) less those other processes keep busy: the fewer of the 1-minute load average, which lags (a
 # command that ended seconds ago still counts, as the last run of this one does), and the processes runnable now, a

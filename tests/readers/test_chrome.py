@@ -25,7 +25,7 @@ from tests.conftest import SAMPLE_TRACES, shared_trace
 from traceinsight.cli import main
 from traceinsight.errors import TraceError
 from traceinsight.events import TraceRead
-from traceinsight.readers import json_stream, kineto, read_trace
+from traceinsight.readers import json_stream, kineto, kineto_chunks, read_trace
 
 XSPACE = "xprof/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 _CONVERT = """
@@ -240,7 +240,7 @@ def test_export_is_not_streamed_as_kineto_past_its_first_events(export: Path, mo
         return real(piece, exact_hint)
 
     monkeypatch.setattr(json_stream, "_decode_piece", counting)
-    monkeypatch.setattr(kineto, "_ROWS_TO_TELL_KINETO", 2_000)  # this export has 20,631 complete events
+    monkeypatch.setattr(kineto_chunks, "_ROWS_TO_TELL_KINETO", 2_000)  # this export has 20,631 complete events
     assert kineto.read_kineto_json(export, chunk_bytes=1 << 16) is None
     assert sum(decoded) < export.stat().st_size / 4  # its first events, not the file
     assert read_trace(export).input.format == "chrome"

@@ -4,7 +4,8 @@ A thin layer over the Python API (`traceinsight.api.analyze` and its `Report`): 
 progress bar, `--fail-on` and the exit code.
 
 The module imports only what its options need: pandas, the readers and the analyses (0.3-0.5 s) are imported in
-`run`, once the options are checked, so that `--help` and a bad option answer at once.
+`run`, once the options are checked, so that `--help` and a bad option answer at once; a Kineto file of tens of
+MB is read meanwhile by a process of its own (`readers.early`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from traceinsight.commands.options import (
 from traceinsight.errors import TraceError
 from traceinsight.gating import evaluate, parse_threshold
 from traceinsight.parallel import default_jobs
+from traceinsight.readers.early import early_read
 from traceinsight.render.output import Staged, finish, preflight_outputs, removed_on_interrupt
 from traceinsight.rules import DEFAULT_SMALL_KERNEL_US
 
@@ -106,11 +108,14 @@ class ReportCommand:
             raise TraceError("--steps", "it chooses the steps --trace-out writes: give --trace-out FILE too")
         outputs = [args.output, args.json, args.markdown, args.trace_out]
         preflight_outputs(outputs, [args.path])
-        with removed_on_interrupt(outputs):
-            return ReportCommand._report(args)
+        jobs = default_jobs() if args.jobs is None else args.jobs
+        # A file of tens of MB is read by a process of its own while the imports below take their 0.3 s.
+        early = jobs if args.scheduler is None and args.max_memory is None else 1
+        with removed_on_interrupt(outputs), early_read(args.path, early):
+            return ReportCommand._report(args, jobs)
 
     @staticmethod
-    def _report(args: argparse.Namespace) -> int:
+    def _report(args: argparse.Namespace, jobs: int) -> int:
         from traceinsight.api import analyze
         from traceinsight.load import progress_stream
         from traceinsight.workflow import refuse_partial
@@ -125,7 +130,7 @@ class ReportCommand:
             args.path,
             args.small_kernel_us,
             args.run,
-            default_jobs() if args.jobs is None else args.jobs,
+            jobs,
             scheduler=args.scheduler,
             progress=progress_stream(args.quiet),
             on_analyzed=export,

@@ -9,6 +9,9 @@ home-grown tracer's) is decoded whole (`_read_document`). Either form of the Tra
 Event Format is read: an object with ``traceEvents``, or the array of events alone.
 Nsight Systems' SQLite exports (and ``.nsys-rep`` reports, exported by ``nsys``) go to
 `read_nsys`.
+
+The package imports a reader when a file needs it, so that one reader module can be imported alone: the early
+read's process (early.py) takes Kineto's chunk reader without pandas.
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceinsight.errors import TraceError, is_truncation_warning
-from traceinsight.events import TraceRead, cut_long_names, mark_step_ranges
-from traceinsight.limits import MemoryLimit
-from traceinsight.readers.chrome import read_chrome
-from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_files import FileText, json_size_guess
-from traceinsight.readers.kineto import looks_like_kineto, read_kineto, read_kineto_json
-from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, is_nsys_export, read_nsys
 from traceinsight.readers.regular import not_regular, refusal
 from traceinsight.rules import NAME_MATCH_MAX_CHARS, PARALLEL_FILE_MIN_BYTES
 
+if TYPE_CHECKING:
+    from traceinsight.events import TraceRead
+    from traceinsight.limits import MemoryLimit
+
 XSPACE_SUFFIX = ".xplane.pb"
+SQLITE_SUFFIX = ".sqlite"
+REPORT_SUFFIX = ".nsys-rep"  # a report Nsight Systems exports to SQLite (`nsys.export_report`)
 JSON_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (SQLITE_SUFFIX, REPORT_SUFFIX)
 TRACE_SUFFIXES = (XSPACE_SUFFIX, *JSON_SUFFIXES, *NSYS_SUFFIXES)
@@ -72,6 +76,8 @@ def looks_like_trace(path: Path | str) -> bool:
     if name.endswith((XSPACE_SUFFIX, REPORT_SUFFIX)):
         return True
     if name.endswith(SQLITE_SUFFIX):
+        from traceinsight.readers.nsys import is_nsys_export
+
         return is_nsys_export(path)
     if not name.endswith(JSON_SUFFIXES):
         return False
@@ -115,6 +121,8 @@ def read_trace(
     warning when the file has none. Only a regular file is read (`readers.regular`): a FIFO is refused at once.
     Names longer than `NAME_MATCH_MAX_CHARS` are cut to it (a warning counts them).
     """
+    from traceinsight.events import cut_long_names, mark_step_ranges
+
     path = Path(path)
     if kind := not_regular(path):
         raise TraceError(path, refusal(kind))
@@ -144,15 +152,23 @@ def _read_trace(path: Path, on_bytes: Callable[[int], None] | None, jobs: int, l
         # One process with --jobs 1; else as many as the machine's idle cores allow (`xspace.idle_cores`).
         return read_xspace(path, jobs=None if jobs > 1 else 1, limit=limit)
     if name.endswith(JSON_SUFFIXES):
+        from traceinsight.readers.kineto import read_kineto_json
+
         jobs = jobs if json_size_guess(path) >= PARALLEL_FILE_MIN_BYTES else 1
         streamed = read_kineto_json(path, on_bytes=on_bytes, jobs=jobs, limit=limit)
         return streamed if streamed is not None else _read_document(path, limit)
     if name.endswith(NSYS_SUFFIXES):
+        from traceinsight.readers.nsys import read_nsys
+
         return read_nsys(path, limit)
     raise TraceError(path, f"not a trace file (expected a name ending in {', '.join(TRACE_SUFFIXES)})")
 
 
 def _read_document(path: Path, limit: MemoryLimit | None) -> TraceRead:
     """A JSON trace the streaming reader does not take (Chrome-trace JSON, XProf's export), decoded whole."""
+    from traceinsight.readers.chrome import read_chrome
+    from traceinsight.readers.json_document import load_trace_json
+    from traceinsight.readers.kineto import looks_like_kineto, read_kineto
+
     doc = load_trace_json(path, limit=limit)
     return read_kineto(path, doc) if looks_like_kineto(doc) else read_chrome(path, doc)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # the early read's process (early.py) classifies names without pandas
+    import pandas as pd
 
 from traceinsight.rules import (
     COPY_KIND_PATTERNS,

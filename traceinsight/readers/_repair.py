@@ -10,16 +10,21 @@ damage becomes one warning with a count, never one line per event.
 
 What is *not* damage: events out of order (analyses sort), and events that overlap
 on one stream (real XSpace and Kineto traces have thousands; busy time is a union).
+
+pandas is imported by the functions over finished tables alone: the early read's process (early.py) checks times
+here without it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # HTA drops events longer than 7 days as CUPTI counter overflows (MAX_EVENT_DURATION_US).
 MAX_DURATION_NS = 7 * 24 * 3600 * 10**9
@@ -110,6 +115,8 @@ def drop_duplicates(
     memory of a hash table. With `in_line_order` (XSpace: each line's events are one
     block of rows) the sort is often not needed either (`_tied_rows`).
     """
+    import pandas as pd
+
     tied = _tied_rows(table) if in_line_order else None
     if tied is not None:
         if not tied.any():
@@ -135,6 +142,8 @@ def _tied_rows(table: pd.DataFrame) -> np.ndarray | None:
     events: rows starting at the same instant next to each other in a block (repeats are equal in every column,
     so in place and start). None when the rows are not laid out so: then any two may repeat each other. Four
     comparisons a row, where the hash sort took 0.1 s a million rows."""
+    import pandas as pd
+
     ts = table["ts_ns"].to_numpy()
     places = [table["device"].cat.codes.to_numpy(), table["stream"].to_numpy(), table["thread"].to_numpy()]
     same_place = np.ones(max(len(ts) - 1, 0), bool)

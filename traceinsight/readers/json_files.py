@@ -37,6 +37,8 @@ except ImportError:
 # Bytes of JSON read at a time: a gzip file's blocks as inflated, the chunks a stream decodes (json_stream.py).
 CHUNK_BYTES = 4 << 20
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's code for a gzip stream (header and trailer)
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_MIN_BYTES = 18  # a 10-byte header and an 8-byte trailer (CRC-32, ISIZE)
 _PACKED_BLOCK = 1 << 20  # bytes of a .gz file read at a time
 
 
@@ -94,7 +96,7 @@ class FileText:
         self.path = path
         self.on_bytes = on_bytes
         self._data = data
-        self.packed = (data[:2] if data is not None else _magic(path)) == b"\x1f\x8b"
+        self.packed = (data[:2] if data is not None else _gzip_head_and_tail(path)[0]) == _GZIP_MAGIC
         self.cut = False
         self.size = 0
         self.consumed = 0
@@ -161,13 +163,18 @@ class FileText:
             yield rest
 
 
-def _magic(path: Path | str) -> bytes:
-    """The first two bytes of a regular file (none when it cannot be read: reading it then says why)."""
+def _gzip_head_and_tail(path: Path | str) -> tuple[bytes, int]:
+    """The first two bytes of a regular file, and for gzip its trailer's ISIZE (the text's size modulo 2**32,
+    that of its last member); (b"", 0) when it cannot be read: reading it then says why."""
     try:
         with open_regular(path) as file:
-            return file.read(2)
+            magic = file.read(2)
+            if magic != _GZIP_MAGIC or file.seek(0, os.SEEK_END) < _GZIP_MIN_BYTES:
+                return magic, 0
+            file.seek(-4, os.SEEK_END)
+            return magic, int.from_bytes(file.read(4), "little")
     except OSError:
-        return b""
+        return b"", 0
 
 
 class ByteRange(msgspec.Struct, frozen=True):
@@ -192,9 +199,12 @@ class ByteRange(msgspec.Struct, frozen=True):
 def json_size_guess(path: Path | str) -> int:
     """About how many bytes of JSON a file holds (0 when it cannot be read: the reader then says why).
 
-    For ``.gz``, guessed from the size on disk: Kineto JSON packs about eightfold.
+    For ``.gz``, the size its trailer gives (exact for one member of less than 4 GiB), and at least
+    `GZIP_JSON_RATIO_GUESS` times its size on disk (a bigger text, whose size the trailer gives modulo 4 GiB).
     """
     try:
-        return os.stat(path).st_size * (GZIP_JSON_RATIO_GUESS if _magic(path) == b"\x1f\x8b" else 1)
+        on_disk = os.stat(path).st_size
     except OSError:
         return 0
+    magic, text_size = _gzip_head_and_tail(path)
+    return max(text_size, on_disk * GZIP_JSON_RATIO_GUESS) if magic == _GZIP_MAGIC else on_disk

@@ -44,13 +44,12 @@ import pandas as pd
 from traceinsight.errors import TraceError
 from traceinsight.events import COPY_KINDS, KINDS, MEMORY_KINDS, DeviceInfo, InputInfo, TraceRead, make_event_table
 from traceinsight.limits import MemoryLimit
+from traceinsight.readers import REPORT_SUFFIX, SQLITE_SUFFIX
 from traceinsight.readers._classify import is_sync_api
 from traceinsight.readers._repair import drop_duplicates, usable_times
 from traceinsight.readers.regular import not_regular, open_regular, refusal
 from traceinsight.rules import NSYS_API_VERSION_SUFFIX, NSYS_PYTORCH_RANGE, NSYS_RANK_VARIABLES
 
-SQLITE_SUFFIX = ".sqlite"
-REPORT_SUFFIX = ".nsys-rep"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_BYTES = 100  # the SQLite file header: page size at 16, page count at 28
 KERNEL, MEMCPY, MEMSET, SYNC, RUNTIME, NVTX = (

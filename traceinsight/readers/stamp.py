@@ -15,9 +15,9 @@ from pathlib import Path
 import msgspec
 
 from traceinsight.errors import TraceError
-from traceinsight.readers import XSPACE_SUFFIX
+from traceinsight.readers import REPORT_SUFFIX, SQLITE_SUFFIX, XSPACE_SUFFIX
 from traceinsight.readers.json_files import FileText
-from traceinsight.readers.nsys import REPORT_SUFFIX, SQLITE_SUFFIX, capture_window
+from traceinsight.readers.nsys import capture_window
 from traceinsight.readers.regular import open_regular
 
 # How much of each end of a JSON file's text is read: a few hundred events, and the keys Kineto writes before

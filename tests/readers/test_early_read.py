@@ -1,0 +1,184 @@
+"""The early read (readers/early.py): a Kineto file read by a process of its own while `report` imports pandas.
+
+It is only a head start, so its oracle is the read it replaces: the same `TraceRead`, table for table, as the file
+read here (whose figures the other reader tests check against the raw events). And it must never change what the
+user sees when it cannot help: a damaged, foreign or changed file is read here as always, with the same message.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
+from traceinsight.cli import main
+from traceinsight.events import TraceRead
+from traceinsight.readers import early, kineto, kineto_chunks, read_trace
+from traceinsight.readers.early import EarlyRead, early_read, read_chunks, take, worth_reading_early
+
+SAMPLES = (  # ops with shapes, collectives, memory events, graph replays, several threads
+    "distributed/balanced/rank0.1796375708077857791.pt.trace.json.gz",
+    "warmup/torch_compile_first_call/sample.pt.trace.json.gz",
+    "synthetic_gpu/h2d_pageable/sample_1.1767229323456.pt.trace.json.gz",
+    "pairs/torch_dataloader_workers/before/sample.1796279880321513497.pt.trace.json.gz",
+    "torch_cpu_dataloader/sample.1796235412336039639.pt.trace.json.gz",
+)
+SHARED = (  # memory events (absolute and running), exact epoch timestamps, AMD's string numbers, many chunks
+    "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+)
+
+
+@pytest.fixture
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Kineto file is worth an early read (the samples are far below `EARLY_READ_MIN_BYTES`), even while a
+    thread another test left runs (its process then comes from a fork server)."""
+    monkeypatch.setattr(early, "EARLY_READ_MIN_BYTES", 0)
+    monkeypatch.setattr(early, "forks_workers", lambda: True)
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[EarlyRead | None]]:
+    """What each Kineto read took from an early read."""
+    seen: list[EarlyRead | None] = []
+
+    def recording(path: Path | str) -> EarlyRead | None:
+        seen.append(take(path))
+        return seen[-1]
+
+    monkeypatch.setattr(kineto, "take", recording)
+    yield seen
+
+
+def _assert_same_read(got: TraceRead, want: TraceRead) -> None:
+    for table in ("events", "ops", "collectives", "memory"):
+        pd.testing.assert_frame_equal(getattr(got, table), getattr(want, table), obj=table)
+    assert (got.warnings, got.metadata, got.devices, got.input) == (
+        want.warnings,
+        want.metadata,
+        want.devices,
+        want.input,
+    )
+
+
+def _params() -> list[object]:
+    return [pytest.param(SAMPLE_TRACES / rel, id=rel.split("/")[0]) for rel in SAMPLES] + [
+        pytest.param(rel, id=rel.split("/")[1]) for rel in SHARED
+    ]
+
+
+@pytest.mark.parametrize("trace", _params())
+def test_the_early_read_is_the_read_here(
+    trace: Path | str, any_size: None, taken: list[EarlyRead | None], chunk_bytes: None
+) -> None:
+    path = trace if isinstance(trace, Path) else shared_trace(trace)
+    want = read_trace(path)
+    with early_read(path, jobs=2):
+        got = read_trace(path)
+    assert taken[-1] is not None and taken[-1].chunks  # read by the other process, not here
+    _assert_same_read(got, want)
+
+
+@pytest.fixture
+def chunk_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small chunks, so the samples are read in several, as a real file of tens of MB is."""
+    monkeypatch.setattr(early, "CHUNK_BYTES", 1 << 16)
+
+
+def test_its_process_reads_without_pandas() -> None:
+    """The point of it: the process starts before pandas is imported, and must not import it (0.15-0.2 s)."""
+    path = SAMPLE_TRACES / SAMPLES[0]
+    code = (
+        "import sys\nfrom traceinsight.readers.early import read_chunks\n"
+        f"read = read_chunks({str(path)!r})\nprint(len(read.chunks), 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "False"]
+
+
+def test_a_file_changed_since_is_read_here(tmp_path: Path, any_size: None, taken: list[EarlyRead | None]) -> None:
+    path = tmp_path / "sample.pt.trace.json.gz"
+    path.write_bytes((SAMPLE_TRACES / SAMPLES[1]).read_bytes())
+    want = read_trace(path)
+    with early_read(path, jobs=2):
+        info = path.stat()
+        os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+        got = read_trace(path)
+    assert taken == [None, None]
+    _assert_same_read(got, want)
+
+
+def test_a_read_not_taken_is_stopped(any_size: None) -> None:
+    path = SAMPLE_TRACES / SAMPLES[0]
+    with early_read(path, jobs=2):
+        (pending,) = early._pending.values()
+    assert not early._pending
+    assert pending.child.process.exitcode is not None  # stopped and reaped
+
+
+def test_where_it_gains_nothing_it_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = SAMPLE_TRACES / SAMPLES[0]  # 0.3 MB of JSON: its read costs about what a process's start does
+    assert not worth_reading_early(small, jobs=2)
+    monkeypatch.setattr(early, "EARLY_READ_MIN_BYTES", 0)
+    monkeypatch.setattr(early, "forks_workers", lambda: True)
+    assert worth_reading_early(small, jobs=2)
+    assert not worth_reading_early(small, jobs=1)  # --jobs 1, or no idle core
+    assert not worth_reading_early(small.parent, jobs=2)  # a folder: its runs are found after the imports
+    assert not worth_reading_early(tmp_path / "missing.json", jobs=2)
+    xspace = next(SAMPLE_TRACES.rglob("*.xplane.pb"))
+    assert not worth_reading_early(xspace, jobs=2)
+    monkeypatch.setattr(early, "forks_workers", lambda: False)  # macOS, Windows, a threaded process
+    assert not worth_reading_early(small, jobs=2)
+
+
+def test_a_big_text_in_a_small_gzip_is_sized_by_its_trailer(tmp_path: Path) -> None:
+    """A .gz file's text is sized from its trailer, not its size on disk: repeated events pack 100-fold."""
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(200_000)]
+    text = json.dumps({"traceEvents": events}).encode()
+    path = tmp_path / "big.json.gz"
+    path.write_bytes(gzip.compress(text, 9))
+    assert path.stat().st_size * 20 < len(text)
+    assert early.json_size_guess(path) == len(text)
+
+
+def test_a_foreign_or_damaged_file_gives_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_chunks, "_ROWS_TO_TELL_KINETO", 100)
+    timeline = SAMPLE_TRACES / "tf1_timeline/cpu_mlp/timeline.json"  # a Chrome trace, not Kineto's
+    assert read_chunks(str(timeline)) is None
+    damaged = tmp_path / "damaged.pt.trace.json"
+    damaged.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": ]}')
+    assert read_chunks(str(damaged)) is None
+
+
+def test_the_report_is_the_same_and_so_is_an_error(
+    tmp_path: Path, any_size: None, taken: list[EarlyRead | None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = SAMPLE_TRACES / SAMPLES[0]
+    documents = []
+    for jobs in ("2", "1"):
+        out = tmp_path / jobs
+        assert (
+            main(["report", str(path), "-q", "--jobs", jobs, "-o", str(out / "r.html"), "--json", str(out / "r.json")])
+            == 0
+        )
+        documents.append({k: v for k, v in json.loads((out / "r.json").read_text()).items() if k != "meta"})
+    assert taken[0] is not None and taken[1] is None  # read early, then here
+    assert documents[0] == documents[1]
+    capsys.readouterr()
+    damaged = tmp_path / "damaged.pt.trace.json"
+    damaged.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": ]}')
+    errors = []
+    for jobs in ("2", "1"):
+        assert main(["report", str(damaged), "-q", "--jobs", jobs, "-o", str(tmp_path / "d.html")]) != 0
+        errors.append(capsys.readouterr().err)
+    assert errors[0] == errors[1] and str(damaged) in errors[0] and errors[0].count("\n") == 1
