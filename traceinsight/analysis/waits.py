@@ -92,6 +92,7 @@ def _input_waits(
     names = calls["name"].astype(str).to_numpy()[is_wait]
     outside = seen < WAIT_SEEN_MIN_SHARE * (ends - starts - own_ns[is_wait])
     # What a wait waited for is named only for the longest, which the report lists: each is a pass over the rows.
+    device = _DeviceRows.of(device_rows)
     named = np.zeros(len(starts), bool)
     named[np.argsort(starts - ends, kind="stable")[:LISTED_WAITS]] = True
     return tuple(
@@ -103,7 +104,7 @@ def _input_waits(
             own_device_ns=int(own_w),
             seen_device_ns=int(seen_w),
             outside_trace=bool(gone),
-            waited_for=_waited_for(device_rows, int(start), int(end), int(corr)) if listed and not gone else [],
+            waited_for=_waited_for(device, int(start), int(end), int(corr)) if listed and not gone else [],
         )
         for name, start, end, own_w, seen_w, gone, corr, listed in zip(
             names, starts, ends, own_ns[is_wait], seen, outside, correlation[is_wait], named, strict=True
@@ -111,15 +112,36 @@ def _input_waits(
     )
 
 
-def _waited_for(rows: pd.DataFrame, start: int, end: int, correlation: int) -> list[str]:
+class _DeviceRows(msgspec.Struct, frozen=True):
+    """The device rows' columns a wait's `_waited_for` reads, taken out of the table once for all the waits."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    correlation: np.ndarray
+    stream: np.ndarray
+    name_code: np.ndarray
+    names: np.ndarray  # the name categories, then "nan" for a row without one (as ``astype(str)`` writes it)
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> _DeviceRows:
+        ts = rows["ts_ns"].to_numpy()
+        names = np.append(np.asarray(rows["name"].cat.categories, dtype=object), "nan")
+        return cls(
+            ts=ts,
+            end=ts + rows["dur_ns"].to_numpy(),
+            correlation=rows["correlation"].to_numpy(),
+            stream=rows["stream"].to_numpy(),
+            name_code=rows["name"].cat.codes.to_numpy(),
+            names=names,
+        )
+
+
+def _waited_for(rows: _DeviceRows, start: int, end: int, correlation: int) -> list[str]:
     """The device work (not the call's own) that overlapped [start, end) most, as 'name (stream N, x ms)'."""
-    ts = rows["ts_ns"].to_numpy()
-    overlap = np.minimum(ts + rows["dur_ns"].to_numpy(), end) - np.maximum(ts, start)
-    hit = (overlap > 0) & (rows["correlation"].to_numpy() != correlation)
+    overlap = np.minimum(rows.end, end) - np.maximum(rows.ts, start)
+    hit = (overlap > 0) & (rows.correlation != correlation)
     if not hit.any():
         return []
-    frame = pd.DataFrame(
-        {"name": rows["name"].astype(str).to_numpy()[hit], "stream": rows["stream"].to_numpy()[hit], "ns": overlap[hit]}
-    )
+    frame = pd.DataFrame({"name": rows.names[rows.name_code[hit]], "stream": rows.stream[hit], "ns": overlap[hit]})
     top = frame.groupby(["name", "stream"])["ns"].sum().sort_values(ascending=False).head(WAITED_FOR_NAMES)
     return [f"{name} (stream {stream}, {ns / 1e6:.2f} ms)" for (name, stream), ns in top.items()]
