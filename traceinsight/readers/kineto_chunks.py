@@ -213,7 +213,7 @@ def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
     args, rows, flops = select(args, costed), rows[costed], flops[costed]
     columns: dict[str, np.ndarray] = {}
     for key in ("input_dims", "input_types", "concrete_inputs"):
-        codes, texts = first_appearance(map(bytes, map(attrgetter(key), args)))
+        codes, texts = first_appearance(list(map(bytes, map(attrgetter(key), args))))
         values = np.empty(len(texts), dtype=object)
         for i, text in enumerate(texts):
             values[i] = msgspec.json.decode(text) if text else None
