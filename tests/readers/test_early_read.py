@@ -182,3 +182,20 @@ def test_the_report_is_the_same_and_so_is_an_error(
         assert main(["report", str(damaged), "-q", "--jobs", jobs, "-o", str(tmp_path / "d.html")]) != 0
         errors.append(capsys.readouterr().err)
     assert errors[0] == errors[1] and str(damaged) in errors[0] and errors[0].count("\n") == 1
+
+
+def test_no_process_to_be_had_reads_here(
+    any_size: None, taken: list[EarlyRead | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork refused (a limit on processes) costs nothing but the head start."""
+
+    def refused(what: str) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(early, "Child", refused)
+    path = SAMPLE_TRACES / SAMPLES[0]
+    with early_read(path, jobs=2):
+        assert not early._pending
+        got = read_trace(path)
+    assert taken == [None]
+    _assert_same_read(got, read_trace(path))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,18 +63,28 @@ def worth_reading_early(path: Path, jobs: int) -> bool:
 def early_read(path: Path, jobs: int) -> Iterator[None]:
     """Begin reading `path` in a process of its own where that gains (`worth_reading_early`), for `take` to collect
     within the block; a read not taken by the block's end is stopped."""
-    key = _key(path)
-    if key is None or not worth_reading_early(path, jobs):
-        yield
-        return
-    child = Child("early read")
-    _pending[key] = _Pending(child, _stat(key))
+    key = _start(path, jobs)
     try:
-        child.submit(read_chunks, str(key))
         yield
     finally:
-        if _pending.pop(key, None) is not None:
-            child.stop()
+        pending = _pending.pop(key, None) if key is not None else None
+        if pending is not None:
+            pending.child.stop()
+
+
+def _start(path: Path, jobs: int) -> Path | None:
+    """The early read of `path` begun (its key in `_pending`), where it gains and a process can be had."""
+    key = _key(path)
+    if key is None or not worth_reading_early(path, jobs):
+        return None
+    try:
+        child = Child("early read")
+    except OSError:  # no process to be had (a limit on processes, say): the read here is the read
+        return None
+    _pending[key] = _Pending(child, _stat(key))
+    with suppress(OSError):  # it died at once: `take` finds no result and the file is read here
+        child.submit(read_chunks, str(key))
+    return key
 
 
 def take(path: Path | str) -> EarlyRead | None:

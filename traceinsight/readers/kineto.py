@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -73,7 +73,6 @@ _FEWEST_BYTES_PER_EVENT = 64
 _EPOCH_NS_2001 = 10**18  # ts at or beyond this are wall-clock epoch ns
 _AMD = re.compile(r"\b(?:AMD|Radeon|Instinct)\b")
 _NVIDIA = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN", re.IGNORECASE)
-T = TypeVar("T")
 
 
 def looks_like_kineto(doc: TraceDoc) -> bool:

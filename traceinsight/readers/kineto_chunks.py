@@ -105,7 +105,7 @@ def convert(events: list[Event], exact_ts: bool) -> Chunk:
     kineto_cats = has_kineto_cats(cats.strings)
     is_span = cats.lookup(_is_span_cat, False, bool)[cat_codes]
     keep = ~is_span
-    events = select(complete.events, keep) if is_span.any() else complete.events
+    events = _select(complete.events, keep) if is_span.any() else complete.events
     cat_codes = cat_codes[keep]
     names = StringPool()
     name_codes = names.encode([e.name for e in events])
@@ -120,7 +120,7 @@ def convert(events: list[Event], exact_ts: bool) -> Chunk:
     correlation = int_column([a.correlation for a in args])
     copies = memcpy | (kind == _KIND_MEMSET)
     calls = ~on_device & (correlation >= 0)
-    size = int_column([a.size for a in select(args, calls)])
+    size = int_column([a.size for a in _select(args, calls)])
     rows = np.arange(len(events))
     columns = {
         "ts_ns": complete.ts_ns[keep],
@@ -134,9 +134,9 @@ def convert(events: list[Event], exact_ts: bool) -> Chunk:
         "copy_kind": _by_name(names, name_codes, memcpy, _copy_kind_code, -1, np.int8),
         "src_memory": _by_name(names, name_codes, memcpy, _copy_memory_code, -1, np.int8),
         "device_row": rows[on_device],
-        **_device_columns(select(events, on_device), select(args, on_device), tid[on_device]),
+        **_device_columns(_select(events, on_device), _select(args, on_device), tid[on_device]),
         "copy_row": rows[copies],
-        "copy_bytes": int_column([a.bytes for a in select(args, copies)]),
+        "copy_bytes": int_column([a.bytes for a in _select(args, copies)]),
         "call_correlation": correlation[calls][size >= 0],
         "call_size": size[size >= 0],
         "span_start": complete.ts_ns[is_span],
@@ -144,9 +144,9 @@ def convert(events: list[Event], exact_ts: bool) -> Chunk:
         **memory,
     }
     first_ts = int(complete.ts_ns.min()) if len(complete.ts_ns) else None
-    ops = _op_columns(select(args, kind == _KIND_CPU_OP), rows[kind == _KIND_CPU_OP])
+    ops = _op_columns(_select(args, kind == _KIND_CPU_OP), rows[kind == _KIND_CPU_OP])
     collective = names.lookup(_is_collective_name, False, bool)[name_codes]
-    collectives = _collective_columns(select(args, collective), rows[collective])
+    collectives = _collective_columns(_select(args, collective), rows[collective])
     return Chunk(columns, names.strings, len(events), first_ts, kineto_cats, warnings, ops, collectives)
 
 
@@ -210,7 +210,7 @@ def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
     # An op without shapes nor FLOPs costs nothing to keep, and is told apart without copying its arg texts.
     shaped = np.fromiter(map(len, map(attrgetter("input_dims"), args)), np.int64, len(args)) > 0
     costed = shaped | ~np.isnan(flops)
-    args, rows, flops = select(args, costed), rows[costed], flops[costed]
+    args, rows, flops = _select(args, costed), rows[costed], flops[costed]
     columns: dict[str, np.ndarray] = {}
     for key in ("input_dims", "input_types", "concrete_inputs"):
         codes, texts = first_appearance(list(map(bytes, map(attrgetter(key), args))))
@@ -227,7 +227,7 @@ def _memory_columns(instants: list[Event], exact_ts: bool, warnings: Counter[str
     if not memory:
         return {}  # `_Rows.memory` finds no memory column then
     cuda = int_column([(e.args or NO_ARGS).device_type for e in memory]) == _CUDA_DEVICE_TYPE
-    timed = timed_of(select(memory, cuda), exact_ts, warnings, "memory")
+    timed = timed_of(_select(memory, cuda), exact_ts, warnings, "memory")
     args = [e.args or NO_ARGS for e in timed.events]
     return {
         "memory_ts": timed.ts_ns,
@@ -245,7 +245,7 @@ def _external_ids(args: list[Args]) -> np.ndarray:
     ids = int_column([a.external_id for a in args])
     missing = ids == -1
     if missing.any():
-        ids[missing] = int_column([a.external_id_old for a in select(args, missing)])
+        ids[missing] = int_column([a.external_id_old for a in _select(args, missing)])
     return ids
 
 
@@ -295,7 +295,7 @@ def _by_name(
     return result
 
 
-def select(items: list[T], mask: np.ndarray) -> list[T]:
+def _select(items: list[T], mask: np.ndarray) -> list[T]:
     """The items where `mask` is true."""
     return list(itertools.compress(items, mask.tolist()))
 
