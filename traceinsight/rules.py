@@ -215,6 +215,14 @@ LAST_INFERRED_STEP_MIN_SHARE = 0.01
 # overflowed). With no device work left, no CPU-only verdict and no finding is given: what the device did is not in
 # the trace.
 DEVICE_EVENTS_CUT = "device_events_cut"
+# With no device work in the trace, the host calls that say the device had work: they give it some (kernel and graph
+# launches, copies, memsets; CUDA runtime and driver, HIP), or a sync waits WAIT_MIN_NS or more for it. A framework
+# queries the GPU as it starts whatever the model runs on (PyTorch: cudaGetDeviceCount, cudaGetDeviceProperties,
+# cudaStreamIsCapturing, a cudaDeviceSynchronize of 43 µs), so those alone leave a CPU-only run CPU-only: the
+# corpus' labels call such a run host-bound on the CPU (particle_transformer's CPU-activities trace: 2,752 CPU ops,
+# mkldnn convolutions), and keep a 185 ms cudaDeviceSynchronize (flow_matching), 260 kernel launches (zoology) or
+# launches and copies (gpu-practice) unjudged, their device work unrecorded.
+DEVICE_WORK_CALL = re.compile(r"Launch|Mem(?:cpy|set)")
 # The warning of a run with no device rows, no host call that used a device and no framework's ops: host spans alone
 # (Triton's request traces, a home-grown tracer's). They do not say whether an accelerator ran, so neither a
 # CPU-only verdict nor a finding is given (`Analysis.device_not_recorded`); a framework's CPU ops with no device

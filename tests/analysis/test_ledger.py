@@ -315,6 +315,46 @@ def test_gpu_calls_without_device_events_are_not_cpu_only(runtime, missing):
     assert ("No accelerator activity" in render_terminal(report)) is not runtime
 
 
+# What PyTorch calls on a machine with a GPU as it starts, whatever the model runs on (particle_transformer's CPU
+# activities trace: these five, the sync 43 µs): they give the device no work.
+_SET_UP_CALLS = [
+    host("runtime", 2, 400, "cudaGetDeviceCount"),
+    host("runtime", 410, 8, "cudaDeviceGetStreamPriorityRange"),
+    host("runtime", 420, 1, "cudaStreamIsCapturing"),
+    host("runtime", 430, 1290, "cudaGetDeviceProperties"),
+    host("sync", 1730, 43, "cudaDeviceSynchronize"),
+]
+
+
+@pytest.mark.parametrize(
+    ("used", "missing"),
+    [
+        ([], 0),
+        ([host("sync", 1800, 2_000, "cudaDeviceSynchronize")], 1),  # it waited 2 ms for work the trace lacks
+        ([launch(1800, 5, 1, "hipLaunchKernel")], 1),
+        ([launch(1800, 5, 1, "cuLaunchKernel"), launch(1810, 5, 2, "cudaGraphLaunch")], 2),
+        ([host("runtime", 1800, 90, "cudaMemcpyAsync"), host("runtime", 1900, 9, "cudaMemsetAsync")], 2),
+    ],
+)
+def test_set_up_calls_alone_leave_a_cpu_run_cpu_only(used, missing):
+    """A process that only asked the GPU what it is (`_SET_UP_CALLS`) ran on the CPU: judged CPU-only, its op named.
+    One that gave the device work (a launch, a copy, a memset) or waited for it (a sync of a millisecond or more)
+    used it: its device events are missing, and no bottleneck is named."""
+    from traceinsight.rules import DEVICE_EVENTS_CUT
+
+    rows = [*_SET_UP_CALLS, _step(1_800, 8_200, 1), *used]
+    rows += [host("cpu_op", 1_800 + 328 * i, 328, "aten::mkldnn_convolution") for i in range(25)]  # to the step's end
+    report = report_of(analyze(profile(rows)))
+    assert report.warnings.get(DEVICE_EVENTS_CUT, 0) == missing
+    assert ("No accelerator activity" in render_terminal(report)) is not bool(missing)
+    top = report.bottlenecks[0] if report.bottlenecks else None
+    if missing:
+        assert top is None
+    else:
+        assert top is not None and top.id == "host_bound" and top.culprit is not None
+        assert (top.culprit.name, top.culprit.count, top.culprit.ns) == ("aten::mkldnn_convolution", 25, 25 * 328 * US)
+
+
 def _hand_built_traces() -> dict[str, object]:
     """The hand-built traces of the tests: one per rule that fires (`test_findings.FIRES`), the worked-out scenario
     and the exported run."""

@@ -42,8 +42,10 @@ from traceinsight.rules import (
     CRITICAL_PATH_MAX_EVENTS,
     DEFAULT_SMALL_KERNEL_NS,
     DEVICE_EVENTS_MISSING_SHARE,
+    DEVICE_WORK_CALL,
     KERNEL_LAUNCH,
     STEADY_MIN_STEPS,
+    WAIT_MIN_NS,
 )
 
 
@@ -203,8 +205,9 @@ def _walks(
 def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:
     """How many device events the host's calls say are missing (0: none). With device work, the kernel launches
     beyond the device rows, when they are `DEVICE_EVENTS_MISSING_SHARE` of the launches or more (a launch at the
-    window's end may lose its kernel). With none, the host's CUDA / HIP runtime calls (the GPU was used but not
-    recorded, or its events were cut), else, in a file cut short, the GPUs it lists."""
+    window's end may lose its kernel). With none, the host's calls that gave the device work or waited for it
+    (`rules.DEVICE_WORK_CALL`: the GPU was used but not recorded, or its events were cut), else, in a file cut short,
+    the GPUs it lists."""
     events = profile.events
     if events.empty:
         return 0
@@ -213,9 +216,11 @@ def _device_events_cut(profile: Profile, work: pd.DataFrame) -> int:
         launches = int(names_matching(events, KERNEL_LAUNCH.pattern, host).sum())
         missing = launches - len(work)
         return missing if missing >= DEVICE_EVENTS_MISSING_SHARE * launches and missing > 0 else 0
-    runtime = int((host & kind_mask(events, "runtime", "sync")).sum())
+    calls = host & kind_mask(events, "runtime", "sync")
+    waited = calls & kind_mask(events, "sync") & (events["dur_ns"].to_numpy() >= WAIT_MIN_NS)
+    used = int((names_matching(events, DEVICE_WORK_CALL, calls) | waited).sum())
     truncated = any(is_truncation_warning(w) for w in profile.warnings)
-    return runtime or (len(profile.devices) if truncated else 0)
+    return used or (len(profile.devices) if truncated else 0)
 
 
 def _compute(profile: Profile, usages: list[DeviceUsage], steps: Steps, capture: Profile | None = None) -> Compute:
