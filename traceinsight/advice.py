@@ -135,6 +135,21 @@ _CPU_BOUND_TORCH = (
         when="cpu_bound",
     ),
 )
+# A run whose device events are missing and whose step is the CPU's own ops (host_bound's `device_unrecorded`
+# evidence): do that work on the device, and record the device to see the rest.
+_DEVICE_UNRECORDED_TORCH = (
+    Tip(
+        "The step is CPU work in ops that give the GPU nothing to do: do it on the GPU, creating tensors there "
+        '(`torch.randn(..., device="cuda")`, `torch.zeros(..., device="cuda")`) rather than on the CPU and copying '
+        "them.",
+        when="device_unrecorded",
+    ),
+    Tip(
+        "Profile with the GPU's activity, `profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])`, to "
+        "see what it did meanwhile.",
+        when="device_unrecorded",
+    ),
+)
 _CPU_BOUND_TF = (
     Tip(f"{_ACCELERATOR} (`tf.config.list_physical_devices('GPU')` lists them).", when="cpu_bound"),
     Tip(
@@ -402,6 +417,7 @@ TABLE: tuple[Row, ...] = (
         "any",
         (
             *_CPU_BOUND_TORCH,
+            *_DEVICE_UNRECORDED_TORCH,
             Tip(
                 "Compile the model: `model = torch.compile(model)` fuses small ops and removes per-op Python dispatch.",
                 skip_if=(("torch_compile", True),),

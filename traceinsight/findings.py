@@ -47,7 +47,7 @@ from traceinsight.analysis.step_model import (
     project,
     speedup,
 )
-from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, RunProjection, as_dict
+from traceinsight.result import Bottleneck, BottleneckProjection, Culprit, HostOp, RunProjection, as_dict
 from traceinsight.rules import (
     BATCH_SPARE_FRACTION,
     BUSY_SHARE_EFFICIENCY_FIRST,
@@ -103,6 +103,8 @@ def _pct(fraction: float) -> str:
 
 # The warm-up finding: first whenever it fires, and the only one on a window without a steady state.
 WARMUP_RULE = "warmup_in_window"
+# The only finding of a run whose device events are missing: the host's own compute (`_cpu_bound_device_unrecorded`).
+HOST_BOUND_RULE = "host_bound"
 STALL, EFFICIENCY = "stall", "efficiency"
 
 
@@ -349,28 +351,63 @@ def _cpu_bound(a: Analysis) -> Finding | None:
     busy = parts["host_work"] + parts["between_ops"]
     if float(busy.sum()) < CPU_BOUND_MIN_SHARE * float(m.step_ns.sum()):
         return None
-    top = a.host_ops.top[0] if a.host_ops.top else None
     evidence: dict[str, Any] = {
         "cpu_bound": True,
         "op_time_per_step_ns": m.mean(parts["host_work"]),
         "between_ops_per_step_ns": m.mean(parts["between_ops"]),
         "host_ops": a.host_ops.count,
     }
+    top = a.host_ops.top[0] if a.host_ops.top else None
+    title = "CPU-bound: the step is the CPU's own work, and no accelerator ran"
+    return _host_work_finding(a, evidence, parts["host_work"], top, title)
+
+
+def _cpu_bound_device_unrecorded(a: Analysis) -> Finding | None:
+    """A run whose device events are missing (`device_events_cut`) whose step is still mostly the CPU's own compute:
+    ops that gave the device nothing to do (no launch, copy or sync inside them: `unlaunched_work`), at least
+    `CPU_BOUND_MIN_SHARE` of the step, with at least `CPU_BOUND_MIN_OPS` ops in the capture. Whatever the device
+    did meanwhile, that host work bounds the step. Ops that launch device work are left out: their host time is
+    dispatch, whose cost depends on what the unrecorded device did."""
+    m = a.step_model
+    work = a.unlaunched_work
+    if (
+        not m.count
+        or a.host_ops.count < CPU_BOUND_MIN_OPS
+        or float(work.per_step_ns.sum()) < CPU_BOUND_MIN_SHARE * float(m.step_ns.sum())
+    ):
+        return None
+    evidence: dict[str, Any] = {
+        "device_unrecorded": True,
+        "op_time_per_step_ns": m.mean(work.per_step_ns),
+        "host_ops": work.ops,
+    }
+    title = "CPU-bound: the step is the CPU's own work in ops that gave the device nothing to do"
+    return _host_work_finding(a, evidence, work.per_step_ns, work.top, title)
+
+
+def _host_work_finding(
+    a: Analysis, evidence: dict[str, Any], work: np.ndarray, top: HostOp | None, title: str
+) -> Finding:
+    """A finding whose cost is the host's own work (`work`, ns per step): no fix projected, the op with the most
+    self time named."""
+    m = a.step_model
     if top is not None:
         evidence["top_op"] = top.name
         evidence["top_op_self_ns"] = top.self_ns
     return Finding(
         evidence,
         fix(m),
-        cost=fix(m, idle_ns=parts["host_work"], host_ns=parts["host_work"]),  # the step table's host compute
-        claims={"host_work": parts["host_work"]},
-        title="CPU-bound: the step is the CPU's own work, and no accelerator ran",
+        cost=fix(m, idle_ns=work, host_ns=work),  # the step table's host compute
+        claims={"host_work": work},
+        title=title,
         culprit=Culprit("op", top.name, top.self_ns, top.calls) if top is not None and top.self_ns > 0 else None,
         projects=False,
     )
 
 
 def _host_bound(a: Analysis) -> Finding | None:
+    if not a.devices and a.device_events_cut:
+        return _cpu_bound_device_unrecorded(a)
     if not a.devices:
         overhead = _framework_overhead(a)
         step = a.step_model.mean(a.step_model.step_ns)
@@ -1020,7 +1057,9 @@ def _found(analysis: Analysis) -> Found:
     for rule in RULES:
         if not analysis.capture.projects and rule.id != WARMUP_RULE:
             continue
-        if (analysis.device_events_cut and not analysis.devices) or analysis.device_not_recorded:  # no device said
+        if analysis.device_not_recorded or (
+            analysis.device_events_cut and not analysis.devices and rule.id != HOST_BOUND_RULE
+        ):  # no device said: only the host's own compute can be judged (`_cpu_bound_device_unrecorded`)
             continue
         finding = rule.check(analysis)
         if finding is not None:

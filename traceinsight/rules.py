@@ -213,7 +213,11 @@ LAST_INFERRED_STEP_MIN_SHARE = 0.01
 # The warning of a run whose host calls say device events are missing (`analysis._device_events_cut`): the GPU was
 # not recorded (a CPU-only activity list) or its events were cut off (a truncated file, a profiler buffer that
 # overflowed). With no device work left, no CPU-only verdict and no finding is given: what the device did is not in
-# the trace.
+# the trace. One finding stays: host_bound, where host ops that gave the device nothing to do (no launch, copy or
+# sync inside them) fill CPU_BOUND_MIN_SHARE of the step, from CPU_BOUND_MIN_OPS ops in the capture: that work bounds
+# the step whatever the device did (`findings._cpu_bound_device_unrecorded`). The corpus' labels call gpu-practice's
+# run host-bound (aten::randn on the CPU, 80 % of each step) and leave zoology's unjudged (such ops 16 % of its window,
+# the rest ops that launched 260 kernels).
 DEVICE_EVENTS_CUT = "device_events_cut"
 # With no device work in the trace, the host calls that say the device had work: they give it some (kernel and graph
 # launches, copies, memsets; CUDA runtime and driver, HIP), or a sync waits WAIT_MIN_NS or more for it. A framework

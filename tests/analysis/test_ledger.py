@@ -327,19 +327,19 @@ _SET_UP_CALLS = [
 
 
 @pytest.mark.parametrize(
-    ("used", "missing"),
+    ("used", "missing", "free"),
     [
-        ([], 0),
-        ([host("sync", 1800, 2_000, "cudaDeviceSynchronize")], 1),  # it waited 2 ms for work the trace lacks
-        ([launch(1800, 5, 1, "hipLaunchKernel")], 1),
-        ([launch(1800, 5, 1, "cuLaunchKernel"), launch(1810, 5, 2, "cudaGraphLaunch")], 2),
-        ([host("runtime", 1800, 90, "cudaMemcpyAsync"), host("runtime", 1900, 9, "cudaMemsetAsync")], 2),
+        ([], 0, 25),
+        ([host("sync", 1800, 2_000, "cudaDeviceSynchronize")], 1, 25),  # waited 2 ms for work the trace lacks
+        ([launch(1800, 5, 1, "hipLaunchKernel")], 1, 24),  # inside the first op
+        ([launch(1800, 5, 1, "cuLaunchKernel"), launch(1810, 5, 2, "cudaGraphLaunch")], 2, 24),
+        ([host("runtime", 1800, 90, "cudaMemcpyAsync"), host("runtime", 1900, 9, "cudaMemsetAsync")], 2, 24),
     ],
 )
-def test_set_up_calls_alone_leave_a_cpu_run_cpu_only(used, missing):
+def test_set_up_calls_alone_leave_a_cpu_run_cpu_only(used, missing, free):
     """A process that only asked the GPU what it is (`_SET_UP_CALLS`) ran on the CPU: judged CPU-only, its op named.
     One that gave the device work (a launch, a copy, a memset) or waited for it (a sync of a millisecond or more)
-    used it: its device events are missing, and no bottleneck is named."""
+    used it: its device events are missing, and only its ops that gave the device nothing are judged."""
     from traceinsight.rules import DEVICE_EVENTS_CUT
 
     rows = [*_SET_UP_CALLS, _step(1_800, 8_200, 1), *used]
@@ -347,12 +347,52 @@ def test_set_up_calls_alone_leave_a_cpu_run_cpu_only(used, missing):
     report = report_of(analyze(profile(rows)))
     assert report.warnings.get(DEVICE_EVENTS_CUT, 0) == missing
     assert ("No accelerator activity" in render_terminal(report)) is not bool(missing)
-    top = report.bottlenecks[0] if report.bottlenecks else None
-    if missing:
-        assert top is None
+    (top,) = report.bottlenecks
+    assert top.id == "host_bound" and top.culprit is not None
+    if missing:  # an op with a call inside it (the first) gave the device work: the others gave it nothing
+        assert top.title.endswith("in ops that gave the device nothing to do")
     else:
-        assert top is not None and top.id == "host_bound" and top.culprit is not None
-        assert (top.culprit.name, top.culprit.count, top.culprit.ns) == ("aten::mkldnn_convolution", 25, 25 * 328 * US)
+        assert top.title.endswith("and no accelerator ran")
+    assert (top.culprit.name, top.culprit.count, top.culprit.ns) == ("aten::mkldnn_convolution", free, free * 328 * US)
+
+
+def _device_unrecorded_run(op_rows: list[dict]) -> object:
+    """Two 10 ms steps of a process that launched kernels the trace does not hold (no device row): its device
+    events are missing."""
+    rows = [_step(0, 10_000, 1), _step(10_000, 10_000, 2)]
+    rows += [launch(9_900 + 10_000 * i, 50, i + 1) for i in range(2)]  # outside every op: dispatch of its own
+    return profile(rows + op_rows)
+
+
+def test_device_unrecorded_run_is_judged_by_its_own_cpu_work():
+    """Device events missing, yet 7 ms of each 10 ms step is CPU ops that gave the device nothing (no call inside):
+    that work bounds the step whatever the device did. The op with the most self time is named, its figures those
+    of the rows: 2 x 6 ms of aten::normal_, less the 0.5 ms of aten::empty inside each."""
+    ops = []
+    for step in range(2):
+        at = 10_000 * step
+        ops += [host("cpu_op", at + 100, 6_000, "aten::normal_"), host("cpu_op", at + 200, 500, "aten::empty")]
+        ops += [host("cpu_op", at + 6_200 + 50 * i, 40, "aten::add") for i in range(20)]  # 20 x 40 µs
+    report = report_of(analyze(_device_unrecorded_run(ops)))
+    (top,) = report.bottlenecks
+    assert top.id == "host_bound" and top.culprit is not None
+    assert (top.culprit.name, top.culprit.count, top.culprit.ns) == ("aten::normal_", 2, 2 * 5_500 * US)
+    assert top.time_ns == 2 * (6_000 + 20 * 40) * US  # the union of the ops, over both steps
+    assert "the main bottleneck is host_bound" in render_terminal(report)
+
+
+def test_device_unrecorded_run_whose_ops_dispatch_is_not_judged():
+    """The same ops, each (or an op it runs inside) launching a kernel: their host time is dispatch to a device the
+    trace does not show, so nothing is judged."""
+    ops = []
+    for step in range(2):
+        at = 10_000 * step
+        ops += [host("cpu_op", at + 100, 6_000, "aten::linear"), host("cpu_op", at + 200, 500, "aten::addmm")]
+        ops += [launch(at + 300, 20, 100 + step)]  # inside aten::addmm, two levels down from aten::linear
+        ops += [host("cpu_op", at + 6_200 + 50 * i, 40, "aten::add") for i in range(20)]
+        ops += [launch(at + 6_210 + 50 * i, 10, 200 + 100 * step + i) for i in range(20)]
+    report = report_of(analyze(_device_unrecorded_run(ops)))
+    assert report.bottlenecks == []
 
 
 def _hand_built_traces() -> dict[str, object]:

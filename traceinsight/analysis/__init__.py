@@ -26,7 +26,7 @@ from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
 from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
 from traceinsight.analysis.graphs import GraphReplays, graph_replays
-from traceinsight.analysis.host_ops import HostOps, host_op_rows, host_ops
+from traceinsight.analysis.host_ops import HostOps, UnlaunchedWork, host_op_rows, host_ops, unlaunched_work
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernel_sequences import KernelSequences, kernel_sequences
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
@@ -103,6 +103,12 @@ class Analysis(msgspec.Struct, frozen=True, dict=True):
         """The step input's waiting inside collectives in each of the run's steps (ns, the union of its waits): for a
         straggler, or for ranks not in the trace. Found once: the ledger, the findings and the report read it."""
         return waits_in(self.collectives, self.steps.input_id, *self.steps.bounds())
+
+    @cached_property
+    def unlaunched_work(self) -> UnlaunchedWork:
+        """The step input's ops that gave the device nothing to do, over its steps: what a run whose device events
+        are missing can still be judged by (findings' `host_bound`). Found only when asked."""
+        return unlaunched_work(self.profile.events, self.steps.input_id, *self.steps.bounds())
 
     @cached_property
     def ledger(self) -> Ledger:

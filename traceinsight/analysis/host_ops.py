@@ -165,3 +165,42 @@ def host_ops(events: pd.DataFrame, input_id: int, rows: HostOpRows | None = None
         count=len(dur),
         median_ns=int(np.median(dur)),
     )
+
+
+class UnlaunchedWork(msgspec.Struct, frozen=True):
+    """The host ops that gave the device nothing to do (no launch, copy, sync or other device call inside them):
+    the CPU's own compute, whatever an unrecorded device did meanwhile."""
+
+    per_step_ns: np.ndarray  # the union of those ops in each step
+    ops: int  # how many there are
+    top: HostOp | None  # the one with the most self time
+
+
+def unlaunched_work(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> UnlaunchedWork:
+    """`UnlaunchedWork` of one input's ops over its steps (`starts`, `ends`). An op holds a device call when the
+    call runs inside it on its thread, at any depth: the call's enclosing ops are marked level by level."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
+    host = mine["device"].isna().to_numpy()
+    is_call = kind_mask(mine, "runtime", "sync")
+    rows = np.flatnonzero(host & (kind_mask(mine, "cpu_op") | is_call))
+    thread = pd.factorize(mine["thread"].to_numpy()[rows])[0]
+    start = mine["ts_ns"].to_numpy()[rows]
+    end = start + mine["dur_ns"].to_numpy()[rows]
+    order = lexsort((start - end, start, thread))
+    rows, thread, start, end = rows[order], thread[order], start[order], end[order]
+    parent = nesting_parents(thread, start, end)
+    calls = is_call[rows]
+    holds_call = np.zeros(len(rows), bool)
+    reached = parent[calls]
+    while len(reached := reached[reached >= 0]):  # the calls' enclosing rows, one level up a turn
+        reached = reached[~holds_call[reached]]  # one marked already has its own marked above it
+        holds_call[reached] = True
+        reached = parent[reached]
+    free = ~calls & ~holds_call
+    if not free.any():
+        return UnlaunchedWork(np.zeros(len(starts), np.int64), 0, None)
+    work = union_of_rows(start, end - start, free)
+    names = mine["name"].array[rows[free]]
+    self_ns = _self_times(thread, start, end)[free]  # its children are ops that launched nothing either
+    top = _summarise(groups_of(names.codes), names.categories, end[free] - start[free], self_ns, 1, "own")
+    return UnlaunchedWork(work.covered_between(starts, ends).astype(np.int64), int(free.sum()), top[0] if top else None)

@@ -150,10 +150,8 @@ def verdict_sentence(report: RunReport) -> str:
     else:
         util, idle = fmt_pct(totals.gpu_util), fmt_pct(totals.idle_fraction)
         lead = f"{util_label(report)} {util} of step time (devices idle {idle} of it)"
-    if cut and not report.devices:
-        sentence = f"{lead}."
-    elif not top:
-        sentence = f"{lead}; no bottleneck worth fixing found."
+    if not top:
+        sentence = f"{lead}." if cut and not report.devices else f"{lead}; no bottleneck worth fixing found."
     else:
         b = top[0]
         p = b.projection
