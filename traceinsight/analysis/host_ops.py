@@ -173,7 +173,7 @@ class UnlaunchedWork(msgspec.Struct, frozen=True):
 
     per_step_ns: np.ndarray  # the union of those ops in each step
     ops: int  # how many there are
-    top: HostOp | None  # the one with the most self time
+    top: list[HostOp]  # by self time
 
 
 def unlaunched_work(events: pd.DataFrame, input_id: int, starts: np.ndarray, ends: np.ndarray) -> UnlaunchedWork:
@@ -198,9 +198,9 @@ def unlaunched_work(events: pd.DataFrame, input_id: int, starts: np.ndarray, end
         reached = parent[reached]
     free = ~calls & ~holds_call
     if not free.any():
-        return UnlaunchedWork(np.zeros(len(starts), np.int64), 0, None)
+        return UnlaunchedWork(np.zeros(len(starts), np.int64), 0, [])
     work = union_of_rows(start, end - start, free)
     names = mine["name"].array[rows[free]]
     self_ns = _self_times(thread, start, end)[free]  # its children are ops that launched nothing either
-    top = _summarise(groups_of(names.codes), names.categories, end[free] - start[free], self_ns, 1, "own")
-    return UnlaunchedWork(work.covered_between(starts, ends).astype(np.int64), int(free.sum()), top[0] if top else None)
+    top = _summarise(groups_of(names.codes), names.categories, end[free] - start[free], self_ns, TOP_HOST_OPS, "own")
+    return UnlaunchedWork(work.covered_between(starts, ends).astype(np.int64), int(free.sum()), top)
