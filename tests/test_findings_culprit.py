@@ -122,3 +122,32 @@ def test_a_cpu_run_names_an_op_of_its_steps_not_the_range_around_them():
     top = find_bottlenecks(analyze(profile(rows)))[0]
     assert top.id == "host_bound" and top.culprit is not None
     assert (top.culprit.name, top.culprit.count, top.culprit.ns) == ("aten::mm", 6, 6 * 300_000)
+
+
+def _launch_waits(cpu_us: int) -> Profile:
+    """Four 1 ms steps: the host runs 600 µs before each launch, `cpu_us` of it in aten::normal_ (torch.randn on
+    the CPU) and the rest in Python, then a 300 µs kernel runs. The device waits for the launch from each kernel's
+    end (950 µs into a step) to the next one's start (650 µs into the next)."""
+    rows = []
+    for i in range(4):
+        t = i * 1_000
+        rows += [_marked(i, t, 1_000), host("cpu_op", t, cpu_us, "aten::normal_")]
+        rows += [host("python", t + cpu_us, 600 - cpu_us, "train.py(12): step")]
+        rows += [launch(t + 600, 50, i + 1), kernel(t + 650, 300, corr=i + 1)]
+    return profile(rows)
+
+
+def test_host_bound_names_the_op_the_device_waited_on():
+    """The device waits between kernels, so in steps 1-3 from their start to 650 µs: aten::normal_ holds 400 µs of
+    each (step 0's runs before the first kernel, when the device has not begun). Its time is said to be counted
+    while the device waited, as the op table beside holds its time over the capture."""
+    top = _found(_launch_waits(400))["host_bound"]
+    c = top.culprit
+    assert (c.what, c.name, c.ns, c.count) == ("op", "aten::normal_", 3 * 400_000, 3)
+    assert c.within == "while the device waited for the host's next launch"
+
+
+def test_host_bound_names_no_op_that_holds_a_sliver_of_the_waits():
+    """aten::normal_ at 40 µs of each 700 µs wait (6 %) is no cause of it: the Python around it is, which no op
+    names, so no op is named."""
+    assert _found(_launch_waits(40))["host_bound"].culprit is None

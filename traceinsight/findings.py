@@ -66,6 +66,7 @@ from traceinsight.rules import (
     HEADLINE_FIXES,
     HIGH_INPUT_FRACTION,
     HIGH_SEVERITY,
+    HOST_BOUND_CULPRIT_MIN_SHARE,
     INPUT_CULPRIT_FUNCTION_SHARE,
     INPUT_FIX_PARALLELISM,
     LISTED_SEQUENCES,
@@ -103,6 +104,8 @@ def _pct(fraction: float) -> str:
 
 # The warm-up finding: first whenever it fires, and the only one on a window without a steady state.
 WARMUP_RULE = "warmup_in_window"
+# Where host_bound's op is timed: what the devices were doing meanwhile (`Analysis.ops_in_launch_waits`).
+LAUNCH_WAIT_WORDS = "while the device waited for the host's next launch"
 # The only finding of a run whose device events are missing: the host's own compute (`_cpu_bound_device_unrecorded`).
 HOST_BOUND_RULE = "host_bound"
 STALL, EFFICIENCY = "stall", "efficiency"
@@ -429,7 +432,14 @@ def _host_bound(a: Analysis) -> Finding | None:
         and not _graphs_carry_kernels(a)
     ):
         return None
-    return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a))
+    top = _step_op(a, a.ops_in_launch_waits)
+    waits = float(a.step_model.stalls[Stall.HOST_LAUNCH].sum())
+    culprit = (
+        Culprit("op", top.name, top.self_ns, top.calls, within=LAUNCH_WAIT_WORDS)
+        if top is not None and top.self_ns > 0 and top.self_ns >= HOST_BOUND_CULPRIT_MIN_SHARE * waits
+        else None
+    )
+    return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a), culprit=culprit)
 
 
 def _h2d_copy(a: Analysis) -> Finding | None:

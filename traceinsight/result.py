@@ -139,8 +139,11 @@ class Culprit(msgspec.Struct, frozen=True):
 
     what: str  # "call" | "op" | "kernel" | "input stage" | "input function"
     name: str
-    ns: int  # its time over the capture
-    count: int  # its calls over the capture
+    ns: int  # its time over the capture (or only `within` it)
+    count: int  # its calls over the capture (or those `within` it)
+    # Where its time is counted when not over the whole capture: host_bound's op, by its own time "while the device
+    # waited for the host's next launch" (the ops table beside holds its time over the capture).
+    within: str | None = None
 
 
 class Bottleneck(msgspec.Struct, frozen=True, kw_only=True):

@@ -831,6 +831,13 @@ CPU_BOUND_MIN_SHARE = 0.5
 # ... and only from this many host framework ops in the capture: the corpus' labels read nothing from 8 ops in a
 # 0.15 ms window (a notebook's stray calls), while the smallest CPU workload they call host_bound holds 88.
 CPU_BOUND_MIN_OPS = 20
+# host_bound on an accelerator names the host op with the most time of its own while the device waited for the
+# host's next launch (`Analysis.ops_in_launch_waits`) when that op holds at least this share of those waits. Below
+# it, no op explains them: the host's time between ops (Python, the framework) does, which the trace names nowhere,
+# and the gap list shows what ran. kernelforge's T4 steps: aten::normal_ (torch.randn on the CPU) 91 % of the waits,
+# the corpus label's named cost; trace_diff's A100 and V100 runs: aten::mm and aten::fill_ 18-20 %; a TF BERT
+# replica's top op 3 % of the waits among hundreds of ops: none named.
+HOST_BOUND_CULPRIT_MIN_SHARE = 0.1
 # small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
 SMALL_BATCH_KERNEL_SHARE = 0.5
 # CPU-only: the share of the step (less input wait) in per-step costs a batch does not grow (tiny ops, optimizer

@@ -24,9 +24,9 @@ from traceinsight.analysis.copies import DeviceCopies, copy_stats
 from traceinsight.analysis.critical_path import NO_WALKS, CriticalPath, InputWalks, input_walks, stitch
 from traceinsight.analysis.device_memory import DeviceMemory, profile_memory
 from traceinsight.analysis.devices import DeviceUsage, device_usage, device_work
-from traceinsight.analysis.gaps import DeviceGaps, idle_gaps
+from traceinsight.analysis.gaps import DeviceGaps, gap_intervals, idle_gaps
 from traceinsight.analysis.graphs import GraphReplays, graph_replays
-from traceinsight.analysis.host_ops import HostOps, UnlaunchedWork, host_op_rows, host_ops, unlaunched_work
+from traceinsight.analysis.host_ops import HostOps, UnlaunchedWork, host_op_rows, host_ops, ops_within, unlaunched_work
 from traceinsight.analysis.input_pipeline import InputPipeline, input_pipeline
 from traceinsight.analysis.kernel_sequences import KernelSequences, kernel_sequences
 from traceinsight.analysis.kernels import KernelStats, flagged_kernels, kernel_stats
@@ -38,6 +38,8 @@ from traceinsight.analysis.steps import Steps, device_line_label, find_steps
 from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
 from traceinsight.errors import is_truncation_warning
 from traceinsight.events import Profile, input_labels, kind_mask, names_matching, rows_of_input, take_rows
+from traceinsight.intervals import intersection, union, union_of
+from traceinsight.result import HostOp
 from traceinsight.rules import (
     CRITICAL_PATH_MAX_EVENTS,
     DEFAULT_SMALL_KERNEL_NS,
@@ -109,6 +111,14 @@ class Analysis(msgspec.Struct, frozen=True, dict=True):
         """The step input's ops that gave the device nothing to do, over its steps: what a run whose device events
         are missing can still be judged by (findings' `host_bound`). Found only when asked."""
         return unlaunched_work(self.profile.events, self.steps.input_id, *self.steps.bounds())
+
+    @cached_property
+    def ops_in_launch_waits(self) -> list[HostOp]:
+        """The step input's host ops by their own time while its devices waited for the host's next launch (their
+        ``host_launch`` idle time inside the steps): the ops host_bound names. Found only when asked."""
+        mine = {u.id for u in self.devices if u.input_id == self.steps.input_id}
+        waits = union_of(*(gap_intervals(g)["host_launch"] for g in self.gaps if g.device in mine))
+        return ops_within(self.profile.events, self.steps.input_id, intersection(waits, union(*self.steps.bounds())))
 
     @cached_property
     def ledger(self) -> Ledger:

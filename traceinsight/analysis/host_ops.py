@@ -22,7 +22,7 @@ import pandas as pd
 
 from traceinsight.analysis.grouped import Groups, groups_of, ranked
 from traceinsight.events import kind_mask, rows_of_input, take_rows
-from traceinsight.intervals import union_of_rows
+from traceinsight.intervals import Intervals, union_of_rows
 from traceinsight.ordering import lexsort
 from traceinsight.result import HostOp
 from traceinsight.rules import GIL_PATTERN, INPUT_WORK_COVERAGE
@@ -204,3 +204,25 @@ def unlaunched_work(events: pd.DataFrame, input_id: int, starts: np.ndarray, end
     self_ns = _self_times(thread, start, end)[free]  # its children are ops that launched nothing either
     top = _summarise(groups_of(names.codes), names.categories, end[free] - start[free], self_ns, TOP_HOST_OPS, "own")
     return UnlaunchedWork(work.covered_between(starts, ends).astype(np.int64), int(free.sum()), top)
+
+
+def ops_within(events: pd.DataFrame, input_id: int, windows: Intervals) -> list[HostOp]:
+    """The input's host framework ops by their own time inside `windows` (an op's time there less its children's
+    on the same thread), most first: which ops the host ran while the device waited for it. Total and calls count
+    only the calls that overlap the windows."""
+    ops = host_op_rows(events, input_id).ops
+    if ops.empty or not len(windows):
+        return []
+    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
+    starts = ops["ts_ns"].to_numpy()
+    ends = starts + ops["dur_ns"].to_numpy()
+    order = lexsort((starts - ends, starts, thread_codes))
+    inside = windows.covered_between(starts[order], ends[order]).astype(np.int64)
+    parent = nesting_parents(thread_codes[order], starts[order], ends[order])
+    children = np.zeros(len(order), np.int64)
+    np.add.at(children, parent[parent >= 0], inside[parent >= 0])
+    own = np.clip(inside - children, 0, None)
+    overlapping = inside > 0
+    names = ops["name"].array[order[overlapping]]
+    groups = groups_of(names.codes)
+    return _summarise(groups, names.categories, inside[overlapping], own[overlapping], TOP_HOST_OPS, "own")

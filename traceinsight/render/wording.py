@@ -120,6 +120,8 @@ def culprit_text(bottleneck: Bottleneck) -> str | None:
     c = bottleneck.culprit
     if c is None:
         return None
+    if c.within is not None:
+        return f"the {c.what} {c.name}: {fmt_ns(c.ns)} of its own time {c.within}, in {plural(c.count, 'call')}"
     return f"the {c.what} {c.name}: {plural(c.count, 'call')}, {fmt_ns(c.ns)} in all"
 
 
