@@ -835,8 +835,9 @@ CPU_BOUND_MIN_OPS = 20
 # host's next launch (`Analysis.ops_in_launch_waits`) when that op holds at least this share of those waits. Below
 # it, no op explains them: the host's time between ops (Python, the framework) does, which the trace names nowhere,
 # and the gap list shows what ran. kernelforge's T4 steps: aten::normal_ (torch.randn on the CPU) 91 % of the waits,
-# the corpus label's named cost; trace_diff's A100 and V100 runs: aten::mm and aten::fill_ 18-20 %; a TF BERT
-# replica's top op 3 % of the waits among hundreds of ops: none named.
+# the corpus label's named cost; trace_diff/control (aten::mm), the resnet50 pair (aten::fill_, aten::empty) and
+# TraceLens' H100 Qwen trace (aten::addmm): 15-20 %; nccl_parser_config's aten::empty 8 % and an XProf BERT
+# replica's top op 3 % of the waits, among hundreds of ops: none named.
 HOST_BOUND_CULPRIT_MIN_SHARE = 0.1
 # small_batch: small kernels carry at least this share of kernel time; the batch grows this many times by default.
 SMALL_BATCH_KERNEL_SHARE = 0.5
