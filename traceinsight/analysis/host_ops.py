@@ -209,20 +209,22 @@ def unlaunched_work(events: pd.DataFrame, input_id: int, starts: np.ndarray, end
 def ops_within(events: pd.DataFrame, input_id: int, windows: Intervals) -> list[HostOp]:
     """The input's host framework ops by their own time inside `windows` (an op's time there less its children's
     on the same thread), most first: which ops the host ran while the device waited for it. Total and calls count
-    only the calls that overlap the windows."""
-    ops = host_op_rows(events, input_id).ops
-    if ops.empty or not len(windows):
+    only the calls that overlap the windows; only those are nested (an op's parent holds it, so overlaps too)."""
+    mine = rows_of_input(events, input_id, ["ts_ns", "dur_ns", "kind", "device", "name", "thread"])
+    rows = np.flatnonzero(mine["device"].isna().to_numpy() & kind_mask(mine, "cpu_op"))
+    if not len(rows) or not len(windows):
         return []
-    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
-    starts = ops["ts_ns"].to_numpy()
-    ends = starts + ops["dur_ns"].to_numpy()
+    starts = mine["ts_ns"].to_numpy()[rows]
+    ends = starts + mine["dur_ns"].to_numpy()[rows]
+    inside = windows.covered_between(starts, ends).astype(np.int64)
+    overlapping = inside > 0
+    rows, starts, ends, inside = rows[overlapping], starts[overlapping], ends[overlapping], inside[overlapping]
+    thread_codes = pd.factorize(mine["thread"].to_numpy()[rows])[0]
     order = lexsort((starts - ends, starts, thread_codes))
-    inside = windows.covered_between(starts[order], ends[order]).astype(np.int64)
+    inside = inside[order]
     parent = nesting_parents(thread_codes[order], starts[order], ends[order])
     children = np.zeros(len(order), np.int64)
     np.add.at(children, parent[parent >= 0], inside[parent >= 0])
     own = np.clip(inside - children, 0, None)
-    overlapping = inside > 0
-    names = ops["name"].array[order[overlapping]]
-    groups = groups_of(names.codes)
-    return _summarise(groups, names.categories, inside[overlapping], own[overlapping], TOP_HOST_OPS, "own")
+    names = mine["name"].array[rows[order]]
+    return _summarise(groups_of(names.codes), names.categories, inside, own, TOP_HOST_OPS, "own")
