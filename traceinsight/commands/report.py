@@ -109,9 +109,10 @@ class ReportCommand:
         outputs = [args.output, args.json, args.markdown, args.trace_out]
         preflight_outputs(outputs, [args.path])
         jobs = default_jobs() if args.jobs is None else args.jobs
-        # A file of tens of MB is read by a process of its own while the imports below take their 0.3 s.
-        early = jobs if args.scheduler is None and args.max_memory is None else 1
-        with removed_on_interrupt(outputs), early_read(args.path, early):
+        # A file of tens of MB is read by a process of its own while the imports below take their 0.3 s; not on a
+        # cluster, nor under a memory limit, which the read here checks as it goes.
+        early_jobs = jobs if args.scheduler is None and args.max_memory is None else 1
+        with removed_on_interrupt(outputs), early_read(args.path, early_jobs):
             return ReportCommand._report(args, jobs)
 
     @staticmethod
