@@ -199,3 +199,14 @@ def test_no_process_to_be_had_reads_here(
         got = read_trace(path)
     assert taken == [None]
     _assert_same_read(got, read_trace(path))
+
+
+def test_a_memory_limit_keeps_the_read_here(tmp_path: Path, any_size: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--max-memory` is checked as the read here goes, chunk by chunk: no early read under it."""
+    started: list[Path] = []
+    monkeypatch.setattr(early, "_start", lambda path, jobs: started.append(path) if jobs > 1 else None)
+    path = SAMPLE_TRACES / SAMPLES[0]
+    out = ["-q", "--jobs", "2", "-o", str(tmp_path / "r.html")]
+    assert main(["report", str(path), *out, "--max-memory", "1GB"]) == 0
+    assert main(["report", str(path), *out]) == 0
+    assert started == [path]  # the second run only
