@@ -271,3 +271,34 @@ def test_a_toy_rule_reaches_every_output(monkeypatch, tmp_path: Path):
         slices = [e for e in json.load(f)["traceEvents"] if e.get("name") == TOY]
     idle = analyzed.analysis.step_model.step_ns - analyzed.analysis.step_model.device_busy_ns
     assert sorted(s["args"]["saving_ns"] for s in slices) == sorted(np.round(0.5 * idle).astype(int).tolist())
+
+
+@pytest.mark.parametrize(
+    ("severity", "path_after", "dropped"),
+    [
+        ("low", 100_000_000, True),  # the path says the fix removes nothing
+        ("low", 120_000_000, True),  # nor when it says the step grows
+        ("low", 99_000_000, False),  # some of it lies on the path
+        ("low", None, False),  # no path walked: the step model's word stands
+        ("medium", 100_000_000, False),  # a bigger finding stays, the two figures side by side
+    ],
+)
+def test_a_low_finding_the_critical_path_says_saves_nothing_is_not_reported(severity, path_after, dropped):
+    """deepseek's communication, overlapped with compute by design: 1.9 % of the step by the step model, 0 on the
+    critical path, nothing in its corpus label. Such a line would contradict itself."""
+    from traceinsight.findings import _nothing_on_path
+    from traceinsight.result import BottleneckProjection
+
+    projection = BottleneckProjection(
+        step_ns_before=100_000_000,
+        step_ns_after=98_000_000,
+        saving_ns=2_000_000,
+        speedup=1.02,
+        gpu_util_before=0.99,
+        gpu_util_after=0.99,
+        path_step_ns_after=path_after,
+        path_speedup=None if path_after is None else 100_000_000 / path_after,
+        basis="measured",
+        assumption=None,
+    )
+    assert _nothing_on_path(severity, projection) is dropped

@@ -176,14 +176,14 @@ def test_hand_built_run_exact(hand_built: tuple[Analysis, dict[str, Any]], tmp_p
     bottlenecks = [(e["name"], _ns(e["ts"]) - EPOCH_NS, _ns(e["dur"])) for e in tracks.track(BOTTLENECKS_TRACK)]
     # Step 1's host_bound: the 20 us gap at 30 us, and the 5 us of the input-wait gap (60-95 us) the host spent
     # outside its 30 us input wait, launching (the ledger's host_launch part); its idle_other: [0,10), before the
-    # device's first kernel. Step 2's idle_other: [230,300), after the device's last work, in the step.
+    # device's first kernel. Step 2's idle_other: [230,300), after the device's last work, in the step. (Its 10 us
+    # exposed H2D copy is a low finding whose fix the critical path says removes nothing: not reported.)
     assert bottlenecks == [
         ("input_bound", 0, 30 * US),
         ("host_bound", 0, 25 * US),
         ("idle_other", 0, 10 * US),
         ("idle_other", 100 * US, 70 * US),
         ("host_bound", 100 * US, 20 * US),
-        ("h2d_copy", 100 * US, 10 * US),
     ]
     first = tracks.track(BOTTLENECKS_TRACK)[0]["args"]
     assert (first["id"], first["severity"], first["saving_ns"], first["step"]) == ("input_bound", "medium", 30 * US, 1)
