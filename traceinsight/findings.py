@@ -396,6 +396,11 @@ def _step_op(a: Analysis, ops: list[HostOp]) -> HostOp | None:
     return next((op for op in ops if op.total_ns <= longest * op.calls), None)
 
 
+def _op_culprit(op: HostOp | None, within: str | None = None) -> Culprit | None:
+    """A host op as its finding's culprit, by its self time (`within` where that is counted); none with no time."""
+    return Culprit("op", op.name, op.self_ns, op.calls, within=within) if op is not None and op.self_ns > 0 else None
+
+
 def _host_work_finding(
     a: Analysis, evidence: dict[str, Any], work: np.ndarray, top: HostOp | None, title: str
 ) -> Finding:
@@ -411,7 +416,7 @@ def _host_work_finding(
         cost=fix(m, idle_ns=work, host_ns=work),  # the step table's host compute
         claims={"host_work": work},
         title=title,
-        culprit=Culprit("op", top.name, top.self_ns, top.calls) if top is not None and top.self_ns > 0 else None,
+        culprit=_op_culprit(top),
         projects=False,
     )
 
@@ -434,11 +439,8 @@ def _host_bound(a: Analysis) -> Finding | None:
         return None
     top = _step_op(a, a.ops_in_launch_waits)
     waits = float(a.step_model.stalls[Stall.HOST_LAUNCH].sum())
-    culprit = (
-        Culprit("op", top.name, top.self_ns, top.calls, within=LAUNCH_WAIT_WORDS)
-        if top is not None and top.self_ns > 0 and top.self_ns >= HOST_BOUND_CULPRIT_MIN_SHARE * waits
-        else None
-    )
+    named = top if top is not None and top.self_ns >= HOST_BOUND_CULPRIT_MIN_SHARE * waits else None
+    culprit = _op_culprit(named, within=LAUNCH_WAIT_WORDS)
     return Finding(_host_gap_evidence(a), _host_fix(a), claims=_launch_claims(a), culprit=culprit)
 
 

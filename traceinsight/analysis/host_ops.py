@@ -85,25 +85,35 @@ def nesting_parents(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     return parent
 
 
+def _own(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each op's `values` (int64: its time, or its time inside some windows) minus its direct children's (rows
+    sorted by thread, then start, longest first)."""
+    parent = nesting_parents(thread, starts, ends)
+    children = np.zeros(len(values), np.int64)
+    nested = parent >= 0
+    np.add.at(children, parent[nested], values[nested])
+    return np.clip(values - children, 0, None)
+
+
 def _self_times(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Each op's time minus its direct children's (rows sorted by thread, then start, longest first)."""
-    dur = (ends - starts).astype(np.int64)
-    parent = nesting_parents(thread, starts, ends)
-    children = np.zeros(len(dur), np.int64)
-    nested = parent >= 0
-    np.add.at(children, parent[nested], dur[nested])
-    return np.clip(dur - children, 0, None)
+    return _own(thread, starts, ends, (ends - starts).astype(np.int64))
+
+
+def _own_in_row_order(threads: np.ndarray, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`_own` of rows in any order: sorted by thread, then start, longest first, and put back."""
+    thread_codes = pd.factorize(threads)[0]
+    order = lexsort((starts - ends, starts, thread_codes))
+    own = np.empty(len(order), np.int64)
+    own[order] = _own(thread_codes[order], starts[order], ends[order], values[order])
+    return own
 
 
 def own_times(ops: pd.DataFrame) -> np.ndarray:
     """Each op row's self time: its duration less its direct children's on the same thread (any row order)."""
-    thread_codes = pd.factorize(ops["thread"].to_numpy())[0]
     starts = ops["ts_ns"].to_numpy()
     ends = starts + ops["dur_ns"].to_numpy()
-    order = lexsort((-(ends - starts), starts, thread_codes))
-    self_ns = np.empty(len(order), np.int64)
-    self_ns[order] = _self_times(thread_codes[order], starts[order], ends[order])
-    return self_ns
+    return _own_in_row_order(ops["thread"].to_numpy(), starts, ends, (ends - starts).astype(np.int64))
 
 
 def _summarise(
@@ -219,12 +229,6 @@ def ops_within(events: pd.DataFrame, input_id: int, windows: Intervals) -> list[
     inside = windows.covered_between(starts, ends).astype(np.int64)
     overlapping = inside > 0
     rows, starts, ends, inside = rows[overlapping], starts[overlapping], ends[overlapping], inside[overlapping]
-    thread_codes = pd.factorize(mine["thread"].to_numpy()[rows])[0]
-    order = lexsort((starts - ends, starts, thread_codes))
-    inside = inside[order]
-    parent = nesting_parents(thread_codes[order], starts[order], ends[order])
-    children = np.zeros(len(order), np.int64)
-    np.add.at(children, parent[parent >= 0], inside[parent >= 0])
-    own = np.clip(inside - children, 0, None)
-    names = mine["name"].array[rows[order]]
+    own = _own_in_row_order(mine["thread"].to_numpy()[rows], starts, ends, inside)
+    names = mine["name"].array[rows]
     return _summarise(groups_of(names.codes), names.categories, inside, own, TOP_HOST_OPS, "own")
