@@ -108,18 +108,14 @@ def read_chunks(path: str) -> EarlyRead | None:
     None when the stream cannot take the file apart, when it is no Kineto trace, or when anything fails."""
     from traceinsight.readers.json_events import gc_paused
     from traceinsight.readers.json_stream import TraceStream
-    from traceinsight.readers.kineto_chunks import convert, has_kineto_keys, tells_not_kineto
+    from traceinsight.readers.kineto_chunks import has_kineto_keys, streamed_chunks
 
     try:
         stream = TraceStream(path, CHUNK_BYTES, None, None)
-        chunks, rows, kineto = [], 0, False
         with gc_paused():
-            for events, exact in stream:
-                chunks.append(convert(events, exact))
-                rows, kineto = rows + chunks[-1].rows, kineto or chunks[-1].kineto_cats
-                if tells_not_kineto(rows, kineto, stream.top):
-                    return None
-        return EarlyRead(chunks, stream.top, stream.warnings) if kineto or has_kineto_keys(stream.top) else None
+            chunks = list(streamed_chunks(stream, 1))
+        kineto = any(chunk.kineto_cats for chunk in chunks) or has_kineto_keys(stream.top)
+        return EarlyRead(chunks, stream.top, stream.warnings) if kineto else None
     except Exception:  # noqa: BLE001  # a damaged file, a fallback to the whole document: read it there
         return None
 

@@ -65,7 +65,7 @@ from traceinsight.readers.kineto_chunks import (
     convert,
     has_kineto_cats,
     has_kineto_keys,
-    tells_not_kineto,
+    streamed_chunks,
 )
 
 # A lower bound on the JSON of one event (Kineto writes 200-400 bytes): sizes the column buffers.
@@ -184,15 +184,10 @@ class _Rows:
     def _of_stream(cls, stream: TraceStream, jobs: int, expected_rows: int) -> _Rows:
         rows = cls(stream.top, stream.warnings, expected_rows)
         with gc_paused():
-            chunks = stream.map(convert, jobs) if jobs > 1 else (convert(*chunk) for chunk in stream)
-            for chunk in chunks:
+            for chunk in streamed_chunks(stream, jobs):
                 rows.add(chunk)
                 if stream.limit is not None:
                     stream.limit.check_events(stream.path, stream.projected(rows.rows))
-                if tells_not_kineto(rows.rows, rows.kineto, stream.top):
-                    # Neither Kineto's keys before the events nor its cats in thousands of events: an XProf
-                    # export, say. Stop here: `read_trace` decodes it once, as what it is.
-                    return rows
         rows.top = stream.top
         rows.kineto = rows.kineto or has_kineto_keys(stream.top)
         return rows

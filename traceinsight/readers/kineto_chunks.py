@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -23,6 +23,9 @@ from traceinsight.readers.columns import StringPool, first_appearance, float_col
 from traceinsight.readers.json_events import NO_ARGS, Args, Event
 from traceinsight.readers.json_times import complete_and_instants, timed_of
 from traceinsight.rules import COLLECTIVE_ENQUEUE_PATTERN, COLLECTIVE_HOST_PATTERN, COLLECTIVE_KERNEL_PATTERN
+
+if TYPE_CHECKING:
+    from traceinsight.readers.json_stream import TraceStream
 
 # Kineto cat (lower-cased) -> (kind, runs on the device). Anything else is host "other".
 _CATEGORIES: dict[str, tuple[str, bool]] = {
@@ -300,7 +303,14 @@ def _select(items: list[T], mask: np.ndarray) -> list[T]:
     return list(itertools.compress(items, mask.tolist()))
 
 
-def tells_not_kineto(rows: int, kineto_cats: bool, top: dict[str, Any]) -> bool:
-    """Whether a streamed file is no Kineto trace, from its first `rows` rows (`kineto_cats`: whether any had a
-    Kineto cat) and its top-level keys read so far: an XProf export, say, which `read_trace` decodes whole."""
-    return rows >= _ROWS_TO_TELL_KINETO and not kineto_cats and not has_kineto_keys(top)
+def streamed_chunks(stream: TraceStream, jobs: int) -> Iterator[Chunk]:
+    """The stream's chunks converted (here, or by `jobs` processes), in order; it stops once they tell the file is
+    no Kineto trace: neither Kineto's keys before the events nor its cats in `_ROWS_TO_TELL_KINETO` rows (an XProf
+    export, say, which `read_trace` then decodes once, as what it is)."""
+    chunks = stream.map(convert, jobs) if jobs > 1 else (convert(*chunk) for chunk in stream)
+    rows, kineto = 0, False
+    for chunk in chunks:
+        yield chunk
+        rows, kineto = rows + chunk.rows, kineto or chunk.kineto_cats
+        if rows >= _ROWS_TO_TELL_KINETO and not kineto and not has_kineto_keys(stream.top):
+            return
