@@ -12,11 +12,14 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -444,3 +447,83 @@ def test_results_come_back_through_the_shared_file_or_else_the_pipe(monkeypatch,
 
 def _no_room(*args: Any) -> int:
     raise OSError(28, "No space left on device")
+
+
+@pytest.fixture
+def forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process forks its workers, as a command's does: not Linux skips the test; the idle thread the Dask
+    tests leave behind (``Dask-Offload``) is not counted."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("`beside` forks only on Linux")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert parallel.forks_workers()
+
+
+def _pid_and_square(n: int) -> tuple[int, int]:
+    return os.getpid(), n * n
+
+
+def _dies_beside(parent: int) -> int:
+    if os.getpid() != parent:
+        os._exit(3)  # the process beside dies: no value from it
+    return os.getpid()
+
+
+def _sleeps(seconds: float) -> int:
+    time.sleep(seconds)
+    return 1
+
+
+def test_beside_computes_in_a_process_of_its_own_what_it_would_here(forks) -> None:
+    """Forked: the value comes from another process, the same value as here; asked for again, the same one."""
+    with parallel.beside(partial(_pid_and_square, 7), fork=True) as value:
+        pid, square = value()
+        assert value() == (pid, square)
+    assert (square, pid != os.getpid()) == (49, True)
+    with parallel.beside(partial(_pid_and_square, 7), fork=False) as value:
+        assert value() == (os.getpid(), 49)
+
+
+def test_beside_computes_here_what_its_process_did_not_give(forks) -> None:
+    """A process that died leaves the value to this one; an error of the call itself raises here, as it would."""
+    with parallel.beside(partial(_dies_beside, os.getpid()), fork=True) as value:
+        assert value() == os.getpid()
+    with pytest.raises(ValueError, match="no good"), parallel.beside(partial(_fails, "value"), fork=True) as failing:
+        failing()
+
+
+def test_beside_does_not_wait_for_a_value_the_block_left_without(forks) -> None:
+    started = time.monotonic()
+    with pytest.raises(KeyError), parallel.beside(partial(_sleeps, 60), fork=True):
+        raise KeyError("the block failed")
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("source", ["synthetic", "ns_resolution_trace"])
+def test_analyses_beside_give_the_report_of_one_process(forks, source: str, monkeypatch, tmp_path: Path) -> None:
+    """With a core free, the critical path's walks and compute efficiency come from a process of their own
+    (`analysis.analyze`): the same report, byte for byte, as with one process. A synthetic rank (the size from
+    which it forks lowered to it), and a real trace above that size (45,419 events)."""
+    from traceinsight import analysis
+    from traceinsight.render.json import dumps
+    from traceinsight.workflow import analyze_path
+
+    if source == "synthetic":
+        path = tmp_path / "rank0.pt.trace.json"
+        path.write_text(json.dumps(_timeline(0).to_kineto()))
+        monkeypatch.setattr(analysis, "ANALYSIS_BESIDE_MIN_EVENTS", 0)
+    else:
+        path = shared_trace("hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    forked: list[int] = []
+    fork = parallel._forked_call
+
+    def counted(func: Any) -> parallel.Child | None:
+        forked.append(1)
+        return fork(func)
+
+    monkeypatch.setattr(parallel, "_forked_call", counted)
+    alone = dumps(analyze_path(path, jobs=1).report)
+    assert not forked
+    beside = dumps(analyze_path(path, jobs=2).report)
+    assert forked == [1]
+    assert re.sub(r'"generated_at": "[^"]*"', "", beside) == re.sub(r'"generated_at": "[^"]*"', "", alone)

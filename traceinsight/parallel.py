@@ -573,6 +573,56 @@ class Child:
             self._pipe.close()
 
 
+@contextmanager
+def beside(func: Callable[[], R], fork: bool) -> Iterator[Callable[[], R]]:
+    """``func()`` computed in a process forked as the block begins, while the block does other work, where `fork`
+    says a core is free for it and this process forks its workers (`forks_workers`): the process has all `func`
+    reads with the fork (`inherit`), and only the value travels back. The block's callable gives the value, the
+    same whether or not a process computed it: computed here when none did or it failed, so that an error raises
+    here as it would have. Asked for again, it is the same value; one the block did not ask for is not waited for."""
+    child = _forked_call(func) if fork and forks_workers() else None
+    done: list[R] = []  # the value, once had
+
+    def value() -> R:
+        nonlocal child
+        if child is not None:
+            with suppress(Exception):  # the process died or raised: computed here, as without it
+                done.append(child.result())
+            child.stop()
+            child = None
+        if not done:
+            done.append(func())
+        return done[0]
+
+    try:
+        yield value
+    finally:
+        if child is not None:
+            child.stop()
+
+
+def _forked_call(func: Callable[[], Any]) -> Child | None:
+    """A `Child` forked now to compute ``func()`` from its copy of this process; None when no process can be had."""
+    key = f"beside-{id(func)}"
+    with inherit(key, func):
+        try:
+            child = Child("analysis")
+        except OSError:  # no process to be had (a limit on processes, say)
+            return None
+    with suppress(OSError):  # it died at once: `result` finds nothing, and `beside` computes the value here
+        child.submit(_call_inherited, key)
+    return child
+
+
+def _call_inherited(key: str) -> Any:
+    """In a process `beside` forked: the call it inherited under `key`."""
+
+    def not_forked() -> Any:
+        raise RuntimeError(f"no call inherited under {key!r}: the process was not forked")
+
+    return inherited(key, not_forked)()
+
+
 SHARED_MEMORY = "/dev/shm"  # tmpfs on Linux: a file there is memory, not disk
 _ALIGN = 64  # each array's bytes start on a cache line
 

@@ -174,6 +174,12 @@ GZIP_JSON_RATIO_GUESS = 8
 # (PARALLEL_FILE_MIN_BYTES) is as fast, and at 86 MB faster (1.76 s against 1.93 s).
 EARLY_READ_MIN_BYTES = 15_000_000  # about 0.1 s of reading
 EARLY_READ_MAX_BYTES = 64 << 20
+# A profile of this many events or more, and no more than CRITICAL_PATH_MAX_EVENTS, analysed where a core is free
+# (`--jobs` over 1, forked workers), has its critical path walked and its compute efficiency found by a process of
+# its own while the other analyses run (`analysis.analyze`, `parallel.beside`): on the 2-core machine, the analyses
+# of 42,000-127,000 events took 5-25 % less time (benchmarks/README.md, "Issue 38, sixth session"). Below it the
+# fork costs about what it saves; above it the walk is not made, and forking a process of gigabytes costs more.
+ANALYSIS_BESIDE_MIN_EVENTS = 30_000
 # How many processes by default (`parallel.default_jobs`): the cores left idle, the usable ones (CPU affinity, at most
 # the cgroup's quota) less those other processes keep busy: the fewer of the 1-minute load average, which lags (a
 # command that ended seconds ago still counts, as the last run of this one does), and the processes runnable now, a

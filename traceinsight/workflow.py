@@ -110,7 +110,11 @@ def analyze_path(
         analysis = merge_analyses(profile, [part for _, part in parts])
     else:
         profile = load_run(run, path, jobs, scheduler, progress, limit, step_range)
-        analysis = _with_capture(analyze(profile, small_kernel_ns=small_kernel_ns), choice, path, limit)
+        # A process beside the analyses where the read may use one: a core free, on this machine (one of at most
+        # `CRITICAL_PATH_MAX_EVENTS` events, whose working set is tens of MB).
+        analysis_jobs = jobs if scheduler is None else 1
+        analysis = analyze(profile, small_kernel_ns=small_kernel_ns, jobs=analysis_jobs)
+        analysis = _with_capture(analysis, choice, path, limit)
     return _reported(analysis, choice, path, on_analyzed)
 
 

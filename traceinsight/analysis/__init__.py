@@ -9,7 +9,7 @@ input's own, so inputs can be analyzed where they are read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, partial
 
 import msgspec
 import numpy as np
@@ -39,8 +39,10 @@ from traceinsight.analysis.waits import LISTED_WAITS, Waits, blocking_waits
 from traceinsight.errors import is_truncation_warning
 from traceinsight.events import Profile, input_labels, kind_mask, names_matching, rows_of_input, take_rows
 from traceinsight.intervals import intersection, union, union_of
+from traceinsight.parallel import beside
 from traceinsight.result import HostOp
 from traceinsight.rules import (
+    ANALYSIS_BESIDE_MIN_EVENTS,
     CRITICAL_PATH_MAX_EVENTS,
     DEFAULT_SMALL_KERNEL_NS,
     DEVICE_EVENTS_MISSING_SHARE,
@@ -142,60 +144,83 @@ class Analysis(msgspec.Struct, frozen=True, dict=True):
         return replace(self, profile=replace(self.profile, events=self.profile.events.iloc[:0]))
 
 
-def analyze(profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, alone: bool | None = None) -> Analysis:
+def analyze(
+    profile: Profile, small_kernel_ns: int = DEFAULT_SMALL_KERNEL_NS, alone: bool | None = None, jobs: int = 1
+) -> Analysis:
     """Every analysis over one profile: over its steady part alone when one-time costs fill the window and steps
     follow them (`capture.classify_capture`). `alone`: the profile is the run's only rank (by default, when it has
-    one input; False for one input of several analysed apart, whose critical-path pieces are joined later)."""
+    one input; False for one input of several analysed apart, whose critical-path pieces are joined later).
+    `jobs`: the processes it may use. With two or more, a profile of `ANALYSIS_BESIDE_MIN_EVENTS` to
+    `CRITICAL_PATH_MAX_EVENTS` events has its critical path walked and its compute efficiency found by a process
+    of its own (`parallel.beside`) while the other analyses run here."""
     profile, captures, work = _steady_part(profile)
     events = profile.events
     work = device_work(events) if work is None else work  # what each device analysis starts from, found once
-    kernels = flagged_kernels(work)
     usages = device_usage(events, work)
     steps = find_steps(events)
-    gaps = idle_gaps(events, usages, work)
-    host = host_op_rows(events, steps.input_id)
-    has_events = not events.empty
     input_steps = _input_steps(events, len(profile.inputs), steps)
-    waits = blocking_waits(events, usages, work, len(profile.inputs))
     found = collectives(profile)
     alone = len(profile.inputs) <= 1 if alone is None else alone
     launched = launched_work(events)
-    return Analysis(
-        profile=profile,
-        window_start_ns=int(events["ts_ns"].min()) if has_events else None,
-        window_end_ns=int((events["ts_ns"] + events["dur_ns"]).max()) if has_events else None,
-        devices=usages,
-        gaps=gaps,
-        kernels=kernel_stats(events, usages, small_kernel_ns, kernels),
-        copies=copy_stats(events, usages, work),
-        steps=steps,
-        input_pipeline=input_pipeline(events, steps),
-        input_steps=input_steps,
-        step_model=step_model(
-            events, usages, gaps, steps, small_kernel_ns, work, kernels, host, waits.outside_of(steps.input_id)
-        ),
-        host_ops=host_ops(events, steps.input_id, host),
-        settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
-        memory=_memory(profile, input_steps),
-        capture=captures[steps.input_id] if captures else UNKNOWN,
-        graphs=graph_replays(events, work),
-        waits=waits,
-        compute=_compute(profile, usages, steps),
-        collectives=found,
-        device_events_cut=_device_events_cut(profile, work),
-        queue_depth=queue_depth(launched, input_steps),
-        kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
-        walks=_walks(events, input_steps, launched, found, alone),
-        other_ledgers=[
-            d
-            for other in input_steps
-            if other.input_id != steps.input_id
-            for d in with_collective_waits(
-                input_ledger(events, usages, gaps, other, work, kernels, waits.outside_of(other.input_id)),
-                np.zeros(0),
-            ).devices
-        ],
-    )
+    heavy = partial(_walks_and_compute, profile, usages, steps, input_steps, launched, found, alone)
+    split = jobs > 1 and ANALYSIS_BESIDE_MIN_EVENTS <= len(events) <= CRITICAL_PATH_MAX_EVENTS
+    with beside(heavy, split) as walks_and_compute:
+        kernels = flagged_kernels(work)
+        gaps = idle_gaps(events, usages, work)
+        host = host_op_rows(events, steps.input_id)
+        has_events = not events.empty
+        waits = blocking_waits(events, usages, work, len(profile.inputs))
+        return Analysis(
+            profile=profile,
+            window_start_ns=int(events["ts_ns"].min()) if has_events else None,
+            window_end_ns=int((events["ts_ns"] + events["dur_ns"]).max()) if has_events else None,
+            devices=usages,
+            gaps=gaps,
+            kernels=kernel_stats(events, usages, small_kernel_ns, kernels),
+            copies=copy_stats(events, usages, work),
+            steps=steps,
+            input_pipeline=input_pipeline(events, steps),
+            input_steps=input_steps,
+            step_model=step_model(
+                events, usages, gaps, steps, small_kernel_ns, work, kernels, host, waits.outside_of(steps.input_id)
+            ),
+            host_ops=host_ops(events, steps.input_id, host),
+            settings=settings_seen(rows_of_input(events, steps.input_id), profile.framework),
+            memory=_memory(profile, input_steps),
+            capture=captures[steps.input_id] if captures else UNKNOWN,
+            graphs=graph_replays(events, work),
+            waits=waits,
+            collectives=found,
+            device_events_cut=_device_events_cut(profile, work),
+            queue_depth=queue_depth(launched, input_steps),
+            kernel_sequences=kernel_sequences(events, kernels, launched, steps, small_kernel_ns),
+            other_ledgers=[
+                d
+                for other in input_steps
+                if other.input_id != steps.input_id
+                for d in with_collective_waits(
+                    input_ledger(events, usages, gaps, other, work, kernels, waits.outside_of(other.input_id)),
+                    np.zeros(0),
+                ).devices
+            ],
+            # Last (arguments are evaluated in order): computed meanwhile, where a process of its own ran them.
+            walks=walks_and_compute()[0],
+            compute=walks_and_compute()[1],
+        )
+
+
+def _walks_and_compute(
+    profile: Profile,
+    usages: list[DeviceUsage],
+    steps: Steps,
+    input_steps: list[Steps],
+    launched: pd.DataFrame,
+    found: Collectives,
+    alone: bool,
+) -> tuple[list[InputWalks], Compute]:
+    """The critical path's pieces and compute efficiency: about half the analyses' time, what `analyze` may run in
+    a process beside the others."""
+    return _walks(profile.events, input_steps, launched, found, alone), _compute(profile, usages, steps)
 
 
 def _walks(
