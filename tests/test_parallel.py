@@ -463,6 +463,12 @@ def _pid_and_square(n: int) -> tuple[int, int]:
     return os.getpid(), n * n
 
 
+def _pid_once_marked(marker: Path) -> int:
+    marker.touch()
+    time.sleep(0.5)  # busy: the next call is left to the process that gets to it first
+    return os.getpid()
+
+
 def _dies_beside(parent: int) -> int:
     if os.getpid() != parent:
         os._exit(3)  # the process beside dies: no value from it
@@ -475,26 +481,39 @@ def _sleeps(seconds: float) -> int:
 
 
 def test_beside_computes_in_a_process_of_its_own_what_it_would_here(forks) -> None:
-    """Forked: the value comes from another process, the same value as here; asked for again, the same one."""
-    with parallel.beside(partial(_pid_and_square, 7), fork=True) as value:
-        pid, square = value()
-        assert value() == (pid, square)
-    assert (square, pid != os.getpid()) == (49, True)
-    with parallel.beside(partial(_pid_and_square, 7), fork=False) as value:
-        assert value() == (os.getpid(), 49)
+    """Forked: the values come from another process, the same values as here; asked for again, the same ones."""
+    calls = [partial(_pid_and_square, 7), partial(_pid_and_square, 8)]
+    with parallel.beside(calls, fork=True) as value:
+        time.sleep(0.2)  # the process beside takes both meanwhile
+        (pid, square), (pid_2, square_2) = value(0), value(1)
+        assert value(0) == (pid, square)
+    assert (square, square_2, pid == pid_2 != os.getpid()) == (49, 64, True)
+    with parallel.beside(calls, fork=False) as value:
+        assert (value(1), value(0)) == ((os.getpid(), 64), (os.getpid(), 49))
+
+
+def test_beside_leaves_here_what_its_process_has_not_taken(forks, tmp_path: Path) -> None:
+    """The process beside takes the calls in order; one it has not got to when this one asks is done here."""
+    marker = tmp_path / "taken"
+    with parallel.beside([partial(_pid_once_marked, marker), partial(_pid_and_square, 3)], fork=True) as value:
+        started = time.monotonic()
+        while not marker.exists() and time.monotonic() - started < 10:
+            time.sleep(0.01)
+        assert value(1) == (os.getpid(), 9)
+        assert value(0) != os.getpid()
 
 
 def test_beside_computes_here_what_its_process_did_not_give(forks) -> None:
-    """A process that died leaves the value to this one; an error of the call itself raises here, as it would."""
-    with parallel.beside(partial(_dies_beside, os.getpid()), fork=True) as value:
-        assert value() == os.getpid()
-    with pytest.raises(ValueError, match="no good"), parallel.beside(partial(_fails, "value"), fork=True) as failing:
-        failing()
+    """A process that died leaves the values to this one; an error of a call itself raises here, as it would."""
+    with parallel.beside([partial(_dies_beside, os.getpid())], fork=True) as value:
+        assert value(0) == os.getpid()
+    with pytest.raises(ValueError, match="no good"), parallel.beside([partial(_fails, "value")], fork=True) as failing:
+        failing(0)
 
 
-def test_beside_does_not_wait_for_a_value_the_block_left_without(forks) -> None:
+def test_beside_does_not_wait_for_values_the_block_left_without(forks) -> None:
     started = time.monotonic()
-    with pytest.raises(KeyError), parallel.beside(partial(_sleeps, 60), fork=True):
+    with pytest.raises(KeyError), parallel.beside([partial(_sleeps, 60)], fork=True):
         raise KeyError("the block failed")
     assert time.monotonic() - started < 10
 
@@ -515,13 +534,13 @@ def test_analyses_beside_give_the_report_of_one_process(forks, source: str, monk
     else:
         path = shared_trace("hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
     forked: list[int] = []
-    fork = parallel._forked_call
+    fork = parallel._forked_calls
 
-    def counted(func: Any) -> parallel.Child | None:
+    def counted(*args: Any) -> parallel.Child | None:
         forked.append(1)
-        return fork(func)
+        return fork(*args)
 
-    monkeypatch.setattr(parallel, "_forked_call", counted)
+    monkeypatch.setattr(parallel, "_forked_calls", counted)
     alone = dumps(analyze_path(path, jobs=1).report)
     assert not forked
     beside = dumps(analyze_path(path, jobs=2).report)

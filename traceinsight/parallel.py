@@ -574,25 +574,33 @@ class Child:
 
 
 @contextmanager
-def beside(func: Callable[[], R], fork: bool) -> Iterator[Callable[[], R]]:
-    """``func()`` computed in a process forked as the block begins, while the block does other work, where `fork`
-    says a core is free for it and this process forks its workers (`forks_workers`): the process has all `func`
-    reads with the fork (`inherit`), and only the value travels back. The block's callable gives the value, the
-    same whether or not a process computed it: computed here when none did or it failed, so that an error raises
-    here as it would have. Asked for again, it is the same value; one the block did not ask for is not waited for."""
-    child = _forked_call(func) if fork and forks_workers() else None
-    done: list[R] = []  # the value, once had
+def beside(calls: Sequence[Callable[[], Any]], fork: bool) -> Iterator[Callable[[int], Any]]:
+    """The values of `calls`, taken in order by a process forked as the block begins, while the block does other
+    work, where `fork` says a core is free for it and this process forks its workers (`forks_workers`): the
+    process has all the calls read with the fork (`inherit`), and only their values travel back. The block's
+    ``value(i)`` does here the calls that process has not claimed yet (`Claims`: whichever process is free takes
+    the next), then waits for the ones it took. A value is the same wherever it was computed: those the process
+    failed to give are computed here, so that an error raises here as it would have. Asked for again, it is the
+    same value; if the block asks for none, the process is not waited for."""
+    done: dict[int, Any] = {}
+    claims: Claims[Callable[[], Any]] | None = None
+    child = None
+    if fork and forks_workers():
+        claims = Claims(calls, [1] * len(calls), start_context())  # equal sizes: in order
+        child = _forked_calls(calls, claims)
 
-    def value() -> R:
+    def value(i: int) -> Any:
         nonlocal child
-        if child is not None:
-            with suppress(Exception):  # the process died or raised: computed here, as without it
-                done.append(child.result())
+        while child is not None and claims is not None and (mine := claims.next()) is not None:
+            done[mine] = calls[mine]()
+        if child is not None:  # every call is claimed: those the process took come back together
+            with suppress(Exception):  # the process died or raised: what it took is computed here
+                done.update(child.result())
             child.stop()
             child = None
-        if not done:
-            done.append(func())
-        return done[0]
+        if i not in done:
+            done[i] = calls[i]()
+        return done[i]
 
     try:
         yield value
@@ -601,26 +609,33 @@ def beside(func: Callable[[], R], fork: bool) -> Iterator[Callable[[], R]]:
             child.stop()
 
 
-def _forked_call(func: Callable[[], Any]) -> Child | None:
-    """A `Child` forked now to compute ``func()`` from its copy of this process; None when no process can be had."""
-    key = f"beside-{id(func)}"
-    with inherit(key, func):
+def _forked_calls(calls: Sequence[Callable[[], Any]], claims: Claims[Callable[[], Any]]) -> Child | None:
+    """A `Child` forked now to take `calls` from its copy of this process, one at a time as `claims` gives them it;
+    None when no process can be had."""
+    key = f"beside-{id(calls)}"
+    with inherit(key, (calls, claims)):
         try:
             child = Child("analysis")
         except OSError:  # no process to be had (a limit on processes, say)
             return None
-    with suppress(OSError):  # it died at once: `result` finds nothing, and `beside` computes the value here
-        child.submit(_call_inherited, key)
+    with suppress(OSError):  # it died at once: `result` finds nothing, and `beside` computes the values here
+        child.submit(_claimed_calls, key)
     return child
 
 
-def _call_inherited(key: str) -> Any:
-    """In a process `beside` forked: the call it inherited under `key`."""
+def _claimed_calls(key: str) -> dict[int, Any]:
+    """In a process `beside` forked: the calls it inherited under `key` that no process had claimed as it got to
+    them, done, by index. Their values are sent once all are claimed (a value sent at once would wait in the pipe
+    until it is read, and this process with it)."""
 
     def not_forked() -> Any:
-        raise RuntimeError(f"no call inherited under {key!r}: the process was not forked")
+        raise RuntimeError(f"no calls inherited under {key!r}: the process was not forked")
 
-    return inherited(key, not_forked)()
+    calls, claims = inherited(key, not_forked)
+    values = {}
+    while (i := claims.next()) is not None:
+        values[i] = calls[i]()
+    return values
 
 
 SHARED_MEMORY = "/dev/shm"  # tmpfs on Linux: a file there is memory, not disk

@@ -152,7 +152,7 @@ def analyze(
     one input; False for one input of several analysed apart, whose critical-path pieces are joined later).
     `jobs`: the processes it may use. With two or more, a profile of `ANALYSIS_BESIDE_MIN_EVENTS` to
     `CRITICAL_PATH_MAX_EVENTS` events has its critical path walked and its compute efficiency found by a process
-    of its own (`parallel.beside`) while the other analyses run here."""
+    of its own as it gets to them (`parallel.beside`), while the other analyses run here."""
     profile, captures, work = _steady_part(profile)
     events = profile.events
     work = device_work(events) if work is None else work  # what each device analysis starts from, found once
@@ -162,9 +162,14 @@ def analyze(
     found = collectives(profile)
     alone = len(profile.inputs) <= 1 if alone is None else alone
     launched = launched_work(events)
-    heavy = partial(_walks_and_compute, profile, usages, steps, input_steps, launched, found, alone)
+    # The two longest analyses, whose share varies by trace (the walks of a capture pass, the compute of a
+    # training step): a process beside takes them in turn, and this one takes whichever it reaches first.
+    longest: list[Callable[[], object]] = [
+        partial(_walks, events, input_steps, launched, found, alone),
+        partial(_compute, profile, usages, steps),
+    ]
     split = jobs > 1 and ANALYSIS_BESIDE_MIN_EVENTS <= len(events) <= CRITICAL_PATH_MAX_EVENTS
-    with beside(heavy, split) as walks_and_compute:
+    with beside(longest, split) as value:
         kernels = flagged_kernels(work)
         gaps = idle_gaps(events, usages, work)
         host = host_op_rows(events, steps.input_id)
@@ -203,24 +208,10 @@ def analyze(
                     np.zeros(0),
                 ).devices
             ],
-            # Last (arguments are evaluated in order): computed meanwhile, where a process of its own ran them.
-            walks=walks_and_compute()[0],
-            compute=walks_and_compute()[1],
+            # Last (arguments are evaluated in order): computed meanwhile, where a process of its own took them.
+            walks=value(0),
+            compute=value(1),
         )
-
-
-def _walks_and_compute(
-    profile: Profile,
-    usages: list[DeviceUsage],
-    steps: Steps,
-    input_steps: list[Steps],
-    launched: pd.DataFrame,
-    found: Collectives,
-    alone: bool,
-) -> tuple[list[InputWalks], Compute]:
-    """The critical path's pieces and compute efficiency: about half the analyses' time, what `analyze` may run in
-    a process beside the others."""
-    return _walks(profile.events, input_steps, launched, found, alone), _compute(profile, usages, steps)
 
 
 def _walks(
