@@ -439,14 +439,28 @@ class Claims(Generic[U]):
     def __init__(self, units: Sequence[U], sizes: Sequence[int], context: Context) -> None:
         self.units = units
         self.order = sorted(range(len(units)), key=lambda i: -sizes[i])
-        self._claimed = context.Value("q", 0)
+        self._claimed = Tickets(context)
 
     def next(self) -> int | None:
         """The index of the next unit to do, now this process's; None when every one is claimed."""
-        with self._claimed.get_lock():
-            at = self._claimed.value
-            self._claimed.value = at + 1
+        at = self._claimed.take()
         return self.order[at] if at < len(self.order) else None
+
+
+class Tickets:
+    """The numbers 0, 1, 2, ... each taken once, by whichever process asks first: the one that made them and those
+    it forked after (a `multiprocessing.Value` of `context`). For units of work claimed in order whose count is
+    known only later (the early read's pieces)."""
+
+    def __init__(self, context: Context) -> None:
+        self._next = context.Value("q", 0)
+
+    def take(self) -> int:
+        """The next number, now this process's."""
+        with self._next.get_lock():
+            at = int(self._next.value)
+            self._next.value = at + 1
+        return at
 
 
 # What the workers of a pool inherit from the process that forked them (`inherit`), and what each was given as

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +20,11 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
+from traceinsight import parallel
 from traceinsight.cli import main
 from traceinsight.events import TraceRead
-from traceinsight.readers import early, kineto, kineto_chunks, read_trace
-from traceinsight.readers.early import EarlyRead, early_read, read_chunks, take, worth_reading_early
+from traceinsight.readers import early, json_stream, kineto, read_trace
+from traceinsight.readers.early import EarlyRead, early_read, take, worth_reading_early
 
 SAMPLES = (  # ops with shapes, collectives, memory events, graph replays, several threads
     "distributed/balanced/rank0.1796375708077857791.pt.trace.json.gz",
@@ -41,10 +43,11 @@ SHARED = (  # memory events (absolute and running), exact epoch timestamps, AMD'
 
 @pytest.fixture
 def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every Kineto file is worth an early read (the samples are far below `EARLY_READ_MIN_BYTES`), even while a
-    thread another test left runs (its process then comes from a fork server)."""
+    """Every Kineto file is worth an early read (the samples are far below `EARLY_READ_MIN_BYTES`), forked as a
+    command's is, even while the idle thread the Dask tests leave behind (``Dask-Offload``) runs."""
     monkeypatch.setattr(early, "EARLY_READ_MIN_BYTES", 0)
     monkeypatch.setattr(early, "forks_workers", lambda: True)
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)
 
 
 @pytest.fixture
@@ -99,11 +102,39 @@ def test_its_process_reads_without_pandas() -> None:
     """The point of it: the process starts before pandas is imported, and must not import it (0.15-0.2 s)."""
     path = SAMPLE_TRACES / SAMPLES[0]
     code = (
-        "import sys\nfrom traceinsight.readers.early import read_chunks\n"
-        f"read = read_chunks({str(path)!r})\nprint(len(read.chunks), 'pandas' in sys.modules)"
+        "import sys\nfrom traceinsight.readers.early import cut_pieces, decode_claimed\n"
+        f"cut = cut_pieces({str(path)!r})\nread = decode_claimed({str(path)!r})\n"
+        "print(len(cut.pieces), len(read.chunks), len(read.tail), 'pandas' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["1", "False"]
+    assert out.split() == ["0", "0", "1", "False"]  # 0.3 MB: no piece before the last, which it decodes too
+
+
+def test_this_process_decodes_the_pieces_the_other_has_not_reached(
+    any_size: None, taken: list[EarlyRead | None], chunk_bytes: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its imports are done, `take` decodes the pieces the early read's process has not claimed yet: each
+    piece once, by one process or the other, and the same read."""
+    path = shared_trace("hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    want = read_trace(path)
+    here = os.getpid()
+    decoded_here: list[int] = []
+    decode = json_stream.decode_and_convert
+
+    def slow_over_there(*args: object, **kwargs: object) -> object:
+        if os.getpid() == here:
+            decoded_here.append(1)
+        else:
+            time.sleep(0.05)  # the early read's process is slow: this one gets to most pieces
+        return decode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(json_stream, "decode_and_convert", slow_over_there)
+    with early_read(path, jobs=2):
+        time.sleep(0.2)  # it cuts the pieces and claims the first
+        got = read_trace(path)
+    assert taken[-1] is not None
+    assert 0 < len(decoded_here) < len(taken[-1].chunks) - 1  # some pieces here, some there, the last there
+    _assert_same_read(got, want)
 
 
 def test_a_file_changed_since_is_read_here(tmp_path: Path, any_size: None, taken: list[EarlyRead | None]) -> None:
@@ -151,13 +182,21 @@ def test_a_big_text_in_a_small_gzip_is_sized_by_its_trailer(tmp_path: Path) -> N
     assert early.json_size_guess(path) == len(text)
 
 
-def test_a_foreign_or_damaged_file_gives_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kineto_chunks, "_ROWS_TO_TELL_KINETO", 100)
+@pytest.mark.parametrize("pieces", ["one", "many"])
+def test_a_foreign_or_damaged_file_gives_nothing_back(
+    tmp_path: Path, any_size: None, monkeypatch: pytest.MonkeyPatch, pieces: str
+) -> None:
+    if pieces == "many":
+        monkeypatch.setattr(early, "CHUNK_BYTES", 1 << 10)
     timeline = SAMPLE_TRACES / "tf1_timeline/cpu_mlp/timeline.json"  # a Chrome trace, not Kineto's
-    assert read_chunks(str(timeline)) is None
     damaged = tmp_path / "damaged.pt.trace.json"
-    damaged.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": ]}')
-    assert read_chunks(str(damaged)) is None
+    events = ", ".join(
+        json.dumps({"ph": "X", "cat": "kernel", "ts": i, "dur": 1, "pid": 0, "tid": 0}) for i in range(99)
+    )
+    damaged.write_text('{"traceEvents": [' + events + ', {"ph": "X", "ts": 1, "dur": ], ' + events + "]}")
+    for path in (timeline, damaged):
+        with early_read(path, jobs=2):
+            assert early._pending and take(path) is None
 
 
 def test_the_report_is_the_same_and_so_is_an_error(
@@ -189,7 +228,7 @@ def test_no_process_to_be_had_reads_here(
 ) -> None:
     """A fork refused (a limit on processes) costs nothing but the head start."""
 
-    def refused(what: str) -> None:
+    def refused(what: str, context: object = None) -> None:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(early, "Child", refused)

@@ -286,25 +286,46 @@ class TraceStream:
         here. `convert` and its results must pickle.
         """
         workers = max(1, jobs - 1)
-        self._blocks = self._text.blocks(self.chunk_bytes)
-        self._find_events()
-        pieces = self._pieces() if self._text.packed else self._ranges()
+        pieces = self.pieces()
         with worker_pool(workers) as pool:
             pending: deque[tuple[Future[tuple[R, Counter[str], bool] | None], int]] = deque()
             for piece, end in pieces:
                 if sum(not f.done() for f, _ in pending) < 2 * workers:  # one running, one queued each
-                    pending.append((pool.submit(_decode_and_convert, piece, convert, self._exact), end))
+                    sent = bytes(piece) if isinstance(piece, memoryview) else piece  # a view does not pickle
+                    pending.append((pool.submit(decode_and_convert, sent, convert, self._exact), end))
                 else:  # every worker is busy: decode this one here meanwhile
                     pending.append((Future(), end))
-                    pending[-1][0].set_result(_decode_and_convert(piece, convert, self._exact))
+                    pending[-1][0].set_result(decode_and_convert(piece, convert, self._exact))
                 while pending and (pending[0][0].done() or len(pending) > 3 * jobs):
                     yield self._result(*pending.popleft())
             while pending:
                 yield self._result(*pending.popleft())
+        for events, exact in self.rest():
+            yield convert(events, exact)
+
+    def pieces(self) -> Iterator[tuple[memoryview | ByteRange, int]]:
+        """The events array in chunks, each cut at the last cut point before its end, unchecked (`map`'s and the
+        early read's), with where each ends in the JSON text: a ``.gz`` file's text as inflated, a plain file's as
+        byte ranges (read by whoever decodes them). What follows the last is left to `rest`."""
+        self._blocks = self._text.blocks(self.chunk_bytes)
+        self._find_events()
+        return self._pieces() if self._text.packed else self._ranges()
+
+    @property
+    def packed(self) -> bool:
+        """Whether the file is gzip: `pieces` are then its text as inflated, not byte ranges."""
+        return self._text.packed
+
+    def rest(self, exact: bool | None = None) -> Iterator[tuple[list[Event], bool]]:
+        """The events left after `pieces`, decoded and checked as iterating does: the array's end, the top-level
+        keys after it, a file cut short. `exact`: whether the piece before needed exact timestamps, when it was
+        decoded elsewhere (`map` learns it from the pieces' results)."""
+        if exact is not None:
+            self._exact = exact
         while self._blocks is not None:
             events, exact = self._next_chunk()
             if events:
-                yield convert(events, exact)
+                yield events, exact
 
     def _check_span(self, size: int) -> None:
         """Refuse a chunk (one event, or blanks) of `size` bytes that the limit could not hold decoded."""
@@ -320,14 +341,14 @@ class TraceStream:
         self.done = end
         return result
 
-    def _pieces(self) -> Iterator[tuple[bytes, int]]:
+    def _pieces(self) -> Iterator[tuple[memoryview, int]]:
         """Chunks of the buffer, each up to the last cut point in it, until the file has been read; with where
-        each ends in the JSON text."""
+        each ends in the JSON text. Views of the buffer, not copies (the buffer is replaced, not changed)."""
         while not self._eof:
             self._fill(self.chunk_bytes)
             cut = None if self._eof else next(_cut_points(self._buf), None)
             if cut is not None:
-                piece, end = self._buf[: cut[0]], self._position(cut[0])
+                piece, end = memoryview(self._buf)[: cut[0]], self._position(cut[0])
                 self._buf = self._buf[cut[1] :]
                 yield piece, end
             elif not self._eof:
@@ -446,11 +467,12 @@ def _first_events_need_exact_ts(wrapped: bytes | bytearray) -> bool:
     return needs_exact_ts(sample, sample=256)
 
 
-def _decode_and_convert(
-    piece: bytes | ByteRange, convert: Callable[[list[Event], bool], R], exact_hint: bool
+def decode_and_convert(
+    piece: bytes | memoryview | ByteRange, convert: Callable[[list[Event], bool], R], exact_hint: bool
 ) -> tuple[R, Counter[str], bool] | None:
-    """`TraceStream.map`'s work in a worker process; None when the piece is not whole events, or its
-    byte range could not be read (the file changed): the plain re-read then says what is wrong."""
+    """One piece of `TraceStream.pieces` decoded and converted (in a worker of `TraceStream.map`, or by the early
+    read); None when the piece is not whole events, or its byte range could not be read (the file changed): the
+    plain re-read then says what is wrong."""
     with gc_paused():
         try:
             events, exact, skipped = _decode_piece(piece, exact_hint)

@@ -152,7 +152,8 @@ class _Rows:
 
     @classmethod
     def of_early(cls, early: EarlyRead) -> _Rows:
-        """The chunks an early read converted (`early.read_chunks`, which reads a stream as `_of_stream` does)."""
+        """The chunks an early read converted (`early.take`: those of `TraceStream.pieces`, then of `rest`, as
+        `TraceStream.map` reads a stream)."""
         rows = cls(early.top, early.warnings, sum(chunk.rows for chunk in early.chunks))
         for chunk in early.chunks:
             rows.add(chunk)
