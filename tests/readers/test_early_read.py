@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -89,6 +90,52 @@ def test_the_early_read_is_the_read_here(
     with early_read(path, jobs=2):
         got = read_trace(path)
     assert taken[-1] is not None and taken[-1].chunks  # read by the other process, not here
+    _assert_same_read(got, want)
+
+
+def _plain(tmp_path: Path) -> Path:
+    """A plain JSON file: this process reads its pieces as byte ranges of the file."""
+    path = tmp_path / "plain.pt.trace.json"
+    path.write_bytes(gzip.decompress((SAMPLE_TRACES / SAMPLES[1]).read_bytes()))
+    return path
+
+
+def _cut_short(tmp_path: Path) -> Path:
+    """A .gz file whose writer was killed: the gzip stream stops two thirds in, inside an event."""
+    text = gzip.decompress((SAMPLE_TRACES / SAMPLES[1]).read_bytes())
+    packed = gzip.compress(text)
+    path = tmp_path / "cut.pt.trace.json.gz"
+    path.write_bytes(packed[: len(packed) * 2 // 3])
+    return path
+
+
+def _two_members(tmp_path: Path) -> Path:
+    """A .gz file of two gzip members, the second small: its trailer sizes the last member only, so the text
+    outgrows the memory the two processes share and the other process decodes every piece."""
+    text = gzip.decompress((SAMPLE_TRACES / SAMPLES[1]).read_bytes())
+    path = tmp_path / "two.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text[:-100]) + gzip.compress(text[-100:]))
+    return path
+
+
+@pytest.mark.parametrize("make", [_plain, _cut_short, _two_members])
+def test_plain_cut_short_and_several_member_files_read_early_are_read_as_here(
+    make: Any,
+    tmp_path: Path,
+    any_size: None,
+    taken: list[EarlyRead | None],
+    chunk_bytes: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This process decodes pieces too: from a plain file's bytes, or from the text shared with the other process;
+    a file cut short keeps its truncation warning; past the shared text the other process decodes them all."""
+    monkeypatch.setattr(early, "EARLY_READ_MAX_BYTES", 1 << 40)  # a gzip stream cut short ends in no trailer
+    path = make(tmp_path)
+    want = read_trace(path)
+    with early_read(path, jobs=2):
+        time.sleep(0.05)  # some pieces are left to this process, some taken by the other
+        got = read_trace(path)
+    assert taken[-1] is not None and len(taken[-1].chunks) > 10
     _assert_same_read(got, want)
 
 
