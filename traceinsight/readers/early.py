@@ -73,9 +73,8 @@ class _Decoded(msgspec.Struct):
 
 
 class _Pending(msgspec.Struct):
-    """An early read under way: its process, the file as it was when the read began, the tickets its pieces are
-    claimed with, and the process that began it (a worker forked meanwhile inherits the entry, not the right to
-    the pipe)."""
+    """An early read under way: its process, the file as it was when the read began, what the two processes share,
+    and the process that began it (a worker forked meanwhile inherits the entry, not the right to the pipe)."""
 
     child: Child
     stat: tuple[int, int]  # size and mtime_ns
