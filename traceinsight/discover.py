@@ -32,7 +32,7 @@ from traceinsight.readers import JSON_SUFFIXES, REPORT_SUFFIX, SQLITE_SUFFIX, is
 from traceinsight.readers.json_files import CHUNK_BYTES, FileText
 from traceinsight.readers.regular import not_regular, refusal
 from traceinsight.readers.stamp import CaptureStamp, capture_stamp
-from traceinsight.rules import GRAPH_CAPTURE_BYTES, RUN_OVERLAP_MIN_SHARE
+from traceinsight.rules import GRAPH_CAPTURE_BYTES, LONE_TRACE_MAX_ENTRIES, RUN_OVERLAP_MIN_SHARE
 
 # JSON of ours beside traces: the versions a run records (render/meta.py reads them), the synthetic samples' truth
 # (tools/make_samples.py).
@@ -152,6 +152,25 @@ def walk(root: Path, unreadable: list[Path] | None = None) -> Iterator[tuple[Pat
                 subfolders.append(Path(entry.path))
         yield folder, others
         stack.extend(reversed(subfolders))  # depth first, in name order
+
+
+def lone_trace(root: Path) -> Path | None:
+    """The one candidate trace file under `root` (`walk`), when `root` holds exactly one and at most
+    `LONE_TRACE_MAX_ENTRIES` entries in all: the file `report FOLDER` then reads, known before the command's imports
+    (its early read). None otherwise: discovery decides after the imports, and listing a big logdir twice would
+    cost it more than a head start gains."""
+    found: Path | None = None
+    seen = 0
+    for _, entries in walk(root):
+        seen += 1 + len(entries)
+        if seen > LONE_TRACE_MAX_ENTRIES:
+            return None
+        for entry in entries:
+            if _is_candidate(path := Path(entry.path)) and _is_regular(entry):
+                if found is not None:
+                    return None
+                found = path
+    return found
 
 
 def _candidate_files(root: Path) -> tuple[list[Path], list[Path], int]:

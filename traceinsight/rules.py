@@ -174,6 +174,10 @@ GZIP_JSON_RATIO_GUESS = 8
 # (PARALLEL_FILE_MIN_BYTES) is as fast, and at 86 MB faster (1.76 s against 1.93 s).
 EARLY_READ_MIN_BYTES = 15_000_000  # about 0.1 s of reading
 EARLY_READ_MAX_BYTES = 64 << 20
+# `report FOLDER` reads early the folder's one trace file (`discover.lone_trace`) when the folder holds at most this
+# many files and folders in all: listed before the imports and again by discovery after them, a TensorBoard logdir of
+# one capture holds a handful, while a logdir of many runs would pay its listing twice for no early read.
+LONE_TRACE_MAX_ENTRIES = 64
 # A profile of this many events or more, and no more than CRITICAL_PATH_MAX_EVENTS, analysed where a core is free
 # (`--jobs` over 1, forked workers), has its critical path walked and its compute efficiency found by a process of
 # its own while the other analyses run (`analysis.analyze`, `parallel.beside`): on the 2-core machine, the analyses

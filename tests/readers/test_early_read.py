@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES, shared_trace
-from traceinsight import parallel
+from traceinsight import discover, parallel
 from traceinsight.cli import main
 from traceinsight.events import TraceRead
 from traceinsight.readers import early, json_stream, kineto, read_trace
@@ -268,6 +268,33 @@ def test_the_report_is_the_same_and_so_is_an_error(
         assert main(["report", str(damaged), "-q", "--jobs", jobs, "-o", str(tmp_path / "d.html")]) != 0
         errors.append(capsys.readouterr().err)
     assert errors[0] == errors[1] and str(damaged) in errors[0] and errors[0].count("\n") == 1
+
+
+def test_a_folder_of_one_trace_is_read_early(
+    tmp_path: Path, any_size: None, taken: list[EarlyRead | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report FOLDER` reads the folder's one trace early, as `report FILE` does, and gives the same report; a
+    folder of two traces, or of more entries than `LONE_TRACE_MAX_ENTRIES`, is left to discovery."""
+    folder = tmp_path / "logdir" / "plugins" / "profile" / "run1"
+    folder.mkdir(parents=True)
+    (folder / "host.pt.trace.json.gz").write_bytes((SAMPLE_TRACES / SAMPLES[1]).read_bytes())
+    logdir = tmp_path / "logdir"
+    documents = []
+    for jobs in ("2", "1"):
+        out = ["-q", "--jobs", jobs, "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / f"{jobs}.json")]
+        assert main(["report", str(logdir), *out]) == 0
+        documents.append({k: v for k, v in json.loads((tmp_path / f"{jobs}.json").read_text()).items() if k != "meta"})
+    assert taken[0] is not None and taken[1] is None  # read early, then here
+    assert documents[0] == documents[1]
+    started: list[Path | None] = []
+    monkeypatch.setattr(early, "_start", lambda path, jobs: started.append(path))
+    (folder / "other.pt.trace.json.gz").write_bytes((SAMPLE_TRACES / SAMPLES[0]).read_bytes())
+    assert main(["report", str(logdir), "-q", "--jobs", "2", "-o", str(tmp_path / "r.html")]) == 0
+    assert started == []  # two traces: none read early
+    (folder / "other.pt.trace.json.gz").unlink()
+    monkeypatch.setattr(discover, "LONE_TRACE_MAX_ENTRIES", 3)  # logdir, plugins, profile, run1 and the trace
+    assert main(["report", str(logdir), "-q", "--jobs", "2", "-o", str(tmp_path / "r.html")]) == 0
+    assert started == []
 
 
 def test_no_process_to_be_had_reads_here(

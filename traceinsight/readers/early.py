@@ -1,10 +1,11 @@
 """A Kineto file read by a process of its own while this one imports pandas and the analyses, and by both once
 the imports are done.
 
-`traceinsight report FILE` spends 0.25-0.3 s importing before it can read anything, and reading a Kineto file of
-30-60 MB of JSON takes as long again. Where a core is idle, `early_read` starts a process (`parallel.Child`,
-forked before pandas is imported) that cuts the file's events into pieces (`TraceStream.pieces`) and decodes them
-into columns (`kineto_chunks.convert`, which needs numpy and msgspec only) meanwhile. The read here
+`traceinsight report FILE` (or FOLDER, of that one file: `discover.lone_trace`) spends 0.25-0.3 s importing before
+it can read anything, and reading a Kineto file of 30-60 MB of JSON takes as long again. Where a core is idle,
+`early_read` starts a process (`parallel.Child`, forked before pandas is imported) that cuts the file's events into
+pieces (`TraceStream.pieces`) and decodes them into columns (`kineto_chunks.convert`, which needs numpy and msgspec
+only) meanwhile. The read here
 (`kineto.read_kineto_json`) then takes those columns (`take`) and builds the table from them as from its own. Each
 piece is claimed once (`parallel.Tickets`) by whichever process gets to it: once its imports are done, this one
 decodes the pieces the other has not reached yet, where it used to wait for them (issue 38).
@@ -112,10 +113,10 @@ def worth_reading_early(path: Path, jobs: int) -> bool:
 
 
 @contextmanager
-def early_read(path: Path, jobs: int) -> Iterator[None]:
+def early_read(path: Path | None, jobs: int) -> Iterator[None]:
     """Begin reading `path` in a process of its own where that gains (`worth_reading_early`), for `take` to collect
-    within the block; a read not taken by the block's end is stopped."""
-    key = _start(path, jobs)
+    within the block; a read not taken by the block's end is stopped. None: nothing to read early."""
+    key = _start(path, jobs) if path is not None else None
     try:
         yield
     finally:

@@ -17,7 +17,6 @@ import msgspec
 from traceinsight.errors import TraceError
 from traceinsight.readers import REPORT_SUFFIX, SQLITE_SUFFIX, XSPACE_SUFFIX
 from traceinsight.readers.json_files import FileText
-from traceinsight.readers.nsys import capture_window
 from traceinsight.readers.regular import open_regular
 
 # How much of each end of a JSON file's text is read: a few hundred events, and the keys Kineto writes before
@@ -64,6 +63,8 @@ def capture_stamp(path: Path, window: bool = True) -> CaptureStamp:
         if name.endswith((SQLITE_SUFFIX, REPORT_SUFFIX)):
             if name.endswith(REPORT_SUFFIX):  # exported only when read
                 return CaptureStamp()
+            from traceinsight.readers.nsys import capture_window  # pandas: only for a folder holding an export
+
             start, end, pid, host, rank = capture_window(path)
             return CaptureStamp(start, end, rank, pid, host)
         return _json_stamp(path, window)
