@@ -297,6 +297,26 @@ def test_a_folder_of_one_trace_is_read_early(
     assert started == []
 
 
+def test_a_file_bigger_than_its_trailer_said_is_given_up(
+    tmp_path: Path, any_size: None, taken: list[EarlyRead | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip trailer that lies (a bomb: 40 MB of blanks said to be 1 MB) is not read early past twice the largest
+    text read early: the early read gives up before its buffer grows to the bomb's size, and the read here, under
+    its memory limit, says what the file is."""
+    event = b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "pid": 0, "tid": 0}'
+    path = tmp_path / "bomb.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + event + b"," + b" " * (40 << 20) + event + b"]}", 1))
+    monkeypatch.setattr(early, "json_size_guess", lambda path: 1 << 20)
+    monkeypatch.setattr(early, "EARLY_READ_MAX_BYTES", 4 << 20)  # given up past 8 MB of text
+    want = read_trace(path)
+    started = time.monotonic()
+    with early_read(path, jobs=2):
+        assert early._pending  # begun: the trailer said 1 MB
+        got = read_trace(path)
+    assert taken[-1] is None and time.monotonic() - started < 10
+    _assert_same_read(got, want)
+
+
 def test_no_process_to_be_had_reads_here(
     any_size: None, taken: list[EarlyRead | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:

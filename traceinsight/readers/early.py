@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from traceinsight.limits import STREAM_BUFFER_FACTOR, MemoryLimit
 from traceinsight.parallel import (
     Child,
     Parcel,
@@ -211,11 +212,17 @@ def cut_pieces(path: str) -> _Cut | None:
     from traceinsight.readers.json_stream import TraceStream
 
     text = _shared().text
+    # Past twice the largest text read early, the file is not what its size said (a gzip trailer that lies: a bomb,
+    # several members): given up, before the pieces it holds or one growing buffer take the memory the read here
+    # would have refused.
+    bound = 2 * EARLY_READ_MAX_BYTES
     try:
-        stream = TraceStream(path, CHUNK_BYTES, None, None)
+        stream = TraceStream(path, CHUNK_BYTES, None, MemoryLimit(STREAM_BUFFER_FACTOR * bound, "the early read"))
         pieces = []
         shared = True
         for piece, end in stream.pieces():
+            if end > bound:
+                return None
             start, end = _span(piece, end)
             if isinstance(piece, memoryview):
                 shared &= text is not None and end <= len(text)
