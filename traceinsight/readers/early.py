@@ -21,7 +21,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,26 +174,21 @@ def take(path: Path | str) -> EarlyRead | None:
 def _joined(key: Path, pending: _Pending) -> EarlyRead | None:
     """The pieces not claimed yet, decoded here, and those of the early read's process; None when either failed
     or the file is no Kineto trace."""
-    from traceinsight.readers.json_events import gc_paused
-    from traceinsight.readers.json_stream import decode_and_convert
-    from traceinsight.readers.kineto_chunks import convert, has_kineto_keys
+    from traceinsight.readers.kineto_chunks import has_kineto_keys
 
     sharing = pending.sharing
     cut: _Cut | None = pending.child.result()
     if cut is None:
         return None
-    mine: dict[int, Chunk] = {}
     warnings: Counter[str] = Counter()
-    exact = False
-    with gc_paused():
-        while cut.shared and (i := sharing.tickets.take()) < len(cut.pieces):
-            start, end = cut.pieces[i]
-            piece = ByteRange(str(key), start, end) if sharing.text is None else memoryview(sharing.text)[start:end]
-            decoded = decode_and_convert(piece, convert, exact)
-            if decoded is None:
-                return None
-            mine[i], skipped, exact = decoded
-            warnings.update(skipped)
+    mine: dict[int, Chunk] = {}
+    if cut.shared:  # else the other process decodes every piece
+        text = sharing.text
+        pieces = [ByteRange(str(key), *span) if text is None else memoryview(text)[slice(*span)] for span in cut.pieces]
+        claimed = _decode_claimed(pieces, sharing.tickets, warnings)
+        if claimed is None:
+            return None
+        mine = claimed[0]
     outcome: Parcel | _Decoded | None = pending.child.result()
     theirs = outcome.open(sharing.results) if isinstance(outcome, Parcel) and sharing.results else outcome
     if not isinstance(theirs, _Decoded):
@@ -240,32 +235,57 @@ def decode_claimed(path: str) -> Parcel | _Decoded | None:
     converted, and what follows the last (`TraceStream.rest`); None when a piece is not whole events, when the
     first says the file is no Kineto trace (nor do its keys), or when anything fails."""
     from traceinsight.readers.json_events import gc_paused
-    from traceinsight.readers.json_stream import decode_and_convert
     from traceinsight.readers.kineto_chunks import convert, has_kineto_keys
 
     sharing = _shared()
     if path not in _cut:
         return None
     stream, pieces = _cut.pop(path)
-    chunks: dict[int, Chunk] = {}
     warnings: Counter[str] = Counter()
-    exact = False
     try:
+        # Kineto's first events carry its cats: a first piece without them nor Kineto's keys is no Kineto trace,
+        # read here as what it is.
+        claimed = _decode_claimed(
+            pieces, sharing.tickets, warnings, lambda c: c.kineto_cats or has_kineto_keys(stream.top)
+        )
+        if claimed is None:
+            return None
+        chunks, exact = claimed
         with gc_paused():
-            while (i := sharing.tickets.take()) < len(pieces):
-                decoded = decode_and_convert(pieces[i], convert, exact)
-                if decoded is None:
-                    return None
-                chunks[i], skipped, exact = decoded
-                warnings.update(skipped)
-                if len(chunks) == 1 and not chunks[i].kineto_cats and not has_kineto_keys(stream.top):
-                    return None  # Kineto's first events carry its cats: no Kineto trace, read here as what it is
             tail = [convert(events, tail_exact) for events, tail_exact in stream.rest(exact)]
     except Exception:  # noqa: BLE001  # a damaged end, a fallback to the whole document: read it there
         return None
     warnings.update(stream.warnings)
     result = _Decoded(chunks, tail, stream.top, warnings)
     return sharing.results.pack(result) if sharing.results is not None else result
+
+
+def _decode_claimed(
+    pieces: Sequence[memoryview | ByteRange],
+    tickets: Tickets,
+    warnings: Counter[str],
+    first_is_kineto: Callable[[Chunk], bool] | None = None,
+) -> tuple[dict[int, Chunk], bool] | None:
+    """The pieces no process has claimed yet, each claimed with `tickets` as this process gets to it, decoded and
+    converted (by number; what they skipped added to `warnings`), and whether the last needed exact timestamps (the
+    hint each passes to the next); None when a piece is not whole events, or the first this process decodes fails
+    `first_is_kineto`. The loop of both processes."""
+    from traceinsight.readers.json_events import gc_paused
+    from traceinsight.readers.json_stream import decode_and_convert
+    from traceinsight.readers.kineto_chunks import convert
+
+    chunks: dict[int, Chunk] = {}
+    exact = False
+    with gc_paused():
+        while (i := tickets.take()) < len(pieces):
+            decoded = decode_and_convert(pieces[i], convert, exact)
+            if decoded is None:
+                return None
+            chunks[i], skipped, exact = decoded
+            warnings.update(skipped)
+            if first_is_kineto is not None and len(chunks) == 1 and not first_is_kineto(chunks[i]):
+                return None
+    return chunks, exact
 
 
 def _span(piece: memoryview | ByteRange, end: int) -> tuple[int, int]:
