@@ -41,6 +41,10 @@ DEBUG_ENV = "TRACEINSIGHT_DEBUG"
 # Importing pandas and matplotlib and building a report's tables make millions, nearly none of them in a cycle:
 # the collections cost 8-10 % of a small report's CPU time (issue 38). A command collects when 50,000 more exist.
 GC_ALLOCATIONS = 50_000
+# numpy's OpenBLAS starts a thread per core at import, and they spin: 0.05-0.07 s of CPU time in each process that
+# imports numpy, taken from the early read and the analyses on a 2-core machine (issue 38). No analysis does
+# linear algebra, so the command's processes keep it to this thread unless the environment says otherwise.
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 _MAX_MESSAGE = 500
 
 
@@ -93,6 +97,8 @@ def _debug() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv_given = argv is not None
+    if not argv_given:  # the command itself: numpy not yet imported (tests/test_cli.py checks)
+        os.environ.setdefault(BLAS_THREADS_ENV, "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
     args.command_line = ["traceinsight", *argv]  # as run, for the report's `meta`

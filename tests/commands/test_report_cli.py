@@ -1,6 +1,7 @@
 """`traceinsight report` end to end: outputs, their agreement with the JSON, CI gating and exit codes."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -238,6 +239,33 @@ def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monk
     before = gc.get_threshold()
     assert main(["report", str(INPUT_BOUND), "-o", str(tmp_path / "r.html"), "-q", "--jobs", "1"]) == 0
     assert seen == [(50_000, *before[1:])] and gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("preset", [None, "4"])
+def test_the_command_keeps_openblas_to_one_thread_unless_told(preset):
+    """numpy's OpenBLAS threads spin for 0.05-0.07 s of CPU time at import in each process: the command sets
+    ``OPENBLAS_NUM_THREADS=1`` before numpy is imported (the CLI's modules import none), unless it is set already."""
+    script = """
+import os, sys
+import traceinsight.cli as cli
+print("numpy before:", "numpy" in sys.modules)
+def leave(code):
+    raise SystemExit(code)
+cli.exit_now = leave
+sys.argv = ["traceinsight", "--version"]
+try:
+    cli.main()
+except SystemExit:
+    pass
+print("threads:", os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "numpy before: False" and lines[2] == f"threads: {preset or 1}"  # lines[1]: the version
 
 
 def test_a_tpu_run_says_tpu_util():
