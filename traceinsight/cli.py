@@ -38,9 +38,11 @@ EXIT_OK, EXIT_THRESHOLD, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 130, 141, 143
 DEBUG_ENV = "TRACEINSIGHT_DEBUG"
 # The cyclic garbage collector runs each time 700 more container objects exist than before (Python's default).
-# Importing pandas and matplotlib and building a report's tables make millions, nearly none of them in a cycle:
-# the collections cost 8-10 % of a small report's CPU time (issue 38). A command collects when 50,000 more exist.
-GC_ALLOCATIONS = 50_000
+# Importing pandas and building a report's tables make millions, nearly none of them in a cycle: the collections
+# cost 8-10 % of a small report's CPU time (issue 38). At 50,000, a small report still ran two of 16 ms each, on
+# the objects its imports and its early read had just made, all alive; a command collects when 1,000,000 more
+# exist (the peak memory of a 306 MB trace's report is the same: benchmarks/README.md, "Issue 38, seventh session").
+GC_ALLOCATIONS = 1_000_000
 # numpy's OpenBLAS starts a thread per core at import, and they spin: 0.05-0.07 s of CPU time in each process that
 # imports numpy, taken from the early read and the analyses on a 2-core machine (issue 38). No analysis does
 # linear algebra, so the command's processes keep it to this thread unless the environment says otherwise.
@@ -97,7 +99,7 @@ def _debug() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv_given = argv is not None
-    if not argv_given:  # the command itself: numpy not yet imported (tests/test_cli.py checks)
+    if not argv_given:  # the command itself: numpy not yet imported (tests/commands/test_report_cli.py)
         os.environ.setdefault(BLAS_THREADS_ENV, "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
@@ -107,12 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     collect_at = gc.get_threshold()
     gc.set_threshold(GC_ALLOCATIONS, *collect_at[1:])  # process-wide: from the main thread alone
+    leaving = not argv_given and sys.getprofile() is None and sys.gettrace() is None
     try:
         code = _run(args)
     finally:
-        gc.set_threshold(*collect_at)
+        if not leaving:  # a caller goes on: its thresholds back (which would collect every object made, 30 ms)
+            gc.set_threshold(*collect_at)
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-    if not argv_given and sys.getprofile() is None and sys.gettrace() is None:
+    if leaving:
         # The command itself, its outputs written and closed, its processes ended (or, cut short, killed and its
         # files removed): leave now, without the exit handlers (`exit_now` says why for a command cut short) and
         # without tearing down every module's objects one by one, which took 0.06-0.1 s of a report. Under a

@@ -222,7 +222,7 @@ print(diff.base, diff.new, diff.quiet, "jinja2" in sys.modules)
 
 
 def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monkeypatch, tmp_path):
-    """While a command runs, the cyclic collector waits for 50,000 new container objects, not Python's 700: its
+    """While a command runs, the cyclic collector waits for 1,000,000 new container objects, not Python's 700: its
     runs cost 8-10 % of a small report's CPU time. Whoever called `main` gets its own thresholds back."""
     import gc
 
@@ -238,7 +238,7 @@ def test_a_command_collects_garbage_less_often_and_puts_the_thresholds_back(monk
     monkeypatch.setattr(traceinsight.api, "analyze", recorded)
     before = gc.get_threshold()
     assert main(["report", str(INPUT_BOUND), "-o", str(tmp_path / "r.html"), "-q", "--jobs", "1"]) == 0
-    assert seen == [(50_000, *before[1:])] and gc.get_threshold() == before
+    assert seen == [(1_000_000, *before[1:])] and gc.get_threshold() == before
 
 
 @pytest.mark.parametrize("preset", [None, "4"])

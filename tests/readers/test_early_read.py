@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -202,6 +203,19 @@ def test_a_read_not_taken_is_stopped(any_size: None) -> None:
         (pending,) = early._pending.values()
     assert not early._pending
     assert pending.child.process.exitcode is not None  # stopped and reaped
+
+
+def test_a_read_taken_is_killed_at_once_and_reaped_at_the_end(any_size: None) -> None:
+    """`take` does not wait for the process to be gone (the kernel frees its memory meanwhile); the block's end
+    reaps it, so none is left behind."""
+    path = SAMPLE_TRACES / SAMPLES[0]
+    with early_read(path, jobs=2):
+        (pending,) = early._pending.values()
+        assert take(path) is not None
+        assert not early._pending and early._to_reap == [pending]
+        pending.child.process.join(timeout=30)  # killed: it ends without being told to
+        assert pending.child.process.exitcode == -signal.SIGKILL
+    assert not early._to_reap
 
 
 def test_where_it_gains_nothing_it_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

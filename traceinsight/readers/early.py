@@ -85,7 +85,12 @@ class _Pending(msgspec.Struct):
 
     def stop(self) -> None:
         """Stop the process, and let go of the file its result came back through (arrays read keep their pages)."""
+        self.let_go()
         self.child.stop()
+
+    def let_go(self) -> None:
+        """Kill the process, and let go of the file its result came back through; `stop` reaps it."""
+        self.child.kill()
         if self.sharing.results is not None:
             self.sharing.results.close()
 
@@ -101,6 +106,7 @@ class _Sharing(msgspec.Struct):
 
 
 _pending: dict[Path, _Pending] = {}  # by the file's resolved path; `early_read` empties it as it ends
+_to_reap: list[_Pending] = []  # taken, their processes killed (not waited for): `early_read` reaps them as it ends
 _SHARED = "early-read"  # what the early read's process inherits its `_Sharing` under
 # In the early read's process: the stream and the pieces the first call cut, for the second to decode.
 _cut: dict[str, tuple[TraceStream, list[memoryview | ByteRange]]] = {}
@@ -122,8 +128,10 @@ def early_read(path: Path | None, jobs: int) -> Iterator[None]:
         yield
     finally:
         pending = _pending.pop(key, None) if key is not None else None
-        if pending is not None:
-            pending.stop()
+        if pending is not None:  # not taken
+            _to_reap.append(pending)
+        while _to_reap:
+            _to_reap.pop().stop()
 
 
 def _start(path: Path, jobs: int) -> Path | None:
@@ -166,8 +174,9 @@ def take(path: Path | str) -> EarlyRead | None:
         early = _joined(key, pending)
     except Exception:  # noqa: BLE001  # the process died or raised: the read here says what is wrong
         early = None
-    finally:
-        pending.stop()
+    finally:  # reaped as the early read ends, not waited for here
+        pending.let_go()
+        _to_reap.append(pending)
     return early if early is not None and _stat(key) == pending.stat else None
 
 
