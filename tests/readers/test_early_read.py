@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -119,7 +120,16 @@ def _two_members(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make", [_plain, _cut_short, _two_members])
+def _json_cut_short(tmp_path: Path) -> Path:
+    """A whole gzip stream of a JSON text cut short (a killed job's file, compressed afterwards): inflated into the
+    shared text, whose truncation warning counts inflated bytes as the read here does."""
+    text = gzip.decompress((SAMPLE_TRACES / SAMPLES[1]).read_bytes())
+    path = tmp_path / "json_cut.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text[: len(text) * 2 // 3]))
+    return path
+
+
+@pytest.mark.parametrize("make", [_plain, _cut_short, _two_members, _json_cut_short])
 def test_plain_cut_short_and_several_member_files_read_early_are_read_as_here(
     make: Any,
     tmp_path: Path,
@@ -156,6 +166,22 @@ def test_its_process_reads_without_pandas() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["0", "0", "1", "False"]  # 0.3 MB: no piece before the last, which it decodes too
+
+
+def test_a_gz_file_is_inflated_into_the_shared_text_and_cut_into_views_of_it(chunk_bytes: None) -> None:
+    """Inflated straight into the text both processes share, its pieces are views of that text: no block of it is
+    copied, there or here. The text the trailer sized is the file's."""
+    path = str(SAMPLE_TRACES / SAMPLES[1])
+    text = gzip.decompress(Path(path).read_bytes())
+    shared = mmap.mmap(-1, len(text))
+    with parallel.inherit(early._SHARED, early._Sharing(parallel.Tickets(parallel.start_context()), shared, None)):
+        cut = early.cut_pieces(path)
+        _, pieces = early._cut.pop(path)
+    assert cut is not None and cut.shared and len(cut.pieces) > 10
+    assert shared[:] == text
+    assert all(isinstance(p, memoryview) and p.obj is shared for p in pieces)
+    assert [bytes(p) for p in pieces] == [text[start:end] for start, end in cut.pieces]
+    assert bytes(pieces[0]).lstrip().startswith(b"{") and text[: cut.pieces[0][0]].rstrip().endswith(b"[")
 
 
 def test_this_process_decodes_the_pieces_the_other_has_not_reached(

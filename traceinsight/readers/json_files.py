@@ -10,6 +10,7 @@ reads itself. Decoding the text is json_events.py's work.
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import zlib
@@ -27,10 +28,12 @@ from traceinsight.rules import GZIP_JSON_RATIO_GUESS
 
 fast_zlib: ModuleType = zlib  # the standard library's, where ISA-L's wheels are missing
 _CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error,)
-try:  # ISA-L inflates about three times as fast as zlib (benchmarks/README.md)
-    from isal import isal_zlib
+_GzipFile: type[gzip.GzipFile] = gzip.GzipFile
+try:  # ISA-L inflates about three times as fast as zlib (benchmarks/README.md), and into a buffer given to it
+    from isal import igzip, isal_zlib
 
     fast_zlib, _CORRUPT_GZIP = isal_zlib, (zlib.error, cast(type[Exception], isal_zlib.error))  # stubs: an instance
+    _GzipFile = igzip.IGzipFile
 except ImportError:
     pass
 
@@ -79,9 +82,23 @@ def truncation_unit(inflated: bool) -> str:
     return "bytes of inflated JSON" if inflated else "bytes"
 
 
+def inflate_into(path: Path | str, buffer: memoryview) -> int | None:
+    """A ``.gz`` file's whole text inflated into `buffer` (by ISA-L, with no copy between): its length, or None when
+    it does not fit (a gzip trailer that said less: several members, a bomb). A stream cut short or damaged raises
+    (EOFError, OSError, zlib's error), as the reader that then reads the file says."""
+    with open_regular(path) as raw, _GzipFile(fileobj=raw) as file:
+        at = 0
+        while at < len(buffer):
+            if not (inflated := file.readinto(buffer[at : at + CHUNK_BYTES])):
+                return at
+            at += inflated
+        return None if file.read(1) else at
+
+
 class FileText:
     """The JSON text of a ``.json`` or ``.json.gz`` file (or of its bytes, `data`), in blocks; gzip is told by
-    its magic bytes and inflated as read.
+    its magic bytes and inflated as read. `views` of a text given as a view (of shared memory) are views of it.
+    `inflated`: `data` is a gzip file's text, inflated already (what a truncation warning counts).
 
     A gzip stream cut short (a job killed while writing it) gives what it inflates
     to, and `cut` says so. `size` is the file's, `consumed` how much of it has
@@ -91,12 +108,17 @@ class FileText:
     """
 
     def __init__(
-        self, path: Path | str, data: bytes | None = None, on_bytes: Callable[[int], None] | None = None
+        self,
+        path: Path | str,
+        data: bytes | memoryview | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+        inflated: bool = False,
     ) -> None:
         self.path = path
         self.on_bytes = on_bytes
-        self._data = data
+        self.data = data
         self.packed = (data[:2] if data is not None else _gzip_head_and_tail(path)[0]) == _GZIP_MAGIC
+        self.inflated = self.packed or inflated
         self.cut = False
         self.size = 0
         self.consumed = 0
@@ -106,19 +128,37 @@ class FileText:
         """The bytes of JSON in the whole file: its size, or (gzip) what the part inflated so far suggests."""
         return self.given * self.size / max(1, self.consumed) if self.packed else self.size
 
+    def views(self, size: int) -> Iterator[bytes | memoryview]:
+        """`blocks`, but those of a text given as a view (of shared memory) are views of it, not copies."""
+        if isinstance(self.data, memoryview) and not self.packed:
+            return self._views(self.data, size)
+        return self.blocks(size)
+
     def blocks(self, size: int) -> Iterator[bytes]:
         """The text in blocks of at most `size` bytes (-1: a plain file in one block)."""
         try:
-            file = io.BytesIO(self._data) if self._data is not None else open_regular(self.path)
+            file = io.BytesIO(self.data) if self.data is not None else open_regular(self.path)
         except OSError as exc:
             raise TraceError(self.path, f"cannot read file: {exc.strerror or exc}") from None
         with file:
-            self.size = len(self._data) if self._data is not None else os.fstat(file.fileno()).st_size
+            self.size = len(self.data) if self.data is not None else os.fstat(file.fileno()).st_size
             for block in self._inflated(file, size) if self.packed else self._plain(file, size):
                 self.given += len(block)
                 self._tell()
                 yield block
             self._tell()
+
+    def _views(self, data: memoryview, size: int) -> Iterator[memoryview]:
+        """Blocks of text held in memory (shared with another process): views of it, not copies."""
+        self.size = len(data)
+        step = size if size > 0 else max(1, len(data))
+        for at in range(0, len(data), step):
+            block = data[at : at + step]
+            self.consumed += len(block)
+            self.given += len(block)
+            self._tell()
+            yield block
+        self._tell()
 
     def _tell(self) -> None:
         if self.on_bytes is not None:

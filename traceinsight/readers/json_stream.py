@@ -19,6 +19,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,6 +56,7 @@ _CUT_LOOKBEHIND = 1 << 16  # bytes before a chunk's end searched for its cut poi
 _SAMPLE_BYTES = 1 << 16  # a chunk's first bytes, whose events tell whether its ts need exact reading
 _CUTS_PER_FILL = 8  # cut points tried (a `},{` inside an event's args is no cut) before reading on
 R = TypeVar("R")
+P = TypeVar("P")  # a piece of the events array: a view of the text, or a byte range of the file
 
 
 class StreamFallback(Exception):
@@ -102,7 +104,8 @@ class TraceStream:
         chunk_bytes: int = CHUNK_BYTES,
         on_bytes: Callable[[int], None] | None = None,
         limit: MemoryLimit | None = None,
-        data: bytes | None = None,
+        data: bytes | memoryview | None = None,
+        inflated: bool = False,
     ) -> None:
         self.path = path
         self.chunk_bytes = max(1, chunk_bytes)
@@ -113,8 +116,8 @@ class TraceStream:
         self.array_closed = False
         self.array_form = False
         self.done = 0  # bytes of JSON up to the end of the last event handed out
-        self._text = FileText(path, data, on_bytes)
-        self._blocks: Iterator[bytes] | None = None  # None once the array has been read
+        self._text = FileText(path, data, on_bytes, inflated)
+        self._blocks: Iterator[bytes | memoryview] | None = None  # None once the array has been read
         self._buf = b""
         self._eof = False
         self._header = b""
@@ -123,7 +126,7 @@ class TraceStream:
         self._blanks = 0  # blanks dropped before the first event
 
     def __iter__(self) -> Iterator[tuple[list[Event], bool]]:
-        self._blocks = self._text.blocks(self.chunk_bytes)
+        self._blocks = self._text.views(self.chunk_bytes)
         self._find_events()
         while self._blocks is not None:
             self._fill(self.chunk_bytes)
@@ -140,7 +143,8 @@ class TraceStream:
 
     def _fill(self, size: float) -> None:
         """Read on until the buffer holds `size` bytes or the file has ended."""
-        parts, have = [self._buf], len(self._buf)
+        parts: list[bytes | memoryview] = [self._buf]
+        have = len(self._buf)
         while have < size and not self._eof:
             block = next(self._blocks, None) if self._blocks is not None else None
             if block is None:
@@ -265,7 +269,7 @@ class TraceStream:
             cut_at = self._read
         if cut_at is not None:
             self.cut_at = cut_at
-            self.warnings[truncation_warning(self.path, cut_at, self._read, truncation_unit(self._text.packed))] = 1
+            self.warnings[truncation_warning(self.path, cut_at, self._read, truncation_unit(self._text.inflated))] = 1
 
     def _decode(self, piece: bytes | memoryview) -> tuple[list[Event], bool]:
         """The events of one chunk; raises msgspec.DecodeError when `piece` is not whole events."""
@@ -305,11 +309,16 @@ class TraceStream:
 
     def pieces(self) -> Iterator[tuple[memoryview | ByteRange, int]]:
         """The events array in chunks, each cut at the last cut point before its end, unchecked (`map`'s and the
-        early read's), with where each ends in the JSON text: a ``.gz`` file's text as inflated, a plain file's as
-        byte ranges (read by whoever decodes them). What follows the last is left to `rest`."""
-        self._blocks = self._text.blocks(self.chunk_bytes)
+        early read's), with where each ends in the JSON text: a ``.gz`` file's text as inflated, a text given as a
+        view as views of it, a plain file's as byte ranges (read by whoever decodes them). What follows the last is
+        left to `rest`."""
+        self._blocks = self._text.views(self.chunk_bytes)
         self._find_events()
-        return self._pieces() if self._text.packed else self._ranges()
+        if self._text.packed:
+            return self._pieces()
+        if isinstance(self._text.data, memoryview):
+            return self._views(self._text.data)
+        return self._ranges()
 
     @property
     def packed(self) -> bool:
@@ -357,17 +366,31 @@ class TraceStream:
     def _ranges(self) -> Iterator[tuple[ByteRange, int]]:
         """Byte ranges of a plain file, each up to the last cut point before its end, with that end; the file's
         last chunk is left in the buffer. Here only a little text before each end is read, to find the cut."""
-        start = self._position(0)
         with open_regular(self.path) as file:
-            size = os.fstat(file.fileno()).st_size
-            while (
-                cut := _cut_before(file.fileno(), start, start + self.chunk_bytes, size, self._check_span)
-            ) is not None:
-                yield ByteRange(str(self.path), start, cut[0]), cut[0]
-                start = cut[1]
-                if self._text.on_bytes is not None:
-                    self._text.on_bytes(start)
-            self._buf = os.pread(file.fileno(), size - start, start)
+            fd = file.fileno()
+            yield from self._cut(partial(os.pread, fd), os.fstat(fd).st_size, partial(ByteRange, str(self.path)))
+
+    def _views(self, text: memoryview) -> Iterator[tuple[memoryview, int]]:
+        """Views of a text held in memory, cut as `_ranges` cuts a plain file: no copy but of the last chunk, left
+        in the buffer."""
+
+        def read(size: int, at: int) -> bytes:
+            return text[at : at + size].tobytes()
+
+        yield from self._cut(read, len(text), lambda start, end: text[start:end])
+
+    def _cut(
+        self, read: Callable[[int, int], bytes], size: int, piece: Callable[[int, int], P]
+    ) -> Iterator[tuple[P, int]]:
+        """``piece(start, end)`` of each chunk of a text of `size` bytes that ``read(n, at)`` reads, up to the last
+        cut point before its end, with that end; the last chunk is read into the buffer."""
+        start = self._position(0)
+        while (cut := _cut_before(read, start, start + self.chunk_bytes, size, self._check_span)) is not None:
+            yield piece(start, cut[0]), cut[0]
+            start = cut[1]
+            if self._text.on_bytes is not None:
+                self._text.on_bytes(start)
+        self._buf = read(size - start, start)
         self._read = size
         self._blocks, self._eof = iter(()), True
 
@@ -413,17 +436,18 @@ def _grown(have: int, chunk_bytes: int) -> int:
 
 
 def _cut_before(
-    fd: int, start: int, end: int, size: int, check: Callable[[int], None] | None = None
+    read: Callable[[int, int], bytes], start: int, end: int, size: int, check: Callable[[int], None] | None = None
 ) -> tuple[int, int] | None:
-    """The last cut point (end of a chunk, start of the next) in bytes [start, end) of a file, else past
-    `end` for an event longer than a chunk; None when the rest of the file from `start` is the last chunk.
-    `check(n)` is told the size of a chunk before n bytes of it are read (the memory limit)."""
+    """The last cut point (end of a chunk, start of the next) in bytes [start, end) of a text of `size` bytes that
+    ``read(n, at)`` reads from (a file's `os.pread`), else past `end` for an event longer than a chunk; None when
+    the rest of the text from `start` is the last chunk. `check(n)` is told the size of a chunk before n bytes of it
+    are read (the memory limit)."""
     look = _CUT_LOOKBEHIND
     while end < size:
         back = min(look, end - start)
         if check is not None:
             check(end - start)
-        window = os.pread(fd, back, end - back)
+        window = read(back, end - back)
         cut = next(_cut_points(window), None)
         if cut is not None:
             return end - back + cut[0], end - back + cut[1]
