@@ -89,7 +89,12 @@ class _Pending(msgspec.Struct):
         self.child.stop()
 
     def let_go(self) -> None:
-        """Kill the process, and let go of the file its result came back through; `stop` reaps it."""
+        """Kill the process, and let go of the shared text and of the file its result came back through; `stop`
+        reaps it. The text is unmapped here first: the process killed, the last to map it, then frees its pages as it
+        ends, on a core of its own (35 MB: 5 ms)."""
+        if self.sharing.text is not None:
+            with suppress(BufferError):  # a view of it still held: it goes with the view
+                self.sharing.text.close()
         self.child.kill()
         if self.sharing.results is not None:
             self.sharing.results.close()
