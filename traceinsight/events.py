@@ -503,8 +503,8 @@ def make_op_table(columns: Mapping[str, Any] | None = None, n: int | None = None
     for col in _OP_OBJECT_COLUMNS:
         values = columns.get(col)
         column = np.empty(n, dtype=object)
-        if values is not None:
-            column[:] = list(values)
+        if values is not None:  # a list of lists goes in row by row, not as a 2-d array
+            column[:] = values if isinstance(values, np.ndarray) else list(values)
         data[col] = column
     for col in _OP_FLOAT_COLUMNS:
         values = columns.get(col)

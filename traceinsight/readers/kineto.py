@@ -53,7 +53,7 @@ from traceinsight.events import (
 from traceinsight.limits import EVENT_BYTES, MemoryLimit
 from traceinsight.ordering import tuple_codes
 from traceinsight.readers._repair import drop_duplicates, valid_occupancy
-from traceinsight.readers.columns import ColumnBuffers, StringPool
+from traceinsight.readers.columns import ColumnBuffers, StringPool, first_appearance
 from traceinsight.readers.early import EarlyRead, take
 from traceinsight.readers.json_document import load_trace_json
 from traceinsight.readers.json_events import TraceDoc, gc_paused
@@ -61,6 +61,8 @@ from traceinsight.readers.json_files import CHUNK_BYTES, json_size_guess
 from traceinsight.readers.json_stream import StreamFallback, StreamRestart, TraceStream
 from traceinsight.readers.kineto_chunks import (
     KIND_MEMCPY,
+    OP_ARGS,
+    TEXTS,
     Chunk,
     convert,
     has_kineto_cats,
@@ -112,14 +114,21 @@ def read_kineto_json(
     return rows.read(path) if rows.kineto else None
 
 
-def _one_object_per_value(values: np.ndarray) -> np.ndarray:
-    """Decoded arg values with equal ones made one object. Each chunk decoded its own texts (`_op_columns`), and
-    `flops.op_costs` tells signatures apart by object, a formula call each: resnet50's 2,507 signatures are 611."""
-    if not len(values):
-        return values
-    object_code, first = tuple_codes(np.fromiter(map(id, values), np.int64, len(values)))
-    value_code, first_object = tuple_codes(np.array([msgspec.json.encode(v) for v in values[first]], dtype=object))
-    return values[first[first_object[value_code[object_code]]]]
+def _decoded_args(parts: list[dict[str, np.ndarray]], key: str) -> np.ndarray:
+    """Op arg `key` of every row of the chunks' `parts` (`kineto_chunks._op_columns`: codes into each chunk's
+    distinct texts): each text met decoded once, and values equal however written made one object, as
+    `flops.op_costs` tells signatures apart by object (resnet50's 2,507 signatures are 611)."""
+    texts = [part[key + TEXTS] for part in parts]
+    offsets = np.cumsum([0] + [len(t) for t in texts[:-1]])
+    codes = np.concatenate([part[key] + offset for part, offset in zip(parts, offsets.tolist(), strict=True)])
+    text_code, distinct = first_appearance(np.concatenate(texts).tolist())
+    values = np.empty(len(distinct), dtype=object)
+    for i, text in enumerate(distinct):
+        values[i] = msgspec.json.decode(text) if text else None
+    if len(values):
+        value_code, first = tuple_codes(np.array([msgspec.json.encode(v) for v in values], dtype=object))
+        values = values[first[value_code]]
+    return values[text_code[codes]]
 
 
 class _Rows:
@@ -307,10 +316,7 @@ class _Rows:
                 "thread": column("thread", np.int64)[rows],
                 "name": names.remove_unused_categories(),
                 "external_id": column("external_id", np.int64)[rows],
-                **{
-                    key: _one_object_per_value(np.concatenate([part[key] for part in self.ops]))
-                    for key in ("input_dims", "input_types", "concrete_inputs")
-                },
+                **{key: _decoded_args(self.ops, key) for key in OP_ARGS},
                 "flops": np.concatenate([part["flops"] for part in self.ops]),
             }
         )

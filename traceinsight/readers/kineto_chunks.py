@@ -64,6 +64,9 @@ _NO_STREAM = 0xFFFFFFFF  # CUPTI's stream id of a device-wide event (Context Syn
 _MEMORY_EVENT = "[memory]"
 _CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report their GPUs as CUDA too)
 T = TypeVar("T")
+# The op args kept for costs (`_op_columns`), each as codes into its chunk's distinct texts under KEY + `TEXTS`.
+OP_ARGS = ("input_dims", "input_types", "concrete_inputs")
+TEXTS = "_texts"
 
 
 def has_kineto_keys(top: dict[str, Any]) -> bool:
@@ -87,7 +90,7 @@ class Chunk(msgspec.Struct):
     first_ts: int | None
     kineto_cats: bool
     warnings: Counter[str]
-    ops: dict[str, np.ndarray]  # `_op_columns`: row numbers within the chunk, shapes, FLOPs
+    ops: dict[str, np.ndarray]  # `_op_columns`: row numbers within the chunk, FLOPs, codes of arg texts
     collectives: dict[str, np.ndarray]  # `_collective_columns`: row numbers within the chunk, group, message
 
 
@@ -206,8 +209,9 @@ def _first_input(args: Args) -> tuple[int, str | None]:
 def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
     """The op-cost columns of a chunk's CPU ops (their `args`, at `rows`): those with shapes or FLOPs only.
 
-    Each distinct arg text is decoded once and its value shared by the rows that have it (analysis/flops.py
-    groups ops by signature cheaply so).
+    Each arg (`OP_ARGS`) is a code per row into the chunk's distinct texts of it (``KEY_texts``), left undecoded:
+    the file's chunks share most of them, so `kineto._Rows.op_table` decodes each distinct text once for the whole
+    file (and a code array pickles in a fraction of the time of decoded values).
     """
     flops = float_column([a.flops for a in args])
     # An op without shapes nor FLOPs costs nothing to keep, and is told apart without copying its arg texts.
@@ -215,12 +219,10 @@ def _op_columns(args: list[Args], rows: np.ndarray) -> dict[str, np.ndarray]:
     costed = shaped | ~np.isnan(flops)
     args, rows, flops = _select(args, costed), rows[costed], flops[costed]
     columns: dict[str, np.ndarray] = {}
-    for key in ("input_dims", "input_types", "concrete_inputs"):
+    for key in OP_ARGS:
         codes, texts = first_appearance(list(map(bytes, map(attrgetter(key), args))))
-        values = np.empty(len(texts), dtype=object)
-        for i, text in enumerate(texts):
-            values[i] = msgspec.json.decode(text) if text else None
-        columns[key] = values[codes]
+        columns[key] = codes
+        columns[key + TEXTS] = np.array(texts + [None], dtype=object)[:-1]  # a 1-d array of bytes, even of none
     return {"row": rows, "flops": flops, **columns}
 
 
