@@ -492,6 +492,20 @@ def test_beside_computes_in_a_process_of_its_own_what_it_would_here(forks) -> No
         assert (value(1), value(0)) == ((os.getpid(), 64), (os.getpid(), 49))
 
 
+def test_beside_kills_its_process_once_its_values_are_in_and_leaves_no_zombie(forks) -> None:
+    """Its values in, the process beside is killed, not waited for (the kernel frees its memory meanwhile); the next
+    process started, or `multiprocessing.active_children`, reaps it."""
+    with parallel.beside([partial(_pid_and_square, 2)], fork=True) as value:
+        time.sleep(0.2)  # the process beside takes it meanwhile
+        pid, _ = value(0)
+    assert pid != os.getpid()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        multiprocessing.active_children()
+        time.sleep(0.01)
+    assert not Path(f"/proc/{pid}").exists()  # gone, and reaped: no zombie left
+
+
 def test_beside_leaves_here_what_its_process_has_not_taken(forks, tmp_path: Path) -> None:
     """The process beside takes the calls in order; one it has not got to when this one asks is done here."""
     marker = tmp_path / "taken"

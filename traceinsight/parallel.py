@@ -600,7 +600,8 @@ def beside(calls: Sequence[Callable[[], Any]], fork: bool) -> Iterator[Callable[
     ``value(i)`` does here the calls that process has not claimed yet (`Claims`: whichever process is free takes
     the next), then waits for the ones it took. A value is the same wherever it was computed: those the process
     failed to give are computed here, so that an error raises here as it would have. Asked for again, it is the
-    same value; if the block asks for none, the process is not waited for."""
+    same value; if the block asks for none, the process is not waited for (killed, as it is once its values
+    are in)."""
     done: dict[int, Any] = {}
     claims: Claims[Callable[[], Any]] | None = None
     child = None
@@ -615,7 +616,10 @@ def beside(calls: Sequence[Callable[[], Any]], fork: bool) -> Iterator[Callable[
         if child is not None:  # every call is claimed: those the process took come back together
             with suppress(Exception):  # the process died or raised: what it took is computed here
                 done.update(child.result())
-            child.stop()
+            # Killed, not waited for: the kernel frees its memory meanwhile (where this one waited 6 ms for the
+            # analyses' process to be gone), and multiprocessing reaps it as it starts another process or is asked
+            # for its children (`multiprocessing.active_children`).
+            child.kill()
             child = None
         if i not in done:
             done[i] = calls[i]()
