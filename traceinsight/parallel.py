@@ -568,7 +568,7 @@ class Child:
 
     def kill(self) -> None:
         """Kill the process, not waiting for it to be gone (the kernel frees its memory meanwhile: 10 ms for one of
-        130 MB); `stop` reaps it later."""
+        130 MB); `stop` reaps it later, or multiprocessing as it starts another process."""
         with suppress(OSError, ValueError):  # already gone
             self.process.kill()
 

@@ -84,7 +84,7 @@ class _Pending(msgspec.Struct):
     owner: int = msgspec.field(default_factory=os.getpid)
 
     def stop(self) -> None:
-        """Stop the process, and let go of the file its result came back through (arrays read keep their pages)."""
+        """Kill the process and reap it, letting go of what it shared (`let_go`; arrays read keep their pages)."""
         self.let_go()
         self.child.stop()
 
