@@ -320,11 +320,6 @@ class TraceStream:
             return self._views(self._text.data)
         return self._ranges()
 
-    @property
-    def packed(self) -> bool:
-        """Whether the file is gzip: `pieces` are then its text as inflated, not byte ranges."""
-        return self._text.packed
-
     def rest(self, exact: bool | None = None) -> Iterator[tuple[list[Event], bool]]:
         """The events left after `pieces`, decoded and checked as iterating does: the array's end, the top-level
         keys after it, a file cut short. `exact`: whether the piece before needed exact timestamps, when it was
